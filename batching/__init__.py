@@ -1,0 +1,1 @@
+"""Batching explorer: a token-step simulator of LLM serving under batching policies."""

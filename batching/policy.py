@@ -1,0 +1,97 @@
+"""Batching policies: a mode plus its knobs, and the named presets of the classic comparison."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+MODES = ("static", "dynamic", "continuous")
+PREEMPTION_MODES = ("off", "recompute", "swap")
+# integer codes the engine uses
+MODE_CODE = {m: i for i, m in enumerate(MODES)}
+PREEMPTION_CODE = {m: i for i, m in enumerate(PREEMPTION_MODES)}
+
+
+def _check(name: str, value, low, high) -> None:
+    if not (low <= value <= high):
+        raise ValueError(f"{name}={value!r} is out of range; allowed {low} to {high}")
+
+
+@dataclass(frozen=True)
+class BatchingPolicy:
+    """One scheduling policy. Request-level modes (static, dynamic) use ``max_batch_size``
+    and ``max_wait_s``; the iteration-level mode (continuous) uses the rest."""
+
+    mode: str = "continuous"
+    max_batch_size: int = 32  # static / dynamic: requests per batch
+    max_wait_s: float = 0.1  # dynamic: the oldest request waits at most this long
+    max_num_seqs: int = 256  # continuous: running sequences per step (vLLM default 256)
+    max_num_batched_tokens: int = 8192  # continuous: token budget per step (= chunk size when chunked)
+    chunked_prefill: bool = False
+    priority: bool = False  # order the waiting queue by (class, arrival)
+    preemption: str = "recompute"  # off | recompute | swap
+    swap_space_gib: float = 4.0  # host swap space per GPU (vLLM default 4 GiB)
+    watermark: float = 0.01  # share of KV blocks kept free when admitting (vLLM default)
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r} is not allowed; allowed: {', '.join(MODES)}")
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(
+                f"preemption={self.preemption!r} is not allowed; allowed: {', '.join(PREEMPTION_MODES)}"
+            )
+        _check("max_batch_size", self.max_batch_size, 1, 4096)
+        _check("max_wait_s", self.max_wait_s, 0.0, 3600.0)
+        _check("max_num_seqs", self.max_num_seqs, 1, 4096)
+        _check("max_num_batched_tokens", self.max_num_batched_tokens, 16, 1_048_576)
+        _check("swap_space_gib", self.swap_space_gib, 0.0, 4096.0)
+        _check("watermark", self.watermark, 0.0, 0.5)
+        if self.mode != "continuous" and (self.chunked_prefill or self.priority):
+            raise ValueError(
+                f"chunked_prefill and priority need mode='continuous' (mode={self.mode!r})"
+            )
+
+    @property
+    def batch_cap(self) -> int:
+        """The cap batch efficiency is measured against."""
+        return self.max_num_seqs if self.mode == "continuous" else self.max_batch_size
+
+    def describe(self) -> str:
+        if self.mode == "static":
+            return f"static batching, batch {self.max_batch_size}"
+        if self.mode == "dynamic":
+            return f"dynamic batching, max batch {self.max_batch_size}, max wait {self.max_wait_s * 1e3:g} ms"
+        parts = [f"continuous batching, max {self.max_num_seqs} seqs, {self.max_num_batched_tokens} tokens/step"]
+        if self.chunked_prefill:
+            parts.append("chunked prefill")
+        if self.priority:
+            parts.append("priority classes")
+        parts.append(f"preemption {self.preemption}")
+        return ", ".join(parts)
+
+
+PRESETS: dict[str, BatchingPolicy] = {
+    # FasterTransformer-style request-level batching of 32
+    "static": BatchingPolicy(mode="static", max_batch_size=32),
+    # Triton dynamic batcher: up to 64, the oldest waits at most 100 ms
+    "dynamic": BatchingPolicy(mode="dynamic", max_batch_size=64, max_wait_s=0.1),
+    # vLLM V0 defaults: 256 sequences, whole-prompt prefill steps, recompute preemption
+    "continuous": BatchingPolicy(mode="continuous"),
+    # vLLM V1 / Sarathi-Serve: mixed steps with a 2,048-token budget
+    "chunked": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048),
+    # chunked prefill plus priority classes that preempt lower classes
+    "priority": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048,
+                               priority=True, preemption="recompute"),
+}
+
+
+def preset(name: str) -> BatchingPolicy:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"preset={name!r} is unknown; allowed: {', '.join(PRESETS)}") from None
+
+
+def with_knobs(policy: BatchingPolicy, **knobs) -> BatchingPolicy:
+    """A copy with the given knobs changed (None values are ignored), validated."""
+    p = replace(policy, **{k: v for k, v in knobs.items() if v is not None})
+    p.validate()
+    return p

@@ -1,0 +1,192 @@
+"""Scenario -> SimResult: run the engine on a scenario's requests and tabulate the outcome."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from . import engine as eng
+from .costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model, useful_flops_bytes
+from .metrics import latency_summary, node_summary, request_latencies, wall_time
+from .policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
+from .specs import GIB, KV_BLOCK_TOKENS, Deployment
+from .workload import Requests, SyntheticWorkload, TraceWorkload
+
+MAX_REQUESTS = 10_000_000
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything one simulation depends on; frozen, so it keys caches."""
+
+    deployment: Deployment = field(default_factory=Deployment)
+    workload: SyntheticWorkload | TraceWorkload = field(default_factory=SyntheticWorkload)
+    policy: BatchingPolicy = field(default_factory=lambda: PRESETS["continuous"])
+    allreduce: str = DEFAULT_ALLREDUCE
+
+    def validate(self) -> None:
+        self.deployment.validate()
+        self.workload.validate()
+        self.policy.validate()
+        cost_model(self.deployment, self.allreduce)  # checks the all-reduce choice
+
+    def with_policy(self, policy: BatchingPolicy) -> "Scenario":
+        return replace(self, policy=policy)
+
+    def with_workload(self, workload) -> "Scenario":
+        return replace(self, workload=workload)
+
+    def with_deployment(self, deployment: Deployment) -> "Scenario":
+        return replace(self, deployment=deployment)
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    scenario: Scenario
+    requests: pd.DataFrame  # one row per request, latencies included
+    steps: pd.DataFrame  # one row per forward pass (per replica)
+    itl_hist: np.ndarray  # (classes, bins) counts of inter-token gaps
+    itl_edges: np.ndarray  # bin edges, seconds
+    class_names: tuple[str, ...]
+    saturated: bool = False
+
+    @cached_property
+    def _summary(self) -> dict:
+        return summarize(self)
+
+    def summary(self) -> dict:
+        """Flat dict of the DESIGN §4 metrics, with ``by_priority`` per class."""
+        s = dict(self._summary)
+        s["by_priority"] = {k: dict(v) for k, v in s["by_priority"].items()}
+        return s
+
+
+def summarize(res: SimResult) -> dict:
+    sc = res.scenario
+    dep = sc.deployment
+    req = res.requests
+    wall = wall_time(req)
+    s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
+    s["duration_s"] = wall
+    s.update(node_summary(res.steps, wall, dep.node.replicas, sc.policy.batch_cap,
+                          dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps))
+    s["kv_capacity_tokens"] = dep.kv_capacity_tokens
+    by = {}
+    for level, name in enumerate(res.class_names):
+        sub = req[req["priority"] == level]
+        if len(sub) == 0:
+            continue
+        cls = latency_summary(sub, res.itl_hist[level], res.itl_edges, wall)
+        cls["class_name"] = name
+        by[str(level)] = cls
+    s["by_priority"] = by
+    return s
+
+
+def _check_fits(reqs: Requests, policy: BatchingPolicy, kv_blocks: int) -> None:
+    need = -(-(reqs.prompt_tokens + reqs.output_tokens) // KV_BLOCK_TOKENS)
+    worst = int(np.argmax(need))
+    if need[worst] > kv_blocks:
+        raise ValueError(
+            f"request {worst} needs {int(reqs.prompt_tokens[worst] + reqs.output_tokens[worst]):,} tokens of KV cache "
+            f"(prompt {int(reqs.prompt_tokens[worst]):,} + output {int(reqs.output_tokens[worst]):,}) but the cache "
+            f"holds {kv_blocks * KV_BLOCK_TOKENS:,}; raise kv_cache_tokens or use shorter requests"
+        )
+    if policy.mode == "continuous" and not policy.chunked_prefill:
+        longest = int(reqs.prompt_tokens.max())
+        if longest > policy.max_num_batched_tokens:
+            raise ValueError(
+                f"max_num_batched_tokens={policy.max_num_batched_tokens} is below the longest prompt "
+                f"({longest:,} tokens); allowed {longest} to 1048576 without chunked prefill, or turn chunked prefill on"
+            )
+
+
+def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: CostModel):
+    """Run the engine on each replica (requests dealt round-robin); returns engine outputs and index sets."""
+    replicas = dep.node.replicas
+    kv_blocks = dep.kv_capacity_blocks
+    _check_fits(reqs, policy, kv_blocks)
+    swap_cap = int(policy.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
+    outs = []
+    for rep in range(replicas):
+        idx = np.arange(rep, len(reqs), replicas)
+        if len(idx) == 0:
+            continue
+        out = eng.run(reqs.arrival_s[idx], reqs.prompt_tokens[idx], reqs.output_tokens[idx], reqs.priority[idx],
+                      len(reqs.class_names), MODE_CODE[policy.mode], policy.max_batch_size, policy.max_wait_s,
+                      policy.max_num_seqs, policy.max_num_batched_tokens, policy.chunked_prefill, policy.priority,
+                      PREEMPTION_CODE[policy.preemption], swap_cap, int(policy.watermark * kv_blocks), kv_blocks,
+                      cm.coef, cm.ar_log_bytes, cm.ar_s)
+        outs.append((rep, idx, out))
+    return outs
+
+
+def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
+    """Simulate a scenario. ``saturated`` makes every request arrive at t = 0 (capacity runs)."""
+    scenario.validate()
+    reqs = scenario.workload.generate()
+    if len(reqs) == 0:
+        raise ValueError("the workload has no requests; num_requests must be at least 1")
+    if len(reqs) > MAX_REQUESTS:
+        raise ValueError(f"num_requests={len(reqs)} is out of range; allowed 1 to {MAX_REQUESTS}")
+    if saturated:
+        reqs = reqs.saturated()
+    dep = scenario.deployment
+    cm = cost_model(dep, scenario.allreduce)
+    outs = run_requests(reqs, dep, scenario.policy, cm)
+    n = len(reqs)
+    req_f = np.empty((n, eng.NUM_RF))
+    pre = np.empty(n, np.int64)
+    rep_of = np.empty(n, np.int64)
+    step_frames = []
+    hist = np.zeros((max(1, len(reqs.class_names)), eng.ITL_BINS), np.int64)
+    for rep, idx, out in outs:
+        req_f[idx] = out.req_f
+        pre[idx] = out.req_preemptions
+        rep_of[idx] = rep
+        hist += out.itl_hist
+        step_frames.append(_steps_frame(out, rep, cm))
+    requests = pd.DataFrame({
+        "request_id": np.arange(n),
+        "arrival_s": reqs.arrival_s,
+        "prompt_tokens": reqs.prompt_tokens,
+        "output_tokens": reqs.output_tokens,
+        "priority": reqs.priority,
+        "class_name": np.asarray(reqs.class_names, dtype=object)[reqs.priority],
+        "replica": rep_of,
+        "first_scheduled_s": req_f[:, eng.R_FIRST_SCHED],
+        "first_token_s": req_f[:, eng.R_FIRST_TOKEN],
+        "finish_s": req_f[:, eng.R_FINISH],
+        "release_s": req_f[:, eng.R_RELEASE],
+        "max_itl_s": req_f[:, eng.R_MAX_ITL],
+        "preemptions": pre,
+    })
+    requests = request_latencies(requests)
+    steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
+    return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated)
+
+
+def _steps_frame(out: eng.EngineOutput, replica: int, cm: CostModel) -> pd.DataFrame:
+    si, sf = out.steps_i, out.steps_f
+    tokens = si[:, eng.S_PREFILL] + si[:, eng.S_DECODE]
+    flops, nbytes = useful_flops_bytes(cm.coef, tokens, sf[:, eng.F_ATTN_WORK], sf[:, eng.F_DECODE_CTX],
+                                       si[:, eng.S_LM])
+    return pd.DataFrame({
+        "replica": replica,
+        "step": np.arange(len(si)),
+        "start_s": sf[:, eng.F_START],
+        "duration_s": sf[:, eng.F_DURATION],
+        "prefill_tokens": si[:, eng.S_PREFILL],
+        "decode_tokens": si[:, eng.S_DECODE],
+        "padded_tokens": si[:, eng.S_PADDED],
+        "running": si[:, eng.S_RUNNING],
+        "waiting": si[:, eng.S_WAITING],
+        "kv_blocks": si[:, eng.S_KV_BLOCKS],
+        "swapped": si[:, eng.S_SWAPPED],
+        "swap_tokens": si[:, eng.S_SWAP_TOKENS],
+        "preempted": si[:, eng.S_PREEMPTED],
+        "useful_flops": flops,
+        "useful_bytes": nbytes,
+    })

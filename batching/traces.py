@@ -1,0 +1,398 @@
+"""Request-trace import: native CSV/JSONL, Azure LLM inference, BurstGPT and Vidur traces.
+
+Everything is parsed as data (pandas' CSV reader, ``json``); nothing is evaluated. Every
+problem is a ``ValueError`` naming the 1-based data row (row 1 is the first row after the
+header) and the column, e.g. ``row 7, column num_decode_tokens: '-3' is not a positive
+integer``. With ``skip_bad_rows=True`` bad rows are dropped and counted in
+``TraceData.skipped_rows``; nothing is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+MAX_TOKENS = 1_000_000  # longest prompt or output accepted from a trace
+MAX_PRIORITY_LEVELS = 8  # same bound as SyntheticWorkload's classes
+FORMATS = ("auto", "native", "azure", "burstgpt", "vidur")
+
+# format -> (arrival column, prompt column, output column); matched case-insensitively
+_FORMAT_COLUMNS: dict[str, tuple[str, str, str]] = {
+    "native": ("arrival_s", "prompt_tokens", "output_tokens"),
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
+    "vidur": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+}
+_DATETIME_FORMATS = ("azure", "burstgpt")  # time column may be wall-clock date-times
+_NON_FINITE = {"nan", "inf", "infinity"}
+_JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
+MAX_ABS_TIME_S = 1e15  # numeric arrival times beyond this are refused (epoch ms still fit)
+
+
+@dataclass(frozen=True, eq=False)
+class TraceData:
+    """A parsed trace: per-request arrays in file order, arrivals shifted to start at 0."""
+
+    arrival_s: np.ndarray  # float64, non-decreasing, first = 0
+    prompt_tokens: np.ndarray  # int64 >= 1
+    output_tokens: np.ndarray  # int64 >= 1
+    priority: np.ndarray  # int64, 0 = highest
+    class_names: tuple[str, ...]  # name of each priority level
+    skipped_rows: int = 0  # bad rows dropped because skip_bad_rows=True
+    fmt: str = "native"  # the format that was read
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.size)
+
+
+def load_trace(
+    source: str | Path | bytes,
+    fmt: str = "auto",
+    filename: str | None = None,
+    skip_bad_rows: bool = False,
+) -> TraceData:
+    """Read a trace from a path or from raw bytes.
+
+    ``fmt`` is one of FORMATS; "auto" recognises the format from the header. ``filename``
+    (defaults to the path's name) only serves as a hint: a .json/.jsonl/.ndjson name is read
+    as JSON, anything else is sniffed (JSON when the first non-blank character is ``{`` or
+    ``[``, CSV otherwise).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt={fmt!r} is not a trace format; allowed: {', '.join(FORMATS)}")
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        data = path.read_bytes()
+        filename = filename or path.name
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    else:
+        raise ValueError(f"source must be a path or bytes, not {type(source).__name__}")
+    text = _decode(data)
+    stripped = text.lstrip()
+    if not stripped:
+        raise ValueError("trace is empty")
+    as_json = stripped[0] in "{[" or (filename or "").lower().endswith(_JSON_SUFFIXES)
+    frame, row_errors = _read_json(text) if as_json else _read_csv(text, skip_bad_rows)
+    if len(frame) == 0:
+        raise ValueError("trace is empty (no data rows after the header)")
+    return _parse(frame, row_errors, _detect_format(list(frame.columns), fmt), skip_bad_rows)
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8-sig")  # plain UTF-8, with or without a byte-order mark
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start : exc.start + 1]
+        raise ValueError(
+            f"trace is not UTF-8 text: byte 0x{bad.hex()} at offset {exc.start} cannot be "
+            f"decoded ({exc.reason}); save the file as UTF-8 CSV or JSON lines"
+        ) from None
+
+
+# ---------------------------------------------------------------- readers (text -> str cells)
+
+
+def _read_csv(text: str, skip_bad_rows: bool) -> tuple[pd.DataFrame, dict[int, str]]:
+    header = text.lstrip().split("\n", 1)[0]
+    sep = "\t" if "\t" in header and "," not in header else ","
+    options = dict(sep=sep, dtype=str, keep_default_na=False, skipinitialspace=True)
+    try:
+        frame = pd.read_csv(io.StringIO(text), **options)
+    except pd.errors.EmptyDataError:
+        raise ValueError("trace is empty") from None
+    except (pd.errors.ParserError, ValueError) as exc:
+        if not skip_bad_rows:
+            raise ValueError(f"cannot read the trace as CSV: {_csv_error(exc)}") from None
+        frame = _read_csv_padding_bad_lines(text, options)
+    frame.columns = [str(c).strip() for c in frame.columns]
+    return frame.fillna(""), {}
+
+
+def _read_csv_padding_bad_lines(text: str, options: dict) -> pd.DataFrame:
+    """Re-read with the Python engine, turning lines with too many fields into empty rows.
+
+    Empty rows then fail the value checks like any bad row, so they are counted, and the
+    row numbers of the rows after them stay right.
+    """
+    width = len(pd.read_csv(io.StringIO(text), nrows=0, **options).columns)
+    try:
+        return pd.read_csv(
+            io.StringIO(text), engine="python", on_bad_lines=lambda _: [""] * width, **options
+        )
+    except (pd.errors.ParserError, ValueError) as exc:
+        raise ValueError(f"cannot read the trace as CSV: {_csv_error(exc)}") from None
+
+
+def _csv_error(exc: Exception) -> str:
+    found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+    if found:
+        width, line, seen = found.groups()
+        return f"line {line} of the file has {seen} fields but the header has {width}"
+    return str(exc).replace("Error tokenizing data. C error: ", "").strip()
+
+
+def _read_json(text: str) -> tuple[pd.DataFrame, dict[int, str]]:
+    """JSON lines (one object per line) or a JSON array of objects."""
+    row_errors: dict[int, str] = {}
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ValueError(f"cannot read the trace as JSON: {exc}") from None
+        if not isinstance(items, list):
+            raise ValueError("cannot read the trace as JSON: expected an array of objects")
+    else:
+        items = []
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                items.append(json.loads(line))
+            except (json.JSONDecodeError, RecursionError) as exc:
+                row_errors[len(items)] = f"invalid JSON ({exc})"
+                items.append({})
+    records: list[dict[str, str]] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            row_errors.setdefault(i, f"expected a JSON object, got {type(item).__name__}")
+            item = {}
+        records.append({str(k).strip(): _json_cell(v) for k, v in item.items()})
+    columns = list(dict.fromkeys(k for r in records for k in r))
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    return frame.astype(object).where(frame.notna(), "").astype(str), row_errors
+
+
+def _json_cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return json.dumps(value)  # "true"/"false": not a number
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+# ---------------------------------------------------------------- format detection
+
+
+def _describe_formats() -> str:
+    parts = [f"{name} ({', '.join(cols)})" for name, cols in _FORMAT_COLUMNS.items()]
+    parts[0] = parts[0][:-1] + "[, priority][, class_name])"
+    return "; ".join(parts)
+
+
+def _detect_format(columns: list[str], fmt: str) -> str:
+    lower = {c.lower() for c in columns}
+    if fmt != "auto":
+        missing = [c for c in _FORMAT_COLUMNS[fmt] if c.lower() not in lower]
+        if missing:
+            raise ValueError(
+                f"missing column {missing[0]!r} for the {fmt} format; the trace has "
+                f"columns {columns}; {fmt} needs {', '.join(_FORMAT_COLUMNS[fmt])}"
+            )
+        return fmt
+    scores = {name: sum(c.lower() in lower for c in cols) for name, cols in _FORMAT_COLUMNS.items()}
+    best = max(scores, key=lambda name: scores[name])
+    if scores[best] == 3:
+        return best
+    if scores[best] == 2:  # one column short of a known format: say which
+        return _detect_format(columns, best)
+    raise ValueError(
+        f"cannot recognise the trace format: columns {columns}; "
+        f"expected one of {_describe_formats()}"
+    )
+
+
+def _column(frame: pd.DataFrame, wanted: str) -> str | None:
+    for c in frame.columns:
+        if c.lower() == wanted.lower():
+            return c
+    return None
+
+
+# ---------------------------------------------------------------- value checks
+
+
+@dataclass
+class _Checked:
+    """One column after conversion: values, which rows are bad, and why."""
+
+    name: str
+    raw: np.ndarray  # the cells as text
+    values: np.ndarray  # float64 (NaN where unusable)
+    bad: np.ndarray  # bool per row
+    why: str  # "length" | "priority" | "time" (numeric) | "datetime"
+
+    def explain(self, i: int) -> str:
+        cell = self.raw[i]
+        if cell == "":
+            return f"column {self.name}: value is missing"
+        word = cell.lower().lstrip("+-")
+        if word in _NON_FINITE:
+            return f"column {self.name}: {cell!r} is not a finite number"
+        v = self.values[i]
+        if np.isnan(v):
+            kind = "a number or a date-time" if self.why == "datetime" else "a number"
+            return f"column {self.name}: {cell!r} is not {kind}"
+        if self.why == "length":
+            if v > MAX_TOKENS and v == np.floor(v):
+                return f"column {self.name}: {cell} tokens is above the limit of {MAX_TOKENS:,}"
+            return f"column {self.name}: {cell!r} is not a positive integer"
+        if self.why == "priority":
+            return (
+                f"column {self.name}: {cell!r} is not a priority level; "
+                f"allowed integers 0 to {MAX_PRIORITY_LEVELS - 1}"
+            )
+        if self.why == "time" and np.isfinite(v):
+            return (
+                f"column {self.name}: {cell!r} is out of range; "
+                f"allowed -{MAX_ABS_TIME_S:g} to {MAX_ABS_TIME_S:g} seconds"
+            )
+        return f"column {self.name}: {cell!r} is not a finite number"
+
+
+def _text(frame: pd.DataFrame, name: str) -> np.ndarray:
+    return frame[name].astype(str).str.strip().to_numpy(dtype=object)
+
+
+def _numbers(raw: np.ndarray) -> np.ndarray:
+    return pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(
+        dtype=np.float64, na_value=np.nan
+    )
+
+
+def _check_integer(frame: pd.DataFrame, name: str, low: int, high: int, why: str) -> _Checked:
+    raw = _text(frame, name)
+    v = _numbers(raw)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(v) & (v == np.floor(v)) & (v >= low) & (v <= high)
+    return _Checked(name, raw, v, ~ok, why)
+
+
+def _check_time(frame: pd.DataFrame, name: str, allow_datetime: bool) -> _Checked:
+    raw = _text(frame, name)
+    v = _numbers(raw)
+    filled = raw != ""
+    if allow_datetime and np.isnan(v[filled]).sum() * 2 > filled.sum():
+        stamps = pd.to_datetime(pd.Series(raw), errors="coerce", utc=True, format="ISO8601")
+        valid = stamps.notna().to_numpy()
+        # microseconds in the parser's own unit range (years 1 to 9999 fit in int64)
+        us = stamps.dt.tz_convert(None).to_numpy().astype("datetime64[us]").astype(np.int64)
+        first = us[valid][0] if valid.any() else 0
+        v = np.where(valid, (us - first) / 1e6, np.nan)
+        return _Checked(name, raw, v, ~valid, "datetime")
+    with np.errstate(invalid="ignore"):
+        ok = np.abs(v) <= MAX_ABS_TIME_S
+    return _Checked(name, raw, v, ~ok, "time")
+
+
+def _check_class_names(
+    raw: np.ndarray, priority: np.ndarray | None, usable: np.ndarray
+) -> tuple[np.ndarray, dict[int, str], np.ndarray, dict[int, str]]:
+    """Bad-row mask and messages for the class_name column, the name of each level, and
+    the priorities (given, or numbered by first appearance when no priority column)."""
+    bad = raw == ""
+    why = {}
+    ok = usable & ~bad
+    if priority is None:
+        codes, uniques = pd.factorize(pd.Series(np.where(ok, raw, None), dtype=object))
+        too_many = ok & (codes >= MAX_PRIORITY_LEVELS)
+        if too_many.any():
+            i = int(np.argmax(too_many))
+            why[i] = (
+                f"column class_name: {raw[i]!r} would be class number "
+                f"{MAX_PRIORITY_LEVELS + 1}; at most {MAX_PRIORITY_LEVELS} classes are allowed"
+            )
+        bad |= too_many
+        names = {level: str(n) for level, n in enumerate(uniques[:MAX_PRIORITY_LEVELS])}
+        return bad, why, np.where(ok & ~too_many, codes, 0).astype(np.int64), names
+    pairs = pd.DataFrame({"p": priority[ok], "name": raw[ok]})
+    first = pairs.drop_duplicates("p").set_index("p")["name"]
+    expected = first.reindex(priority).to_numpy(dtype=object)
+    clash = ok & (raw != expected)
+    if clash.any():
+        i = int(np.argmax(clash))
+        why[i] = (
+            f"column class_name: {raw[i]!r} differs from {expected[i]!r} given earlier "
+            f"for priority {int(priority[i])}"
+        )
+    names = {int(p): str(n) for p, n in first.items()}
+    return bad | clash, why, priority, names
+
+
+# ---------------------------------------------------------------- assembly
+
+
+def _parse(
+    frame: pd.DataFrame, row_errors: dict[int, str], fmt: str, skip_bad_rows: bool
+) -> TraceData:
+    n = len(frame)
+    time_col, prompt_col, output_col = (_column(frame, c) for c in _FORMAT_COLUMNS[fmt])
+    checks = [
+        _check_time(frame, time_col, fmt in _DATETIME_FORMATS),
+        _check_integer(frame, prompt_col, 1, MAX_TOKENS, "length"),
+        _check_integer(frame, output_col, 1, MAX_TOKENS, "length"),
+    ]
+    priority_col = _column(frame, "priority") if fmt == "native" else None
+    if priority_col is not None:
+        checks.append(_check_integer(frame, priority_col, 0, MAX_PRIORITY_LEVELS - 1, "priority"))
+    structural = np.zeros(n, dtype=bool)
+    structural[list(row_errors)] = True
+    bad = structural | np.logical_or.reduce([c.bad for c in checks])
+
+    names: dict[int, str] = {}
+    priority = checks[3].values if priority_col is not None else None
+    if priority is not None:
+        priority = np.where(bad, 0, priority).astype(np.int64)
+    name_col = _column(frame, "class_name") if fmt == "native" else None
+    name_why: dict[int, str] = {}
+    if name_col is not None:
+        name_bad, name_why, priority, names = _check_class_names(
+            _text(frame, name_col), priority, ~bad
+        )
+        bad |= name_bad
+
+    if bad.any() and not skip_bad_rows:
+        i = int(np.argmax(bad))
+        if i in row_errors:
+            raise ValueError(f"row {i + 1}: {row_errors[i]}")
+        failing = [c for c in checks if c.bad[i]]
+        reason = failing[0].explain(i) if failing else name_why.get(i, "")
+        raise ValueError(f"row {i + 1}, {reason or f'column {name_col}: value is missing'}")
+    keep = ~bad
+    if not keep.any():
+        raise ValueError(f"trace has no valid rows: all {n} rows are bad")
+
+    rows = np.flatnonzero(keep)
+    arrival = checks[0].values[keep]
+    back = np.diff(arrival) < 0
+    if back.any():
+        j = int(np.argmax(back)) + 1
+        raw = checks[0].raw
+        raise ValueError(
+            f"row {rows[j] + 1}, column {time_col}: {raw[rows[j]]} is earlier than the "
+            f"previous row's {raw[rows[j - 1]]}; sort the trace by arrival"
+        )
+    if priority is None:
+        priority = np.zeros(n, dtype=np.int64)
+    priority = priority[keep]
+    levels = int(priority.max()) + 1
+    class_names = tuple(names.get(p, f"priority {p}") for p in range(levels))
+    return TraceData(
+        arrival_s=np.ascontiguousarray(arrival - arrival[0], dtype=np.float64),
+        prompt_tokens=checks[1].values[keep].astype(np.int64),
+        output_tokens=checks[2].values[keep].astype(np.int64),
+        priority=np.ascontiguousarray(priority, dtype=np.int64),
+        class_names=class_names,
+        skipped_rows=int(bad.sum()),
+        fmt=fmt,
+    )

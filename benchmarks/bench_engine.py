@@ -1,0 +1,85 @@
+"""Engine speed: simulated requests/s and steps/s of wall time (after warm-up), the speed-up of
+the jitted kernel over NUMBA_DISABLE_JIT=1, and the time a cold process takes to load the
+cached kernel. Run: python benchmarks/bench_engine.py [--requests 10000]"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from batching import engine as eng  # noqa: E402
+from batching.costmodel import cost_model  # noqa: E402
+from batching.policy import MODE_CODE, PREEMPTION_CODE, PRESETS  # noqa: E402
+from batching.simulate import Scenario, simulate  # noqa: E402
+from batching.specs import GIB  # noqa: E402
+from batching.workload import workload_preset  # noqa: E402
+
+
+def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
+    """Best-of wall time of the kernel alone (requests already generated), and its step count."""
+    reqs = sc.workload.generate()
+    dep, pol = sc.deployment, sc.policy
+    cm = cost_model(dep)
+    kv = dep.kv_capacity_blocks
+    args = (reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority, len(reqs.class_names),
+            MODE_CODE[pol.mode], pol.max_batch_size, pol.max_wait_s, pol.max_num_seqs, pol.max_num_batched_tokens,
+            pol.chunked_prefill, pol.priority, PREEMPTION_CODE[pol.preemption],
+            int(pol.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu), int(pol.watermark * kv), kv,
+            cm.coef, cm.ar_log_bytes, cm.ar_s)
+    best, steps = float("inf"), 0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = eng.run(*args)
+        best = min(best, time.perf_counter() - t)
+        steps = len(out.steps_i)
+    return best, steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--rate", type=float, default=3.0)
+    args = ap.parse_args()
+    t = time.perf_counter()
+    simulate(Scenario(workload=workload_preset("mixed", args.rate, 50, 0)))  # warm-up: load or compile
+    print(f"warm-up (kernel load/compile in this process): {time.perf_counter() - t:.2f} s")
+    print(f"\n{args.requests:,} requests of the default scenario (mixed, {args.rate} req/s), kernel only:")
+    print(f"{'preset':12s} {'wall (s)':>9s} {'requests/s':>12s} {'steps/s':>12s} {'steps':>9s}   simulate() (s)")
+    for name, pol in PRESETS.items():
+        sc = Scenario(workload=workload_preset("mixed", args.rate, args.requests, 0), policy=pol)
+        sec, steps = engine_seconds(sc)
+        t = time.perf_counter()
+        simulate(sc)
+        full = time.perf_counter() - t
+        print(f"{name:12s} {sec:9.4f} {args.requests / sec:12,.0f} {steps / sec:12,.0f} {steps:9,d}   {full:.3f}")
+    # speed-up over the interpreted kernel on 500 requests
+    code = ("import sys,time; sys.path.insert(0, %r)\n"
+            "from benchmarks.bench_engine import engine_seconds\n"
+            "from batching.simulate import Scenario; from batching.workload import workload_preset\n"
+            "print(engine_seconds(Scenario(workload=workload_preset('mixed', %r, 500, 0)), repeats=1)[0])"
+            % (str(ROOT), args.rate))
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    slow = float(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                check=True, cwd=ROOT).stdout.strip().splitlines()[-1])
+    fast, _ = engine_seconds(Scenario(workload=workload_preset("mixed", args.rate, 500, 0)))
+    print(f"\n500 requests, continuous: interpreted {slow:.3f} s, jitted {fast:.5f} s, speed-up {slow / fast:,.0f}x")
+    # cold process: import + load the cached kernel + first small simulation
+    code = ("import time; t=time.perf_counter(); import sys; sys.path.insert(0, %r)\n"
+            "from batching.simulate import Scenario, simulate; from batching.workload import workload_preset\n"
+            "simulate(Scenario(workload=workload_preset('mixed', 3.0, 50, 0)))\n"
+            "print(time.perf_counter()-t)" % str(ROOT))
+    cold = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                cwd=ROOT).stdout.strip())
+    print(f"cold process, cached kernel: import + first simulation {cold:.2f} s")
+    print(json.dumps({"cold_start_s": round(cold, 3), "jit_speedup": round(slow / fast, 1)}))
+
+
+if __name__ == "__main__":
+    main()

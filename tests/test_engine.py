@@ -1,0 +1,155 @@
+"""Hand-computed tiny scenarios per mode, with a constant 1 s step time."""
+import numpy as np
+import pytest
+
+from batching import costmodel as cmod
+from batching import engine as eng
+
+
+def const_cost(step_s=1.0, swap_tokens_per_s=32.0):
+    """Every step with work takes ``step_s``; swapping adds tokens / swap_tokens_per_s."""
+    c = np.zeros(cmod.NUM_COEFS)
+    c[cmod.C_FIXED] = step_s
+    c[cmod.C_LAYERS] = 0.0
+    c[cmod.C_LIN_FLOPS_RATE] = 1.0
+    c[cmod.C_LIN_BW] = 1.0
+    c[cmod.C_ATTN_RATE] = 1.0
+    c[cmod.C_KV_BW] = 1.0
+    c[cmod.C_KV_BYTES_TOK] = 1.0
+    c[cmod.C_SWAP_BW] = swap_tokens_per_s
+    return c, np.array([0.0, 1.0]), np.array([0.0, 0.0])
+
+
+def run(arrival, prompt, output, prio=None, *, mode=eng.MODE_CONTINUOUS, max_batch=32, max_wait_s=0.0,
+        max_seqs=256, budget=8192, chunked=False, use_prio=False, preempt=eng.PREEMPT_RECOMPUTE,
+        swap_cap=10**9, watermark=0, kv_blocks=10**6, n_classes=None):
+    prio = np.zeros(len(arrival), np.int64) if prio is None else np.asarray(prio)
+    n_classes = int(prio.max()) + 1 if n_classes is None else n_classes
+    coef, x, y = const_cost()
+    return eng.run(np.asarray(arrival, float), np.asarray(prompt), np.asarray(output), prio, n_classes, mode,
+                   max_batch, max_wait_s, max_seqs, budget, chunked, use_prio, preempt, swap_cap, watermark,
+                   kv_blocks, coef, x, y)
+
+
+def col(out, c):
+    return out.req_f[:, c].tolist()
+
+
+def test_static_waits_for_a_full_batch_pads_and_releases_together():
+    out = run([0.0, 0.5, 1.0], [4, 8, 2], [3, 1, 2], mode=eng.MODE_STATIC, max_batch=2)
+    assert col(out, eng.R_FIRST_SCHED) == [0.5, 0.5, 3.5]
+    assert col(out, eng.R_FIRST_TOKEN) == [1.5, 1.5, 4.5]
+    assert col(out, eng.R_FINISH) == [3.5, 1.5, 5.5]
+    assert col(out, eng.R_RELEASE) == [3.5, 3.5, 5.5]
+    si = out.steps_i
+    assert out.steps_f[:, eng.F_START].tolist() == [0.5, 1.5, 2.5, 3.5, 4.5]
+    assert si[:, eng.S_PREFILL].tolist() == [12, 0, 0, 2, 0]
+    assert si[:, eng.S_PADDED].tolist() == [2 * 8 - 12, 1, 1, 0, 0]
+    assert si[:, eng.S_DECODE].tolist() == [0, 1, 1, 0, 1]
+    assert si[:, eng.S_LM].sum() == 3 + 1 + 2
+
+
+def test_dynamic_launches_on_timeout_then_on_full_batch():
+    out = run([0.0, 0.5, 1.0], [4, 8, 2], [3, 1, 2], mode=eng.MODE_DYNAMIC, max_batch=2, max_wait_s=0.2)
+    assert col(out, eng.R_FIRST_SCHED) == [0.2, 3.2, 3.2]
+    assert col(out, eng.R_FIRST_TOKEN) == [1.2, 4.2, 4.2]
+    assert col(out, eng.R_RELEASE) == [3.2, 5.2, 5.2]
+    assert col(out, eng.R_FINISH) == [3.2, 4.2, 5.2]
+
+
+def test_continuous_without_chunking_runs_prefill_only_steps():
+    out = run([0.0, 0.5, 1.0], [4, 8, 2], [3, 1, 2])
+    assert col(out, eng.R_FIRST_TOKEN) == [1.0, 2.0, 2.0]
+    assert col(out, eng.R_FINISH) == [4.0, 2.0, 3.0]
+    assert col(out, eng.R_RELEASE) == [4.0, 2.0, 3.0]
+    # request 0 stalled during the prefill-only step of 1 and 2: its gap 1 -> 3
+    assert col(out, eng.R_MAX_ITL) == [2.0, 0.0, 1.0]
+    si = out.steps_i
+    assert si[:, eng.S_PREFILL].tolist() == [4, 10, 0, 0]
+    assert si[:, eng.S_DECODE].tolist() == [0, 0, 2, 1]
+
+
+def test_chunked_prefill_mixes_decodes_with_chunks_under_the_budget():
+    out = run([0.0, 0.0, 0.0], [6, 3, 2], [2, 2, 1], chunked=True, budget=4)
+    si = out.steps_i
+    assert si[:, eng.S_PREFILL].tolist() == [4, 4, 3, 0]
+    assert si[:, eng.S_DECODE].tolist() == [0, 0, 1, 1]
+    assert col(out, eng.R_FIRST_TOKEN) == [2.0, 3.0, 3.0]
+    assert col(out, eng.R_FINISH) == [3.0, 4.0, 3.0]
+    assert col(out, eng.R_FIRST_SCHED) == [0.0, 1.0, 2.0]
+    assert (si[:, eng.S_PREFILL] + si[:, eng.S_DECODE]).max() <= 4
+
+
+def test_priority_preempts_a_lower_class_and_recomputes_it():
+    out = run([0.0, 0.5], [2, 2], [4, 2], prio=[1, 0], use_prio=True, max_seqs=1)
+    assert col(out, eng.R_FIRST_TOKEN) == [1.0, 2.0]
+    assert col(out, eng.R_FINISH) == [6.0, 3.0]
+    assert out.req_preemptions.tolist() == [1, 0]
+    assert col(out, eng.R_MAX_ITL)[0] == 3.0  # token 1 at t=1, token 2 after the recompute at t=4
+    # the recompute prefills prompt + the generated token again
+    assert out.steps_i[:, eng.S_PREFILL].tolist() == [2, 2, 0, 3, 0, 0]
+
+
+def test_fifo_without_priority_does_not_preempt():
+    out = run([0.0, 0.5], [2, 2], [4, 2], prio=[1, 0], use_prio=False, max_seqs=1)
+    assert out.req_preemptions.tolist() == [0, 0]
+    assert col(out, eng.R_FINISH) == [4.0, 6.0]
+
+
+def test_kv_exhaustion_preempts_the_latest_by_recompute():
+    out = run([0.0, 0.0], [16, 16], [2, 2], kv_blocks=2)
+    assert out.req_preemptions.tolist() == [0, 1]
+    assert col(out, eng.R_FINISH) == [2.0, 3.0]
+    assert out.steps_i[:, eng.S_PREFILL].tolist() == [32, 0, 17]
+    assert out.steps_i[:, eng.S_KV_BLOCKS].max() <= 2
+
+
+def test_kv_exhaustion_swaps_out_and_back_in_paying_pcie_time():
+    out = run([0.0, 0.0], [16, 16], [2, 2], kv_blocks=2, preempt=eng.PREEMPT_SWAP)
+    assert out.req_preemptions.tolist() == [0, 1]
+    f = out.steps_f
+    # swap-out of 16 tokens at 32 tokens/s adds 0.5 s; swap-in step: fixed 1 s + 0.5 s
+    assert f[:, eng.F_DURATION].tolist() == [1.0, 1.5, 1.5, 1.0]
+    assert out.steps_i[:, eng.S_SWAP_TOKENS].tolist() == [0, 16, 16, 0]
+    assert out.steps_i[:, eng.S_SWAPPED].tolist() == [0, 1, 0, 0]
+    assert col(out, eng.R_FINISH) == [2.5, 5.0]
+    # no recompute: prompt tokens prefilled once
+    assert out.steps_i[:, eng.S_PREFILL].sum() == 32
+
+
+def test_swap_falls_back_to_recompute_when_host_space_is_full():
+    out = run([0.0, 0.0], [16, 16], [2, 2], kv_blocks=2, preempt=eng.PREEMPT_SWAP, swap_cap=8)
+    assert out.steps_i[:, eng.S_SWAP_TOKENS].sum() == 0
+    assert out.steps_i[:, eng.S_PREFILL].tolist() == [32, 0, 17]
+
+
+def test_preemption_off_reserves_prompt_plus_output():
+    # each request needs ceil((16+17)/16) = 3 blocks for its whole life: only one fits in 4
+    out = run([0.0, 0.0], [16, 16], [17, 2], kv_blocks=4, preempt=eng.PREEMPT_OFF)
+    assert out.req_preemptions.tolist() == [0, 0]
+    assert col(out, eng.R_FIRST_SCHED) == [0.0, 17.0]
+    assert out.steps_i[:, eng.S_KV_BLOCKS].max() <= 4
+
+
+def test_idle_clock_jumps_to_the_next_arrival():
+    out = run([0.0, 100.0], [4, 4], [1, 1])
+    assert out.steps_f[:, eng.F_START].tolist() == [0.0, 100.0]
+    assert col(out, eng.R_RELEASE) == [1.0, 101.0]
+
+
+def test_itl_histogram_counts_every_gap():
+    out = run([0.0, 0.0], [4, 4], [5, 3])
+    assert out.itl_hist.sum() == (5 - 1) + (3 - 1)
+    edges = eng.itl_bin_edges()
+    assert edges[0] == pytest.approx(eng.ITL_LO_S) and edges[-1] == pytest.approx(eng.ITL_HI_S)
+    b = int(np.searchsorted(edges, 1.0, side="right")) - 1
+    assert out.itl_hist[0, b] == 6
+
+
+def test_out_of_step_room_retries_with_more():
+    coef, x, y = const_cost()
+    one = np.zeros(1, np.int64)
+    out = eng.run(np.zeros(1), np.ones(1, np.int64), np.array([5000]), one, 1, eng.MODE_CONTINUOUS, 1, 0.0, 256,
+                  8192, False, False, eng.PREEMPT_RECOMPUTE, 0, 0, 1000, coef, x, y, step_room=7)
+    assert len(out.steps_i) == 5000
+    assert col(out, eng.R_FINISH) == [5000.0]

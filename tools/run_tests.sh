@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a fresh Debian machine, then runs every test.
+# Usage: bash tools/run_tests.sh [extra pytest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v chromium >/dev/null 2>&1; then
+  # Debian's Chromium for the browser tests (Playwright drives it; it never downloads a browser)
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+fi
+python3 -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+python3 -m pytest "$@"
