@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from .experiments import compare
+from .experiments import KNOBS, SLO, capacity, compare, sweep, sweep_knee
 from .policy import MODES, PREEMPTION_MODES, PRESETS, preset, with_knobs
 from .simulate import Scenario, simulate
 from .specs import GPUS, MODELS, PRECISIONS, deployment
@@ -163,6 +163,47 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _progress(done, total, msg):
+    print(f"[{done}/{total}] {msg}", file=sys.stderr)
+
+
+def _values(text: str) -> list[float]:
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"values={text!r} must be numbers separated by commas") from None
+    if not vals:
+        raise argparse.ArgumentTypeError("values is empty; give numbers separated by commas, e.g. 16,32,64")
+    return vals
+
+
+def cmd_sweep(args) -> int:
+    sc = build_scenario(args)
+    df = sweep(sc, args.knob, args.values, progress=_progress)
+    knee = sweep_knee(df, args.knob, args.knee_share)
+    cols = [args.knob, "throughput_output_tok_s", "capacity_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+            "tpot_p99_s", "gpu_util", "batch_efficiency", "preemptions"]
+    print(df[cols].to_string(index=False, float_format=lambda v: _fmt(float(v))))
+    print(f"knee: {args.knob} = {knee:g}" if knee is not None else "knee: none (throughput still growing or latency flat)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"knob": args.knob, "knee": knee,
+                                               "points": df.to_dict(orient="records")}, indent=2))
+    return 0
+
+
+def cmd_capacity(args) -> int:
+    sc = build_scenario(args)
+    slo = SLO(None if args.slo_ttft_ms is None else args.slo_ttft_ms / 1e3,
+              None if args.slo_tpot_ms is None else args.slo_tpot_ms / 1e3, args.slo_e2e_s, args.attainment)
+    res = capacity(sc, slo, target_rate_req_s=args.target_rate, gpu_hour_usd=args.gpu_hour_usd, progress=_progress)
+    d = res.to_dict()
+    for k, v in d.items():
+        print(f"{k:32s} {_fmt(v) if v is not None else '-'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(d | {"points": res.points.to_dict(orient="records")}, indent=2))
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m batching", description="Simulate LLM serving under batching policies.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -178,6 +219,29 @@ def make_parser() -> argparse.ArgumentParser:
     cmp.set_defaults(func=cmd_compare, preset="continuous", mode=None, max_batch_size=None, max_wait_ms=None,
                      max_num_seqs=None, max_num_batched_tokens=None, chunked_prefill=None, priority=None,
                      preemption=None)
+    sw = sub.add_parser("sweep", help="one simulation per value of a knob, with the knee marked")
+    _add_scenario(sw)
+    _add_policy(sw)
+    sw.add_argument("--knob", required=True, choices=list(KNOBS))
+    sw.add_argument("--values", required=True, type=_values, help="comma-separated, e.g. 16,32,64,128")
+    sw.add_argument("--knee-share", type=_float("knee-share", 0.0), default=0.05,
+                    help="throughput growth below which the knee is reached (default 0.05)")
+    sw.add_argument("--json", type=Path, help="write the points and the knee as JSON")
+    sw.set_defaults(func=cmd_sweep)
+    cap = sub.add_parser("capacity", help="highest request rate per node that meets the SLOs")
+    _add_scenario(cap)
+    _add_policy(cap)
+    cap.add_argument("--slo-ttft-ms", type=_float("slo-ttft-ms", 1e-9), default=None)
+    cap.add_argument("--slo-tpot-ms", type=_float("slo-tpot-ms", 1e-9), default=None)
+    cap.add_argument("--slo-e2e-s", type=_float("slo-e2e-s", 1e-9), default=None)
+    cap.add_argument("--attainment", type=_float("attainment", 1e-9), default=0.99,
+                     help="share of requests that must meet every SLO (default 0.99)")
+    cap.add_argument("--target-rate", type=_float("target-rate", 1e-9), default=None,
+                     help="traffic to plan for, req/s: reports the nodes needed")
+    cap.add_argument("--gpu-hour-usd", type=_float("gpu-hour-usd", 1e-9), default=None,
+                     help="price of one GPU-hour: reports $ per million output tokens")
+    cap.add_argument("--json", type=Path, help="write the result as JSON")
+    cap.set_defaults(func=cmd_capacity)
     return p
 
 
