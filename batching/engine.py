@@ -636,10 +636,10 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
     prompt = np.ascontiguousarray(prompt, np.int64)
     output = np.ascontiguousarray(output, np.int64)
     prio = np.ascontiguousarray(prio, np.int64)
-    # room for every step: each step makes progress on at least one token of some request
-    est = int(output.sum() + np.ceil(prompt / max(1, min(budget, 512))).sum() + 2 * n + 64)
-    if step_room is not None:
-        est = step_room
+    # room for the steps: a bound (each step makes progress on some request's tokens) would be
+    # far too large to allocate for big runs, so start from a typical count and double on demand
+    bound = int(output.sum() + np.ceil(prompt / max(1, min(budget, 512))).sum() + 2 * n + 64)
+    est = min(bound, 64 * n + 4096) if step_room is None else step_room
     while True:
         req_f = np.full((n, NUM_RF), -1.0)
         req_f[:, R_MAX_ITL] = 0.0
