@@ -7,10 +7,11 @@ import math
 import sys
 from pathlib import Path
 
+from . import cli_calibrate
 from .experiments import KNOBS, SLO, capacity, compare, sweep, sweep_knee
 from .policy import MODES, PREEMPTION_MODES, PRESETS, preset, with_knobs
 from .simulate import Scenario, simulate
-from .specs import GPUS, MODELS, PRECISIONS, deployment
+from .specs import GPUS, MODELS, PRECISIONS
 from .workload import WORKLOAD_PRESETS, LengthDist, TraceWorkload, workload_preset, DEFAULT_RATE_REQ_S
 from dataclasses import replace
 
@@ -68,6 +69,7 @@ def _add_scenario(p: argparse.ArgumentParser) -> None:
     g.add_argument("--output-tokens", type=_positive_int("output-tokens"), default=None, help="fixed output length")
     g.add_argument("--kv-cache-tokens", type=_positive_int("kv-cache-tokens"), default=None,
                    help="shrink the KV cache to this many tokens")
+    cli_calibrate.add_spec_arguments(g)  # --model-json, --gpu-json, --kv-dtype, --allreduce
 
 
 def _add_policy(p: argparse.ArgumentParser) -> None:
@@ -84,8 +86,7 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
 
 
 def build_scenario(args) -> Scenario:
-    dep = deployment(args.gpu, args.model, args.tp, args.num_gpus, args.precision,
-                     kv_cache_tokens=args.kv_cache_tokens)
+    dep = cli_calibrate.deployment_from_args(args)
     if args.trace is not None:
         if not args.trace.is_file():
             raise CliError(f"--trace {args.trace}: no such file")
@@ -109,7 +110,7 @@ def build_scenario(args) -> Scenario:
                      max_wait_s=None if args.max_wait_ms is None else args.max_wait_ms / 1e3,
                      max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                      chunked_prefill=args.chunked_prefill, priority=args.priority, preemption=args.preemption)
-    sc = Scenario(dep, wl, pol)
+    sc = Scenario(dep, wl, pol, args.allreduce)
     sc.validate()
     return sc
 
@@ -242,6 +243,7 @@ def make_parser() -> argparse.ArgumentParser:
                      help="price of one GPU-hour: reports $ per million output tokens")
     cap.add_argument("--json", type=Path, help="write the result as JSON")
     cap.set_defaults(func=cmd_capacity)
+    cli_calibrate.add_parser(sub)
     return p
 
 

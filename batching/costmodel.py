@@ -1,77 +1,118 @@
-"""Step-time model of one forward pass on a tensor-parallel group (DESIGN §3).
+"""Step-time model of one forward pass on a tensor-parallel group (DESIGN §3, docs/CALIBRATION.md).
 
 ``cost_model(deployment)`` turns hardware + model + precision into a float64 coefficient
 array and an all-reduce table; ``step_time_nb`` (jitted, called by the engine) and
 ``step_time`` / ``step_breakdown`` (Python, for charts and tests) price a step's
-composition. Each constant below names its source.
+composition. Each constant below names its source; ``batching.calibration`` fits and checks
+them against the measured tables in ``batching/data``.
+
+Per layer and GPU, for a step of n tokens:
+
+    linear(n)      = (Tc(n)^p + Tm(n)^p)^(1/p) * q(n)     Tc = n * FLOPs/token / (peak * e_c)
+                                                          Tm = weight bytes read / (bw * e_m)
+    elementwise(n) = ((s * n)^p' + f^p')^(1/p') * q'(n)
+    all-reduce(n)  = 2 x the measured all-reduce of n * hidden * 2 bytes (interpolated)
+
+with e_c, e_m, p (per tensor-parallel degree) and q (a piecewise-constant factor that carries
+cuBLAS tile and wave quantization) fitted to Vidur's H100 measurements of Llama-2-70B; plus
+prompt attention (FLOPs at FlashAttention-2's efficiency), decode attention (KV bytes at the
+paged kernels' bandwidth), the LM head, swap over PCIe and a fixed per-step overhead.
 """
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 
 import numpy as np
 from numba import njit
 
-from .specs import Deployment
+from .specs import BYTES_PER_WEIGHT, Deployment
 
 # --- calibrated constants ------------------------------------------------------------
-# Linear layers, fitted to Vidur's measured per-layer times of Llama-2-70B on H100 SXM
-# (../shared/calibration/h100_llama2_70b_linear_ops.csv; tools/fit_linear_ops.py):
-# compute efficiency = achieved/peak BF16 FLOP/s of QKV+O+gate/up+down at 2048-4096
-# tokens; memory efficiency = achieved/peak HBM bandwidth reading the weights at 1-64
-# tokens. Both per tensor-parallel degree (smaller shards run less efficiently).
-LINEAR_COMPUTE_EFF = {1: 0.707, 2: 0.717, 4: 0.742, 8: 0.734}
-LINEAR_MEMORY_EFF = {1: 0.86, 2: 0.85, 4: 0.78, 8: 0.70}
-# Element-wise ops per layer (2 RMSNorms, RoPE, SiLU-and-mul, residual add) from the same
-# table: a fixed launch-bound time plus a per-token slope, seconds.
-ELEMENTWISE_FIXED_S = {1: 32e-6, 2: 25e-6, 4: 20e-6, 8: 17e-6}
-ELEMENTWISE_PER_TOKEN_S = {1: 1.86e-7, 2: 1.29e-7, 4: 0.99e-7, 8: 0.857e-7}
-# Prompt attention: FlashAttention-3 (Shah et al., 2024, Fig. 5) reaches 500-650 TFLOP/s
-# BF16 forward on H100 for head dim 128 at 1k-4k tokens, i.e. ~0.5-0.65 of dense peak;
-# 0.5 keeps the shorter chunks of chunked prefill honest.
-ATTN_PREFILL_EFF = 0.5
-# Decode attention reads the paged KV cache; FlashInfer (Ye et al., 2025) and vLLM's
-# paged-attention kernels reach ~70 % of HBM bandwidth on long contexts.
+# Linear layers and element-wise ops: fitted per tensor-parallel degree to Vidur's measured
+# per-layer times of Llama-2-70B on H100 SXM (batching/data/h100_llama2_70b_linear_ops.csv,
+# from ../shared/calibration; the fit is batching.calibration.fit_ops, its result ships as
+# batching/data/linear_fit.json; python tools/extract_calibration.py regenerates both).
+LINEAR_FIT_FILE = "linear_fit.json"
+# The measured tile/wave factors q(n) describe the H100's cuBLAS kernels on the calibration
+# model's GEMM shapes; they apply on GPUs of that kernel family to models whose attention
+# shapes match (hidden 8192, 64 query / 8 KV heads of 128: Llama-2/3.x-70B, Qwen2.5-72B,
+# whose FFN is 3 % wider). Other shapes and GPUs use the smooth fit alone (q = 1).
+TILE_FACTOR_ARCHS = ("hopper",)
+# Prompt attention: vLLM v0.6.0 and SGLang v0.3.0 run FlashAttention-2-class prefill kernels
+# on H100 (vllm-flash-attn 2.6; FlashInfer's FA2 template). The FlashAttention-3 paper (Shah
+# et al., 2024, arXiv:2407.08608, abstract and Fig. 5) measures FlashAttention-2 at ~35 % of
+# the H100's BF16 peak (FlashAttention-3 reaches 0.5-0.75, for newer engines).
+ATTN_PREFILL_EFF = 0.35
+# Decode attention reads the paged KV cache once per step; the FlashInfer kernels and vLLM's
+# paged attention run near the bandwidth roofline at long contexts and lower at short ones
+# (FlashInfer blog 2024-02-02, "Accelerating Self-Attentions for LLM Serving with FlashInfer",
+# batch-decode bandwidth-utilisation figures); 0.7 of peak HBM bandwidth.
 ATTN_DECODE_MEMORY_EFF = 0.7
-# Per-step fixed time outside the kernels: scheduling, input preparation, sampling and
-# detokenisation hand-off. vLLM's v0.6.0 performance write-up measured these CPU
-# overheads at a few milliseconds per step before async scheduling hid part of them.
+# Per-step fixed time outside the kernels: scheduling, input preparation, sampling hand-off
+# and the gaps between CUDA-graph launches. vLLM's v0.6.0 release post ("vLLM v0.6.0: 2.7x
+# Throughput Improvement and 5x Latency Reduction", 2024-09-05) measured these CPU overheads
+# at up to ~60 % of the step before multi-step scheduling; with it (--num-scheduler-steps 10,
+# as in the reference benchmark) a step keeps ~1 ms, the figure used here.
 STEP_FIXED_S = 2.0e-3
-# All-reduce: measured latencies on H100 SXM (NVIDIA aiconfigurator, batching/data/
-# h100_allreduce.csv), interpolated in log(bytes). Other GPUs scale by NVLink bandwidth.
+# All-reduce: measured latencies on H100 SXM, interpolated in log(bytes)-log(time).
+# implementation -> (table in batching/data, implementation label in that table)
 ALLREDUCE_IMPLS = {
-    "vllm_graph": "vllm_0.19.0_vllm_graph",  # vLLM custom all-reduce under CUDA graphs
-    "vllm_eager": "vllm_0.19.0_vllm_eager",
-    "nccl": "nccl_2.29.2",
-    "trtllm": "trtllm_1.3.0rc20",
+    # vLLM's custom all-reduce captured in CUDA graphs (the default of vLLM's decode steps)
+    "vllm_graph": ("h100_allreduce.csv", "vllm_0.19.0_vllm_graph"),
+    "vllm_eager": ("h100_allreduce.csv", "vllm_0.19.0_vllm_eager"),  # same kernel, launched eagerly
+    "nccl": ("h100_allreduce.csv", "nccl_2.29.2"),  # NVIDIA aiconfigurator, NCCL 2.29.2
+    "trtllm": ("h100_allreduce.csv", "trtllm_1.3.0rc20"),  # TensorRT-LLM's custom all-reduce
+    # Vidur's NCCL table (8xH100 DGX, eager), binned to half-octave medians
+    "vidur_nccl": ("h100_allreduce_vidur.csv", ""),
+}
+ALLREDUCE_SOURCES = {
+    "h100_allreduce.csv": "NVIDIA aiconfigurator collector (Apache-2.0), H100 SXM NVLink, ../shared/calibration",
+    "h100_allreduce_vidur.csv": "Vidur data/profiling/network/h100_dgx/all_reduce.csv (MIT), ../shared/calibration",
 }
 DEFAULT_ALLREDUCE = "vllm_graph"
+# Other GPUs: the latency floor (the smallest message's time) stays, the rest scales with
+# H100 NVLink4's 450 GB/s per direction over the GPU's NVLink bandwidth.
 H100_NVLINK_BPS = 450e9
 ACTIVATION_BYTES = 2  # all-reduce payloads are BF16 activations
 
 # --- coefficient layout (indices into the float64 array the engine receives) ---------
 C_FIXED = 0
 C_LAYERS = 1
-C_LIN_FLOPS_TOK = 2  # linear FLOPs per token per layer per GPU
-C_LIN_BYTES = 3  # weight bytes per layer per GPU
-C_LIN_FLOPS_RATE = 4  # achieved FLOP/s of linear layers
-C_LIN_BW = 5  # achieved weight-read bytes/s
-C_ELEM_FIXED = 6
-C_ELEM_TOK = 7
+C_LIN_FLOPS_TOK = 2  # linear FLOPs per token per layer per GPU (active parameters for MoE)
+C_LIN_BYTES = 3  # weight bytes read every step per layer per GPU (dense: all; MoE: attention + router)
+C_LIN_FLOPS_RATE = 4  # achieved FLOP/s of linear layers (peak * e_c)
+C_LIN_BW = 5  # achieved weight-read bytes/s (bw * e_m)
+C_ELEM_FIXED = 6  # element-wise floor per layer, s
+C_ELEM_TOK = 7  # element-wise seconds per token per layer
 C_ATTN_FLOPS_COEF = 8  # prompt attention FLOPs per unit of sum(chunk*(ctx+chunk/2)) per layer per GPU
 C_ATTN_RATE = 9
 C_KV_BYTES_TOK_LAYER = 10  # KV bytes per token per layer per GPU
 C_KV_BW = 11
 C_LM_FLOPS_SEQ = 12
 C_LM_BYTES = 13
-C_AR_SCALE = 14  # 0 when tp == 1
+C_AR_SCALE = 14  # 0 when tp == 1; else H100 NVLink / this GPU's NVLink (on the part above the floor)
 C_AR_BYTES_TOK = 15
 C_SWAP_BW = 16
 C_KV_BYTES_TOK = 17  # KV bytes per token, all layers, per GPU
 C_PEAK_FLOPS = 18
 C_PEAK_BW = 19
-NUM_COEFS = 20
+C_LIN_P = 20  # p-norm exponent of the linear roofline (< 1: plain max)
+C_ELEM_P = 21  # p-norm exponent of the element-wise floor/slope
+C_MOE_EXPERTS = 22  # experts per layer (0 = dense)
+C_MOE_TOPK = 23  # experts each token runs
+C_MOE_EXPERT_BYTES = 24  # weight bytes of one expert per layer per GPU
+C_LINQ_N = 25  # segments of the linear tile factor (0 = none)
+C_ELQ_N = 26  # segments of the element-wise factor (0 = none)
+Q_MAX = 48  # room for segments of each factor
+C_LINQ_BOUNDS = 27
+C_LINQ_VALUES = C_LINQ_BOUNDS + Q_MAX
+C_ELQ_BOUNDS = C_LINQ_VALUES + Q_MAX
+C_ELQ_VALUES = C_ELQ_BOUNDS + Q_MAX
+NUM_COEFS = C_ELQ_VALUES + Q_MAX
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,69 +123,224 @@ class CostModel:
     allreduce: str
 
 
+# --- measured inputs ------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def linear_fit() -> dict:
+    """The fitted linear and element-wise terms per TP degree (batching/data/linear_fit.json)."""
+    with resources.files("batching.data").joinpath(LINEAR_FIT_FILE).open("r") as f:
+        return json.load(f)
+
+
+@lru_cache(maxsize=16)
+def _allreduce_cached(impl: str, tp: int) -> tuple[np.ndarray, np.ndarray]:
+    import pandas as pd
+
+    source, label = ALLREDUCE_IMPLS[impl]
+    with resources.files("batching.data").joinpath(source).open("r") as f:
+        table = pd.read_csv(f)
+    sel = table[table.num_gpus == tp]
+    if label:
+        sel = sel[sel.implementation == label]
+    med = sel.groupby("message_bytes").latency_us.median().sort_index()
+    x, y = np.log(med.index.to_numpy(np.float64)), med.to_numpy(np.float64) * 1e-6
+    x.flags.writeable = False
+    y.flags.writeable = False
+    return x, y
+
+
 def allreduce_table(impl: str, tp: int) -> tuple[np.ndarray, np.ndarray]:
     """Median measured latency (s) per message size for ``tp`` GPUs, as log-bytes/seconds."""
     if impl not in ALLREDUCE_IMPLS:
         raise ValueError(f"allreduce={impl!r} is unknown; allowed: {', '.join(ALLREDUCE_IMPLS)}")
     if tp == 1:
         return np.array([0.0, 1.0]), np.array([0.0, 0.0])
-    import pandas as pd
+    if tp not in (2, 4, 8):
+        raise ValueError(f"tp={tp!r} has no measured all-reduce; allowed: 1, 2, 4, 8")
+    x, y = _allreduce_cached(impl, tp)
+    return x.copy(), y.copy()
 
-    with resources.files("batching.data").joinpath("h100_allreduce.csv").open("r") as f:
-        table = pd.read_csv(f)
-    sel = table[(table.implementation == ALLREDUCE_IMPLS[impl]) & (table.num_gpus == tp)]
-    med = sel.groupby("message_bytes").latency_us.median().sort_index()
-    return np.log(med.index.to_numpy(np.float64)), med.to_numpy(np.float64) * 1e-6
+
+def _calibration_shape(model) -> bool:
+    cal = linear_fit()["calibration_model"]
+    return (model.hidden_size == cal["hidden_size"] and model.num_heads == cal["num_heads"]
+            and model.num_kv_heads == cal["num_kv_heads"] and model.head_dim == cal["head_dim"]
+            and not model.is_moe)
+
+
+def tile_factors_apply(dep: Deployment) -> bool:
+    """Whether the measured tile/wave factors q(n) apply (the calibration's shapes and kernel family)."""
+    return dep.node.gpu.arch in TILE_FACTOR_ARCHS and _calibration_shape(dep.model)
+
+
+def linear_params_for(dep: Deployment) -> dict:
+    """p, e_c, e_m for this deployment: the fit of the calibration TP degree whose per-GPU
+    layer shard is the same size, interpolated in log(shard size) between degrees (GEMM
+    efficiency follows the per-GPU matrix sizes, not the TP degree itself)."""
+    fit = linear_fit()["tp"]
+    if _calibration_shape(dep.model):
+        f = fit[str(dep.node.tp)]["linear"]
+        return {"p": f["p"], "eff_compute": f["eff_compute"], "eff_memory": f["eff_memory"]}
+    pts = sorted((math.log(v["linear"]["params_per_gpu"]), v["linear"]) for v in fit.values())
+    x = math.log(dep.model.active_linear_params_per_layer / dep.node.tp)
+    if x <= pts[0][0]:
+        f = pts[0][1]
+        return {"p": f["p"], "eff_compute": f["eff_compute"], "eff_memory": f["eff_memory"]}
+    if x >= pts[-1][0]:
+        f = pts[-1][1]
+        return {"p": f["p"], "eff_compute": f["eff_compute"], "eff_memory": f["eff_memory"]}
+    for (x0, f0), (x1, f1) in zip(pts, pts[1:]):
+        if x0 <= x <= x1:
+            w = (x - x0) / (x1 - x0)
+            return {k: f0[k] + w * (f1[k] - f0[k]) for k in ("p", "eff_compute", "eff_memory")}
+    raise AssertionError("unreachable")
+
+
+def moe_experts_touched(num_experts: float, top_k: float, n_tokens):
+    """Expected distinct experts n tokens route to (uniform routing): E * (1 - (1 - k/E)^n)."""
+    n = np.asarray(n_tokens, float)
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** n)
 
 
 def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel:
     m, gpu, tp = dep.model, dep.node.gpu, dep.node.tp
     peak = gpu.peak_flops(dep.precision)
+    fit = linear_fit()
+    lin = linear_params_for(dep)
+    el = fit["tp"][str(tp)]["elementwise"]
+    gpu_ref = fit["gpu"]
+    bpw = dep.bytes_per_weight
     c = np.zeros(NUM_COEFS)
     c[C_FIXED] = STEP_FIXED_S
     c[C_LAYERS] = m.num_layers
-    c[C_LIN_FLOPS_TOK] = 2.0 * m.linear_params_per_layer / tp
-    c[C_LIN_BYTES] = m.linear_params_per_layer * dep.bytes_per_weight / tp
-    c[C_LIN_FLOPS_RATE] = peak * LINEAR_COMPUTE_EFF[tp]
-    c[C_LIN_BW] = gpu.hbm_bw_Bps * LINEAR_MEMORY_EFF[tp]
-    c[C_ELEM_FIXED] = ELEMENTWISE_FIXED_S[tp]
-    c[C_ELEM_TOK] = ELEMENTWISE_PER_TOKEN_S[tp]
-    # QK^T and PV: 2 matmuls x 2 FLOPs x head_dim per (query, key) pair per head
+    c[C_LIN_FLOPS_TOK] = 2.0 * m.active_linear_params_per_layer / tp
+    if m.is_moe:
+        c[C_LIN_BYTES] = (m.attn_params_per_layer + m.router_params_per_layer) * bpw / tp
+        c[C_MOE_EXPERTS] = m.num_experts
+        c[C_MOE_TOPK] = m.experts_per_token
+        c[C_MOE_EXPERT_BYTES] = m.expert_params * bpw / tp
+    else:
+        c[C_LIN_BYTES] = m.linear_params_per_layer * bpw / tp
+    c[C_LIN_FLOPS_RATE] = peak * lin["eff_compute"]
+    c[C_LIN_BW] = gpu.hbm_bw_Bps * lin["eff_memory"]
+    c[C_LIN_P] = lin["p"]
+    # element-wise: memory-bound per token (scales with the hidden size and the GPU's bandwidth);
+    # the launch-bound floor stays
+    c[C_ELEM_FIXED] = el["fixed_s"]
+    c[C_ELEM_TOK] = el["per_token_s"] * (m.hidden_size / fit["calibration_model"]["hidden_size"]) \
+        * (gpu_ref["hbm_bw_Bps"] / gpu.hbm_bw_Bps)
+    c[C_ELEM_P] = el["p"]
+    # QK^T and PV: 2 matmuls x 2 FLOPs x head_dim per (query, key) pair per head; BF16 kernels
     c[C_ATTN_FLOPS_COEF] = 4.0 * m.num_heads * m.head_dim / tp
     c[C_ATTN_RATE] = gpu.peak_bf16_flops * ATTN_PREFILL_EFF
     c[C_KV_BYTES_TOK_LAYER] = dep.kv_bytes_per_token_per_gpu / m.num_layers
     c[C_KV_BW] = gpu.hbm_bw_Bps * ATTN_DECODE_MEMORY_EFF
+    # LM head: a BF16 GEMM in every precision (FP8 checkpoints keep it in BF16)
     c[C_LM_FLOPS_SEQ] = 2.0 * m.vocab_size * m.hidden_size / tp
-    c[C_LM_BYTES] = m.vocab_size * m.hidden_size * dep.bytes_per_weight / tp
+    c[C_LM_BYTES] = m.vocab_size * m.hidden_size * BYTES_PER_WEIGHT["bf16"] / tp
     c[C_AR_SCALE] = 0.0 if tp == 1 else H100_NVLINK_BPS / gpu.nvlink_Bps
     c[C_AR_BYTES_TOK] = m.hidden_size * ACTIVATION_BYTES
     c[C_SWAP_BW] = gpu.pcie_Bps
     c[C_KV_BYTES_TOK] = dep.kv_bytes_per_token_per_gpu
     c[C_PEAK_FLOPS] = peak
     c[C_PEAK_BW] = gpu.hbm_bw_Bps
+    if tile_factors_apply(dep):
+        for key, c_n, c_b, c_v in (("linear", C_LINQ_N, C_LINQ_BOUNDS, C_LINQ_VALUES),
+                                   ("elementwise", C_ELQ_N, C_ELQ_BOUNDS, C_ELQ_VALUES)):
+            f = fit["tp"][str(tp)][key]
+            k = len(f["segment_bounds"])
+            if k > Q_MAX:
+                raise ValueError(f"{key} fit has {k} segments; at most {Q_MAX} fit the coefficient array")
+            c[c_n] = k
+            c[c_b:c_b + k] = f["segment_bounds"]
+            c[c_v:c_v + k] = f["segment_factors"]
     x, y = allreduce_table(allreduce, tp)
     return CostModel(c, x, y, allreduce)
 
 
+# --- jitted pieces ----------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _pnorm_nb(a, b, p):
+    """(a^p + b^p)^(1/p) for a, b >= 0; p < 1 means max(a, b)."""
+    if p < 1.0:
+        return a if a > b else b
+    if p == 1.0:
+        return a + b
+    m = a if a > b else b
+    if m <= 0.0:
+        return 0.0
+    return m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
+
+
+@njit(cache=True, nogil=True)
+def _segment_factor_nb(coef, c_n, c_bounds, c_values, n_tokens):
+    """The factor of the first segment whose upper bound is >= n_tokens (the last one beyond)."""
+    k = int(coef[c_n])
+    if k <= 0:
+        return 1.0
+    lo, hi = 0, k - 1
+    if n_tokens > coef[c_bounds + hi]:
+        return coef[c_values + hi]
+    while lo < hi:  # first index with bound >= n_tokens
+        mid = (lo + hi) >> 1
+        if coef[c_bounds + mid] >= n_tokens:
+            hi = mid
+        else:
+            lo = mid + 1
+    return coef[c_values + lo]
+
+
+@njit(cache=True, nogil=True)
+def linear_layer_s_nb(coef, n_tokens):
+    """Seconds of one layer's linear ops (QKV, O, MLP or touched experts) per GPU for n tokens."""
+    weight_bytes = coef[C_LIN_BYTES]
+    experts = coef[C_MOE_EXPERTS]
+    if experts > 0.0:
+        weight_bytes += coef[C_MOE_EXPERT_BYTES] * experts * (1.0 - (1.0 - coef[C_MOE_TOPK] / experts) ** n_tokens)
+    t = _pnorm_nb(n_tokens * coef[C_LIN_FLOPS_TOK] / coef[C_LIN_FLOPS_RATE], weight_bytes / coef[C_LIN_BW],
+                  coef[C_LIN_P])
+    return t * _segment_factor_nb(coef, C_LINQ_N, C_LINQ_BOUNDS, C_LINQ_VALUES, n_tokens)
+
+
+@njit(cache=True, nogil=True)
+def elementwise_layer_s_nb(coef, n_tokens):
+    """Seconds of one layer's element-wise ops (RMSNorms, RoPE, SiLU-and-mul, residual add) per GPU."""
+    t = _pnorm_nb(n_tokens * coef[C_ELEM_TOK], coef[C_ELEM_FIXED], coef[C_ELEM_P])
+    return t * _segment_factor_nb(coef, C_ELQ_N, C_ELQ_BOUNDS, C_ELQ_VALUES, n_tokens)
+
+
 @njit(cache=True, nogil=True)
 def allreduce_s_nb(coef, ar_x, ar_y, n_tokens):
+    """One all-reduce of n tokens' activations: the measured table interpolated in log-log,
+    linear in bytes past its end; on other GPUs the part above the latency floor scales."""
     if coef[C_AR_SCALE] == 0.0 or n_tokens <= 0:
         return 0.0
     x = np.log(n_tokens * coef[C_AR_BYTES_TOK])
     last = ar_x.shape[0] - 1
     if x >= ar_x[last]:  # past the table: bandwidth-bound, time grows with the payload
-        return coef[C_AR_SCALE] * ar_y[last] * np.exp(x - ar_x[last])
-    if x <= ar_x[0]:
-        return coef[C_AR_SCALE] * ar_y[0]
-    lo, hi = 0, last  # binary search: ar_x[lo] <= x < ar_x[hi]
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if ar_x[mid] <= x:
-            lo = mid
-        else:
-            hi = mid
-    w = (x - ar_x[lo]) / (ar_x[hi] - ar_x[lo])
-    return coef[C_AR_SCALE] * (ar_y[lo] + w * (ar_y[hi] - ar_y[lo]))
+        t = ar_y[last] * np.exp(x - ar_x[last])
+    elif x <= ar_x[0]:
+        t = ar_y[0]
+    else:
+        lo, hi = 0, last  # binary search: ar_x[lo] <= x < ar_x[hi]
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            if ar_x[mid] <= x:
+                lo = mid
+            else:
+                hi = mid
+        w = (x - ar_x[lo]) / (ar_x[hi] - ar_x[lo])
+        t = ar_y[lo] * (ar_y[hi] / ar_y[lo]) ** w
+    floor = ar_y[0]
+    return floor + coef[C_AR_SCALE] * (t - floor)
+
+
+@njit(cache=True, nogil=True)
+def lm_head_s_nb(coef, n_lm):
+    """The LM head GEMM (BF16): a plain roofline at the linear layers' fitted efficiencies (no measurement
+    of it ships; a max keeps this per-step term free of powers in the engine's hot loop)."""
+    if n_lm <= 0:
+        return 0.0
+    return max(n_lm * coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE], coef[C_LM_BYTES] / coef[C_LIN_BW])
 
 
 @njit(cache=True, nogil=True)
@@ -153,9 +349,8 @@ def step_parts_nb(coef, ar_x, ar_y, n_tokens, attn_work, decode_ctx, n_lm, swap_
     all-reduce, lm head, swap, fixed] seconds for one step."""
     layers = coef[C_LAYERS]
     if n_tokens > 0:
-        lin = max(n_tokens * coef[C_LIN_FLOPS_TOK] / coef[C_LIN_FLOPS_RATE], coef[C_LIN_BYTES] / coef[C_LIN_BW])
-        out[0] = layers * lin
-        out[1] = layers * (coef[C_ELEM_FIXED] + n_tokens * coef[C_ELEM_TOK])
+        out[0] = layers * linear_layer_s_nb(coef, n_tokens)
+        out[1] = layers * elementwise_layer_s_nb(coef, n_tokens)
         out[4] = 2.0 * layers * allreduce_s_nb(coef, ar_x, ar_y, n_tokens)
     else:
         out[0] = 0.0
@@ -163,10 +358,7 @@ def step_parts_nb(coef, ar_x, ar_y, n_tokens, attn_work, decode_ctx, n_lm, swap_
         out[4] = 0.0
     out[2] = layers * attn_work * coef[C_ATTN_FLOPS_COEF] / coef[C_ATTN_RATE]
     out[3] = layers * decode_ctx * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
-    if n_lm > 0:
-        out[5] = max(n_lm * coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE], coef[C_LM_BYTES] / coef[C_LIN_BW])
-    else:
-        out[5] = 0.0
+    out[5] = lm_head_s_nb(coef, n_lm)
     out[6] = swap_tokens * coef[C_KV_BYTES_TOK] / coef[C_SWAP_BW]
     out[7] = coef[C_FIXED] if (n_tokens > 0 or swap_tokens > 0) else 0.0
 
@@ -177,8 +369,7 @@ def token_time_nb(coef, ar_x, ar_y, n_tokens, swap_tokens):
     element-wise ops, all-reduces and the fixed overhead."""
     if n_tokens > 0:
         layers = coef[C_LAYERS]
-        lin = max(n_tokens * coef[C_LIN_FLOPS_TOK] / coef[C_LIN_FLOPS_RATE], coef[C_LIN_BYTES] / coef[C_LIN_BW])
-        t = layers * (lin + coef[C_ELEM_FIXED] + n_tokens * coef[C_ELEM_TOK])
+        t = layers * (linear_layer_s_nb(coef, n_tokens) + elementwise_layer_s_nb(coef, n_tokens))
         t += 2.0 * layers * allreduce_s_nb(coef, ar_x, ar_y, n_tokens)
         return t + coef[C_FIXED]
     return coef[C_FIXED] if swap_tokens > 0 else 0.0
@@ -190,8 +381,7 @@ def rest_time_nb(coef, base, attn_work, decode_ctx, n_lm, swap_tokens):
     t = base
     t += coef[C_LAYERS] * attn_work * coef[C_ATTN_FLOPS_COEF] / coef[C_ATTN_RATE]
     t += coef[C_LAYERS] * decode_ctx * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
-    if n_lm > 0:
-        t += max(n_lm * coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE], coef[C_LM_BYTES] / coef[C_LIN_BW])
+    t += lm_head_s_nb(coef, n_lm)
     t += swap_tokens * coef[C_KV_BYTES_TOK] / coef[C_SWAP_BW]
     return t
 
@@ -217,6 +407,7 @@ def token_time_table_nb(coef, ar_x, ar_y, size):
     return tab
 
 
+# --- Python helpers -----------------------------------------------------------------------
 PART_NAMES = ("linear", "elementwise", "prompt attention", "decode attention", "all-reduce",
               "lm head", "swap", "fixed overhead")
 
@@ -236,17 +427,50 @@ def step_time(cm: CostModel, n_tokens: int, attn_work: float = 0.0, decode_ctx: 
                               float(decode_ctx), float(n_lm), float(swap_tokens)))
 
 
+def linear_layer_s(cm: CostModel, n_tokens) -> np.ndarray:
+    """Per-layer linear seconds per GPU for each token count (vectorised over a Python loop)."""
+    return np.array([linear_layer_s_nb(cm.coef, float(n)) for n in np.atleast_1d(n_tokens)])
+
+
+def elementwise_layer_s(cm: CostModel, n_tokens) -> np.ndarray:
+    return np.array([elementwise_layer_s_nb(cm.coef, float(n)) for n in np.atleast_1d(n_tokens)])
+
+
+def allreduce_s(cm: CostModel, message_bytes) -> np.ndarray:
+    """One all-reduce's seconds for each payload size in bytes."""
+    per_tok = cm.coef[C_AR_BYTES_TOK]
+    return np.array([allreduce_s_nb(cm.coef, cm.ar_log_bytes, cm.ar_s, float(b) / per_tok)
+                     for b in np.atleast_1d(message_bytes)])
+
+
 def prompt_attn_work(chunk: float, context_before: float) -> float:
     """Query-key pairs of one causal prompt chunk: chunk * (context_before + chunk / 2)."""
     return chunk * (context_before + chunk / 2.0)
 
 
+def ridge_tokens(cm: CostModel) -> float:
+    """Tokens per step where the linear layers' compute time equals their weight-read time
+    (the roofline ridge in batch size; a dense model's, MoE's with every expert touched)."""
+    c = cm.coef
+    wbytes = c[C_LIN_BYTES] + c[C_MOE_EXPERT_BYTES] * c[C_MOE_EXPERTS]
+    return float(wbytes / c[C_LIN_BW] * c[C_LIN_FLOPS_RATE] / c[C_LIN_FLOPS_TOK])
+
+
+def ridge_intensity(cm: CostModel) -> float:
+    """The roofline ridge as arithmetic intensity, FLOP per byte: peak FLOP/s over peak bytes/s."""
+    return float(cm.coef[C_PEAK_FLOPS] / cm.coef[C_PEAK_BW])
+
+
 def useful_flops_bytes(coef: np.ndarray, tokens, attn_work, decode_ctx, n_lm):
     """Useful FLOPs and bytes per GPU of steps (arrays), for MFU, MBU and gpu_util."""
     layers = coef[C_LAYERS]
-    has = np.asarray(tokens) > 0
-    flops = layers * (np.asarray(tokens) * coef[C_LIN_FLOPS_TOK] + np.asarray(attn_work) * coef[C_ATTN_FLOPS_COEF])
+    tokens = np.asarray(tokens, float)
+    has = tokens > 0
+    flops = layers * (tokens * coef[C_LIN_FLOPS_TOK] + np.asarray(attn_work) * coef[C_ATTN_FLOPS_COEF])
     flops = flops + np.asarray(n_lm) * coef[C_LM_FLOPS_SEQ]
-    nbytes = np.where(has, layers * coef[C_LIN_BYTES] + coef[C_LM_BYTES], 0.0)
+    wbytes = np.full(tokens.shape, coef[C_LIN_BYTES])
+    if coef[C_MOE_EXPERTS] > 0:
+        wbytes = wbytes + coef[C_MOE_EXPERT_BYTES] * moe_experts_touched(coef[C_MOE_EXPERTS], coef[C_MOE_TOPK], tokens)
+    nbytes = np.where(has, layers * wbytes + coef[C_LM_BYTES], 0.0)
     nbytes = nbytes + layers * np.asarray(decode_ctx) * coef[C_KV_BYTES_TOK_LAYER]
     return flops, nbytes

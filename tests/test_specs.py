@@ -1,6 +1,9 @@
+import json
+
 import pytest
 
-from batching.specs import GIB, GPUS, KV_BLOCK_TOKENS, MODELS, Deployment, Node, deployment
+from batching.specs import (GIB, GPUS, KV_BLOCK_TOKENS, MODELS, Deployment, Model, Node, deployment, gpu_from_dict,
+                            gpu_to_dict, load_json_spec, model_from_dict, model_to_dict)
 
 
 def test_qwen_72b_architecture_numbers():
@@ -33,7 +36,12 @@ def test_kv_override_shrinks_and_fp8_kv_doubles():
 
 
 def test_fp8_weights_halve_bytes():
-    assert deployment(precision="fp8").weight_bytes_per_gpu == pytest.approx(deployment().weight_bytes_per_gpu / 2)
+    b16, f8 = deployment(), deployment(precision="fp8")
+    assert f8.linear_weight_bytes_per_gpu == b16.linear_weight_bytes_per_gpu / 2
+    # embeddings, LM head and norms stay BF16 (vLLM FP8 checkpoints): a little over half in all
+    assert 0.5 < f8.weight_bytes_per_gpu / b16.weight_bytes_per_gpu < 0.53
+    emb = MODELS["qwen2.5-72b"].non_linear_params * 2 / 8
+    assert f8.weight_bytes_per_gpu - f8.linear_weight_bytes_per_gpu == pytest.approx(emb)
 
 
 def test_tp4_on_eight_gpus_is_two_replicas():
@@ -58,3 +66,99 @@ def test_bad_values_name_the_field(kw, field):
 def test_num_gpus_range():
     with pytest.raises(ValueError, match="num_gpus=9"):
         Node(GPUS["h100-sxm"], 9, 8).validate()
+
+
+@pytest.mark.parametrize("key, total_b, active_b", [
+    ("qwen2.5-7b", 7.62, 7.62), ("qwen2.5-32b", 32.76, 32.76), ("llama-3.1-405b", 405.85, 405.85),
+    ("mixtral-8x7b", 46.70, 12.88), ("qwen3-30b-a3b", 30.53, 3.35),
+])
+def test_new_models_parameter_counts(key, total_b, active_b):
+    m = MODELS[key]
+    m.validate()
+    assert m.num_params / 1e9 == pytest.approx(total_b, abs=0.01)
+    assert m.active_params / 1e9 == pytest.approx(active_b, abs=0.01)
+
+
+def test_405b_fits_in_fp8_on_h100_and_bf16_on_h200_only():
+    assert deployment(model="llama-3.1-405b", precision="fp8").kv_capacity_tokens > 100_000
+    assert deployment(gpu="h200-sxm", model="llama-3.1-405b").kv_capacity_tokens > 100_000
+    with pytest.raises(ValueError, match=r"Llama-3.1-405B in bf16 does not fit on H100 .* fits with precision fp8"):
+        deployment(model="llama-3.1-405b")
+    with pytest.raises(ValueError, match=r"does not fit on A100 .* use a GPU with more memory"):
+        deployment(gpu="a100-80gb", model="llama-3.1-405b")
+
+
+def test_error_suggests_a_tp_that_fits():
+    with pytest.raises(ValueError, match=r"tp=1: .* it fits with tp=2"):
+        deployment(model="qwen2.5-72b", tp=1)
+
+
+def test_moe_memory_holds_every_expert():
+    d = deployment(model="mixtral-8x7b", tp=2)
+    m = MODELS["mixtral-8x7b"]
+    assert d.weight_bytes_per_gpu == pytest.approx(m.num_params * 2 / 2)
+    assert m.active_linear_params_per_layer < m.linear_params_per_layer / 3
+
+
+def test_b200_datasheet_figures():
+    g = GPUS["b200"]
+    assert g.memory_bytes / GIB == pytest.approx(179.06, abs=0.01)
+    assert (g.hbm_bw_Bps, g.peak_bf16_flops, g.peak_fp8_flops, g.nvlink_Bps) == (8e12, 2.25e15, 4.5e15, 900e9)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(num_experts=1, experts_per_token=1), "num_experts"),
+    (dict(num_experts=8, experts_per_token=9), "experts_per_token"),
+    (dict(num_experts=0, experts_per_token=2), "experts_per_token"),
+    (dict(name=""), "name"),
+])
+def test_bad_moe_and_names_are_named(kw, field):
+    base = model_to_dict(MODELS["llama-3.1-8b"])
+    with pytest.raises(ValueError, match=field):
+        Model(**{**base, **kw}).validate()
+
+
+def test_custom_gpu_and_model_round_trip():
+    for g in GPUS.values():
+        assert gpu_from_dict(gpu_to_dict(g)) == g
+    for m in MODELS.values():
+        assert model_from_dict(model_to_dict(m)) == m
+
+
+def test_custom_specs_errors_name_the_field():
+    with pytest.raises(ValueError, match="memory_gib"):
+        gpu_from_dict({"name": "x", "hbm_bandwidth_tb_s": 3, "peak_bf16_tflops": 900})
+    with pytest.raises(ValueError, match="unknown GPU field.*tflops"):
+        gpu_from_dict({**gpu_to_dict(GPUS["h100-sxm"]), "tflops": 1})
+    with pytest.raises(ValueError, match="hbm_bw_Bps"):
+        gpu_from_dict({**gpu_to_dict(GPUS["h100-sxm"]), "hbm_bandwidth_tb_s": 1000})
+    with pytest.raises(ValueError, match="hidden_size"):
+        model_from_dict({**model_to_dict(MODELS["llama-3.1-8b"]), "hidden_size": "big"})
+    with pytest.raises(ValueError, match="missing"):
+        model_from_dict({"name": "x", "num_layers": 2})
+
+
+def test_hugging_face_config_json():
+    mixtral = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+               "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+               "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
+               "tie_word_embeddings": False, "rope_theta": 1e6}
+    m = model_from_dict(mixtral, name="Mixtral-8x7B")
+    assert m == MODELS["mixtral-8x7b"]
+    qwen = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+            "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False}
+    assert model_from_dict(qwen, name="Qwen2.5-7B") == MODELS["qwen2.5-7b"]
+
+
+def test_json_files(tmp_path):
+    good = tmp_path / "gpu.json"
+    good.write_text(json.dumps(gpu_to_dict(GPUS["b200"])))
+    assert load_json_spec(good, "gpu") == GPUS["b200"]
+    bad = tmp_path / "model.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="model file .*model.json: not valid JSON"):
+        load_json_spec(bad, "model")
+    with pytest.raises(ValueError, match="no such file"):
+        load_json_spec(tmp_path / "nope.json", "gpu")
+    dep = deployment(load_json_spec(good, "gpu"), "llama-3.1-70b")
+    assert dep.node.gpu.name == "B200 180GB"

@@ -1,0 +1,59 @@
+"""Where Numba keeps the compiled kernels, keyed by the kernel sources.
+
+Numba checks only the file of the function it caches: the engine's cached code inlines the
+cost model, so an edited costmodel.py would be served stale. The cache therefore lives in a
+directory named after a hash of every module with jitted code; ``NUMBA_CACHE_DIR`` (for a
+read-only install or a hosted server) chooses its parent.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+KERNEL_SOURCES = ("costmodel.py", "engine.py")
+
+
+def sources_digest(package_dir: Path = PACKAGE_DIR) -> str:
+    h = hashlib.sha256()
+    for name in KERNEL_SOURCES:
+        h.update(name.encode())
+        h.update((package_dir / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def cache_dir() -> Path:
+    """NUMBA_CACHE_DIR/<digest> if set; else the package's __pycache__, or the user cache
+    directory when the package is read-only."""
+    digest = f"kernels-{sources_digest()}"
+    user = os.environ.get("NUMBA_CACHE_DIR")
+    if user:
+        return Path(user) / digest
+    local = PACKAGE_DIR / "__pycache__" / digest
+    if _writable(local):
+        return local
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    fallback = base / "batching-explorer" / digest
+    return fallback if _writable(fallback) else Path(tempfile.gettempdir()) / "batching-explorer" / digest
+
+
+def configure() -> Path:
+    """Point Numba's cache at ``cache_dir()``; call before any jitted module is imported."""
+    from numba import config
+
+    path = cache_dir()
+    config.CACHE_DIR = str(path)
+    return path
