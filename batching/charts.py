@@ -1,0 +1,516 @@
+"""Plotly figure builders for the dashboard and the reports (no Streamlit here).
+
+Every builder returns a ``go.Figure`` that uses the one shared template
+(``pio.templates["batching"]``, registered on import), has a title and axis titles with
+units. Times come in seconds from the library; TPOT and ITL are shown in milliseconds.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
+
+from .metrics import hist_percentile
+from .specs import KV_BLOCK_TOKENS
+
+TEMPLATE = "batching"
+FONT = "Inter, 'Source Sans Pro', 'Helvetica Neue', Arial, sans-serif"
+# one colour per preset, the same on every chart
+POLICY_COLORS = {
+    "static": "#E45756",
+    "dynamic": "#F58518",
+    "continuous": "#4C78A8",
+    "chunked": "#54A24B",
+    "priority": "#B279A2",
+}
+SERIES_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#9D755D", "#EECA3B")
+CLASS_COLORS = ("#D1495B", "#2E86AB", "#66A61E", "#8E6C8A", "#EDAE49", "#00798C", "#30638E", "#7A6C5D")
+TOKEN_COLORS = {"prefill": "#F58518", "decode": "#4C78A8", "padded": "#BAB0AC"}
+
+# metric -> (name, unit shown, factor from seconds)
+LATENCY_UNITS = {
+    "ttft": ("TTFT", "s", 1.0),
+    "tpot": ("TPOT", "ms", 1e3),
+    "e2e": ("E2E latency", "s", 1.0),
+    "queue_delay": ("Queue delay", "s", 1.0),
+}
+TIMELINE_MAX_ROWS = 4000
+TIME_BINS = 600
+RAW_STEPS_MAX = 1500
+
+
+def register_template() -> None:
+    """Register the shared template once (idempotent)."""
+    if TEMPLATE in pio.templates:
+        return
+    # built from scratch, not from plotly_white: Plotly deep-copies the template into every figure, and
+    # plotly_white's per-trace defaults make that copy cost ~8 ms a figure
+    tpl = go.layout.Template()
+    tpl.layout.update(
+        font=dict(family=FONT, size=13, color="#262730"),
+        colorway=list(SERIES_COLORS),
+        title=dict(x=0.0, xanchor="left", y=0.97, yanchor="top", font=dict(size=17)),
+        margin=dict(l=70, r=20, t=84, b=60),
+        legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top", bgcolor="rgba(0,0,0,0)",
+                    font=dict(size=12), tracegroupgap=6),
+        hoverlabel=dict(font=dict(family=FONT)),
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        bargap=0.2,
+    )
+    for axis in (tpl.layout.xaxis, tpl.layout.yaxis):
+        axis.update(showline=True, linecolor="#9A9A9A", ticks="outside", gridcolor="#ECECEC", zeroline=False,
+                    automargin=True, title=dict(standoff=8))
+    pio.templates[TEMPLATE] = tpl
+
+
+register_template()
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def policy_color(name: str, index: int = 0) -> str:
+    base = name.split(" ")[-1].rstrip("*")
+    return POLICY_COLORS.get(base, SERIES_COLORS[index % len(SERIES_COLORS)])
+
+
+def slug(*parts: object) -> str:
+    """A file-name-safe, descriptive name from parts (e.g. for PNG downloads)."""
+    text = "_".join(str(p) for p in parts if p not in (None, ""))
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-_.")
+    return text[:150] or "chart"
+
+
+def png_config(filename: str) -> dict:
+    """Plotly modebar config: PNG download named ``filename`` at scale 2."""
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": "png", "filename": slug(filename), "scale": 2},
+        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+    }
+
+
+def _alpha(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _title(text: str, subtitle: str | None = None) -> dict:
+    out: dict = {"text": text}
+    if subtitle:
+        out["subtitle"] = {"text": subtitle, "font": {"size": 12, "color": "#6B6B6B"}}
+    return out
+
+
+def _figure(title: str, subtitle: str | None = None, height: int = 420) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE, title=_title(title, subtitle), height=height)
+    return fig
+
+
+def _fmt_value(value: float, unit: str) -> str:
+    if not np.isfinite(value):
+        return "n/a"
+    if unit == "ms":
+        return f"{value:,.1f} ms"
+    if abs(value) >= 100:
+        return f"{value:,.0f} {unit}"
+    if abs(value) >= 1:
+        return f"{value:,.2f} {unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _no_data(fig: go.Figure, text: str = "No data to show") -> go.Figure:
+    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=14, color="#6B6B6B"))
+    return fig
+
+
+def _latency_values(df: pd.DataFrame, metric: str) -> np.ndarray:
+    _, _, factor = LATENCY_UNITS[metric]
+    v = df[f"{metric}_s"].to_numpy(dtype=float) * factor
+    return v[np.isfinite(v)]
+
+
+def _log_edges(values: Sequence[np.ndarray], bins: int = 50) -> np.ndarray | None:
+    pos = np.concatenate([v[v > 0] for v in values]) if values else np.zeros(0)
+    if pos.size == 0:
+        return None
+    lo, hi = float(pos.min()), float(pos.max())
+    if hi <= lo * 1.0001:
+        lo, hi = lo / 1.5, hi * 1.5
+    return np.logspace(np.log10(lo), np.log10(hi) + 1e-9, bins + 1)
+
+
+def _step_xy(edges: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Outline of a histogram as a step line: x at bin edges, y the counts."""
+    x = np.repeat(edges, 2)[1:-1]
+    y = np.repeat(counts.astype(float), 2)
+    return np.concatenate(([edges[0]], x, [edges[-1]])), np.concatenate(([0.0], y, [0.0]))
+
+
+def _hist_traces(fig: go.Figure, values: Mapping[str, np.ndarray], colors: Mapping[str, str], unit: str,
+                 edges: np.ndarray, markers: bool = True, **cell) -> None:
+    """Filled step outlines per series on shared log bins, with P50/P99 marker lines."""
+    ymax = 0.0
+    hists = {}
+    for name, v in values.items():
+        counts, _ = np.histogram(v[v > 0], bins=edges)
+        hists[name] = counts
+        ymax = max(ymax, float(counts.max()) if counts.size else 0.0)
+    for name, counts in hists.items():
+        x, y = _step_xy(edges, counts)
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, legendgroup=name, fill="tozeroy",
+                                 line=dict(color=colors[name], width=1.5), fillcolor=_alpha(colors[name], 0.3),
+                                 hovertemplate=f"{name}<br>%{{x:.3g}} {unit}: %{{y:,.0f}}<extra></extra>"),
+                      **cell)
+        if not markers or not len(values[name]):
+            continue
+        top = ymax * (1.05 - 0.09 * list(hists).index(name))  # staggered, so labels of series do not collide
+        _percentile_lines(fig, name, values[name], colors[name], unit, top, len(hists) > 1, **cell)
+
+
+def _percentile_lines(fig: go.Figure, name: str, values: np.ndarray | None, color: str, unit: str, ymax: float,
+                      several: bool, at: Mapping[int, float] | None = None, **cell) -> None:
+    """P50 (dashed) and P99 (dotted) vertical lines, out of the legend, values in the hover text."""
+    for q, dash, height in ((50, "dash", 1.0), (99, "dot", 0.93)):  # P99 label a little lower: no overlap
+        p = float(np.percentile(values, q)) if at is None else float(at[q])
+        if not np.isfinite(p) or p <= 0:
+            continue
+        label = f"{name} P{q}" if several else f"P{q}"
+        fig.add_trace(go.Scatter(x=[p, p], y=[0, ymax * height], mode="lines+text", legendgroup=name,
+                                 showlegend=False, name=f"{name} P{q}", text=["", f"P{q}"],
+                                 textposition="top center", textfont=dict(size=10, color=color),
+                                 line=dict(color=color, width=2, dash=dash),
+                                 hovertemplate=f"{label} = {_fmt_value(p, unit)}<extra></extra>"), **cell)
+
+
+# ---------------------------------------------------------------- home: showdown
+
+
+def showdown_bars(summaries: Mapping[str, dict]) -> go.Figure:
+    """Grouped bars per policy: throughput vs capacity, TTFT P50/P99, TPOT P50/P99."""
+    names = list(summaries)
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
+                        subplot_titles=("Throughput at this load vs capacity", "TTFT (log scale)",
+                                        "TPOT (log scale)"))
+    fig.update_layout(template=TEMPLATE, height=440, barmode="group", margin=dict(l=90),
+                      title=_title("Strategy showdown: throughput and latency by policy"))
+    series = [
+        (1, "At this load", "throughput_output_tok_s", 1.0, "#9ECAE9", "tok/s"),
+        (1, "Capacity", "capacity_output_tok_s", 1.0, "#4C78A8", "tok/s"),
+        (2, "P50", "ttft_p50_s", 1.0, "#F2A65A", "s"),
+        (2, "P99", "ttft_p99_s", 1.0, "#C0392B", "s"),
+        (3, "P50", "tpot_p50_s", 1e3, "#F2A65A", "ms"),
+        (3, "P99", "tpot_p99_s", 1e3, "#C0392B", "ms"),
+    ]
+    shown = set()
+    for col, label, key, factor, color, unit in series:
+        y = [summaries[n].get(key, np.nan) * factor for n in names]
+        fig.add_trace(go.Bar(x=names, y=y, name=label, legendgroup=label, showlegend=label not in shown,
+                             marker_color=color, hovertemplate=f"%{{x}} {label}: %{{y:,.3g}} {unit}<extra></extra>"),
+                      row=1, col=col)
+        shown.add(label)
+    fig.update_yaxes(title_text="Throughput (tok/s)", row=1, col=1)
+    fig.update_yaxes(title_text="TTFT (s)", type="log", row=1, col=2)
+    fig.update_yaxes(title_text="TPOT (ms)", type="log", row=1, col=3)
+    fig.update_xaxes(title_text="Policy")
+    fig.update_annotations(font_size=13)
+    return fig
+
+
+def class_ttft_bars(summaries: Mapping[str, dict], quantile: int = 99) -> go.Figure:
+    """P99 TTFT of each priority class, grouped by policy."""
+    fig = _figure(f"P{quantile} TTFT by priority class", "Does the high-priority class get its first token sooner?",
+                  height=400)
+    names = list(summaries)
+    classes: dict[str, str] = {}
+    for s in summaries.values():
+        for level, cls in sorted(s.get("by_priority", {}).items(), key=lambda kv: int(kv[0])):
+            classes.setdefault(level, cls.get("class_name", f"class {level}"))
+    if not classes:
+        return _no_data(fig)
+    for level, cname in classes.items():
+        y = [summaries[n].get("by_priority", {}).get(level, {}).get(f"ttft_p{quantile}_s", np.nan) for n in names]
+        fig.add_trace(go.Bar(x=names, y=y, name=f"{cname} (priority {level})",
+                             marker_color=CLASS_COLORS[int(level) % len(CLASS_COLORS)],
+                             hovertemplate=f"%{{x}} · {cname}: %{{y:,.3g}} s<extra></extra>"))
+    fig.update_layout(barmode="group", xaxis_title="Policy", yaxis_title=f"P{quantile} TTFT (s, log scale)",
+                      yaxis_type="log")
+    return fig
+
+
+# ---------------------------------------------------------------- explore: one run
+
+
+def timeline_sample(requests: pd.DataFrame, max_rows: int = TIMELINE_MAX_ROWS) -> tuple[pd.DataFrame, str | None]:
+    """Every k-th request by arrival when there are more than max_rows, with a note saying so."""
+    n = len(requests)
+    if n <= max_rows:
+        return requests, None
+    k = int(np.ceil(n / max_rows))
+    sample = requests.sort_values("arrival_s", kind="stable").iloc[::k]
+    return sample, (f"Showing {len(sample):,} of {n:,} requests (every {_ordinal(k)} by arrival) to keep the chart "
+                    "responsive.")
+
+
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
+def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
+                     max_rows: int = TIMELINE_MAX_ROWS) -> go.Figure:
+    """One row per request: queued, prefill, decode and held segments, coloured by class (WebGL)."""
+    df, note = timeline_sample(requests, max_rows)
+    fig = _figure("Request timeline: queued, prefill, decode", note or "One row per request, in arrival order",
+                  height=520)
+    if df.empty:
+        return _no_data(fig)
+    order = np.argsort(df["arrival_s"].to_numpy(), kind="stable")
+    df = df.iloc[order]
+    row = df["request_id"].to_numpy() if "request_id" in df else np.arange(len(df))
+    arrival = df["arrival_s"].to_numpy(float)
+    sched = df["first_scheduled_s"].to_numpy(float)
+    first = df["first_token_s"].to_numpy(float)
+    finish = df["finish_s"].to_numpy(float)
+    release = df["release_s"].to_numpy(float)
+    prio = df["priority"].to_numpy()
+    names = list(class_names) or sorted(df["class_name"].unique())
+    segments = (
+        ("queued", arrival, sched, dict(width=1, dash="dot"), 0.55),
+        ("prefill", sched, first, dict(width=4), 1.0),
+        ("decode", first, finish, dict(width=2), 0.9),
+        ("held until batch release", finish, release, dict(width=1, dash="dash"), 0.6),
+    )
+    for level in np.unique(prio):
+        mask = prio == level
+        cname = names[int(level)] if int(level) < len(names) else f"class {level}"
+        color = CLASS_COLORS[int(level) % len(CLASS_COLORS)]
+        for seg, start, end, line, opacity in segments:
+            m = mask & (end > start)
+            if seg.startswith("held"):
+                m &= (end - start) > 1e-6
+            if not m.any():
+                continue
+            k = int(m.sum())
+            x = np.empty(3 * k)
+            x[0::3], x[1::3], x[2::3] = start[m], end[m], np.nan
+            y = np.empty(3 * k)
+            y[0::3] = y[1::3] = row[m]
+            y[2::3] = np.nan
+            fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", name=f"{cname} · {seg}", legendgroup=cname,
+                                       line=dict(color=color, **line), opacity=opacity, connectgaps=False,
+                                       hovertemplate=f"request %{{y:.0f}} · {seg}<br>t = %{{x:,.2f}} s"
+                                                     f"<extra>{cname}</extra>"))
+    # no reversed y axis: Streamlit's plotly.js draws WebGL lines wrongly on a reversed axis
+    fig.update_layout(xaxis_title="Simulated time (s)", yaxis_title="Request (arrival order, first at the bottom)")
+    return fig
+
+
+def _time_edges(steps: pd.DataFrame, bins: int) -> np.ndarray:
+    end = float((steps["start_s"] + steps["duration_s"]).max())
+    start = float(steps["start_s"].min())
+    if end <= start:
+        end = start + 1.0
+    return np.linspace(start, end, bins + 1)
+
+
+def time_average(steps: pd.DataFrame, columns: Sequence[str], edges: np.ndarray) -> dict[str, np.ndarray]:
+    """Time-weighted mean of per-step columns over each time bin (0 while idle), averaged over replicas.
+
+    A step's value holds from its start to its end; the integral is exact for any bin width.
+    """
+    out = {c: np.zeros(len(edges) - 1) for c in columns}
+    width = np.diff(edges)
+    replicas = steps["replica"].unique() if "replica" in steps else [None]
+    for rep in replicas:
+        part = steps if rep is None else steps[steps["replica"] == rep]
+        part = part.sort_values("start_s", kind="stable")
+        t0 = part["start_s"].to_numpy(float)
+        t1 = t0 + part["duration_s"].to_numpy(float)
+        t1 = np.maximum(t1, t0)
+        times = np.empty(2 * len(t0))
+        times[0::2], times[1::2] = t0, t1
+        times = np.maximum.accumulate(times)
+        dur = times[1::2] - times[0::2]
+        for c in columns:
+            v = part[c].to_numpy(float)
+            cum = np.empty(2 * len(t0))
+            area = np.cumsum(v * dur)
+            cum[1::2] = area
+            cum[0::2] = area - v * dur
+            integral = np.interp(edges, times, cum, left=0.0, right=area[-1] if len(area) else 0.0)
+            out[c] += np.diff(integral) / width
+    n = max(1, len(replicas))
+    return {c: v / n for c, v in out.items()}
+
+
+def _per_step_or_binned(steps: pd.DataFrame, columns: Sequence[str], bins: int = TIME_BINS):
+    """(start, width, {col: y}, note): raw steps when few and one replica, else time-binned means."""
+    replicas = steps["replica"].nunique() if "replica" in steps else 1
+    if len(steps) <= RAW_STEPS_MAX and replicas == 1:
+        s = steps.sort_values("start_s", kind="stable")
+        return (s["start_s"].to_numpy(float), s["duration_s"].to_numpy(float),
+                {c: s[c].to_numpy(float) for c in columns}, "one bar per step")
+    edges = _time_edges(steps, bins)
+    ys = time_average(steps, columns, edges)
+    width = float(edges[1] - edges[0])
+    note = f"time-weighted mean per {width:.3g}-s bin"
+    if replicas > 1:
+        note += f", averaged over {replicas} replicas"
+    return edges[:-1], np.diff(edges), ys, note
+
+
+def batch_composition(steps: pd.DataFrame, bins: int = TIME_BINS) -> go.Figure:
+    """Prefill, decode and padded tokens per forward pass over time, stacked."""
+    cols = ("prefill_tokens", "decode_tokens", "padded_tokens")
+    fig = _figure("Batch composition: tokens per forward pass")
+    if steps.empty:
+        return _no_data(fig)
+    x, width, ys, note = _per_step_or_binned(steps, cols, bins)
+    fig.layout.title.subtitle = dict(text=f"Stacked, {note}", font=dict(size=12, color="#6B6B6B"))
+    for col in cols:
+        kind = col.split("_")[0]
+        fig.add_trace(go.Bar(x=x, y=ys[col], width=width, offset=0, name=f"{kind} tokens",
+                             marker=dict(color=TOKEN_COLORS[kind], line=dict(width=0)),
+                             hovertemplate=f"t = %{{x:,.1f}} s<br>{kind}: %{{y:,.0f}} tokens/step<extra></extra>"))
+    fig.update_layout(barmode="stack", bargap=0, xaxis_title="Simulated time (s)", yaxis_title="Tokens per step",
+                      hovermode="x unified", legend_traceorder="normal")
+    return fig
+
+
+def kv_and_queue(steps: pd.DataFrame, kv_capacity_tokens: int, bins: int = TIME_BINS) -> go.Figure:
+    """KV cache use (% of capacity) and queue depth (waiting, running, swapped) over time."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=(f"KV cache in use (capacity {int(kv_capacity_tokens):,} tokens per replica)",
+                                        "Queue depth"))
+    fig.update_layout(template=TEMPLATE, height=520, title=_title("KV cache use and queue depth"))
+    if steps.empty:
+        return _no_data(fig)
+    cols = ("kv_blocks", "waiting", "running", "swapped")
+    x, _, ys, note = _per_step_or_binned(steps, cols, bins)
+    shape = "hv"
+    fig.layout.title.subtitle = dict(text=note.replace("one bar per step", "one point per step").capitalize(),
+                                     font=dict(size=12, color="#6B6B6B"))
+    cap = max(1, int(kv_capacity_tokens))
+    kv_pct = ys["kv_blocks"] * KV_BLOCK_TOKENS / cap * 100.0
+    fig.add_trace(go.Scatter(x=x, y=kv_pct, name="KV cache used", mode="lines", fill="tozeroy",
+                             line=dict(color="#72B7B2", shape=shape),
+                             hovertemplate="t = %{x:,.1f} s<br>KV used: %{y:.1f} %<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=x, y=ys["waiting"], name="waiting (queue)", mode="lines",
+                             line=dict(color="#E45756", shape=shape),
+                             hovertemplate="t = %{x:,.1f} s<br>waiting: %{y:,.1f}<extra></extra>"), row=2, col=1)
+    fig.add_trace(go.Scatter(x=x, y=ys["running"], name="running", mode="lines",
+                             line=dict(color="#4C78A8", shape=shape),
+                             hovertemplate="t = %{x:,.1f} s<br>running: %{y:,.1f}<extra></extra>"), row=2, col=1)
+    if np.nanmax(ys["swapped"], initial=0) > 0:
+        fig.add_trace(go.Scatter(x=x, y=ys["swapped"], name="swapped to host", mode="lines",
+                                 line=dict(color="#9D755D", dash="dot", shape=shape)), row=2, col=1)
+    if steps.get("replica", pd.Series([0])).nunique() > 1:
+        fig.layout.annotations[1].text = "Queue depth (per replica)"
+    fig.update_yaxes(title_text="KV used (%)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="Requests (count)", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text="Simulated time (s)", row=2, col=1)
+    fig.update_annotations(font_size=13)
+    return fig
+
+
+def latency_histogram(requests: pd.DataFrame, metric: str, class_names: Sequence[str] = (),
+                      bins: int = 50) -> go.Figure:
+    """Histogram of one latency per priority class on log bins, with P50 (dashed) and P99 (dotted) lines."""
+    name, unit, _ = LATENCY_UNITS[metric]
+    fig = _figure(f"{name} distribution by priority class", "Dashed line: P50, dotted line: P99", height=400)
+    names = list(class_names) or sorted(requests["class_name"].unique())
+    values, colors = {}, {}
+    for level in sorted(requests["priority"].unique()):
+        cname = names[int(level)] if int(level) < len(names) else f"class {level}"
+        values[cname] = _latency_values(requests[requests["priority"] == level], metric)
+        colors[cname] = CLASS_COLORS[int(level) % len(CLASS_COLORS)]
+    edges = _log_edges(list(values.values()), bins)
+    if edges is None:
+        return _no_data(fig)
+    _hist_traces(fig, values, colors, unit, edges)
+    fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests per bin", xaxis_type="log")
+    return fig
+
+
+def itl_histogram(itl_hist: np.ndarray, itl_edges: np.ndarray, class_names: Sequence[str] = ()) -> go.Figure:
+    """Inter-token gaps per class from the engine's log-binned histogram, with P50/P99 lines."""
+    fig = _figure("Inter-token latency (every gap between two tokens)", "Dashed line: P50, dotted line: P99",
+                  height=400)
+    hist = np.atleast_2d(np.asarray(itl_hist))
+    edges_ms = np.asarray(itl_edges, float) * 1e3
+    if hist.sum() == 0:
+        return _no_data(fig, "No inter-token gaps (every request has one output token)")
+    nz = np.flatnonzero(hist.sum(axis=0))
+    lo, hi = max(0, nz[0] - 2), min(hist.shape[1], nz[-1] + 3)
+    ymax = float(hist[:, lo:hi].max())
+    for level, counts in enumerate(hist):
+        if counts.sum() == 0:
+            continue
+        cname = class_names[level] if level < len(class_names) else f"class {level}"
+        color = CLASS_COLORS[level % len(CLASS_COLORS)]
+        x, y = _step_xy(edges_ms[lo:hi + 1], counts[lo:hi])
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=cname, legendgroup=cname, fill="tozeroy",
+                                 line=dict(color=color, width=1.5), fillcolor=_alpha(color, 0.3),
+                                 hovertemplate=f"{cname}<br>%{{x:.3g}} ms: %{{y:,.0f}} gaps<extra></extra>"))
+        at = {q: hist_percentile(counts, itl_edges, q) * 1e3 for q in (50, 99)}
+        several = int((hist.sum(axis=1) > 0).sum()) > 1
+        _percentile_lines(fig, cname, None, color, "ms", ymax * (1.05 - 0.09 * level), several, at=at)
+    fig.update_layout(xaxis_title="Gap between consecutive tokens (ms, log scale)", yaxis_title="Token gaps per bin",
+                      xaxis_type="log")
+    return fig
+
+
+# ---------------------------------------------------------------- compare: several runs
+
+
+def latency_cdf(values: Mapping[str, np.ndarray], metric: str, colors: Mapping[str, str] | None = None,
+                points: int = 400) -> go.Figure:
+    """Empirical CDF of one latency (seconds in ``values``) per policy, log x axis."""
+    name, unit, factor = LATENCY_UNITS[metric]
+    fig = _figure(f"{name} CDF by policy", "Further left is faster; the gap at the top is the tail", height=420)
+    any_data = False
+    for i, (label, v) in enumerate(values.items()):
+        v = np.sort(np.asarray(v, float)[np.isfinite(v)] * factor)
+        v = v[v > 0]
+        if not v.size:
+            continue
+        any_data = True
+        q = np.linspace(0, 1, min(points, v.size))
+        x = np.quantile(v, q)
+        color = (colors or {}).get(label, policy_color(label, i))
+        fig.add_trace(go.Scatter(x=x, y=q * 100, mode="lines", name=label, line=dict(color=color, width=2.5),
+                                 hovertemplate=f"{label}<br>%{{y:.1f}} % of requests ≤ %{{x:.3g}} {unit}"
+                                               "<extra></extra>"))
+    if not any_data:
+        return _no_data(fig)
+    for y in (50, 99):
+        fig.add_hline(y=y, line=dict(color="#9A9A9A", width=1, dash="dot"), annotation_text=f"P{y}",
+                      annotation_position="top left", annotation_font_size=11)
+    fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests at or below (%)",
+                      xaxis_type="log", yaxis_range=[0, 101])
+    return fig
+
+
+def latency_hist_overlay(values: Mapping[str, np.ndarray], metric: str, colors: Mapping[str, str] | None = None,
+                         bins: int = 50) -> go.Figure:
+    """Overlaid histograms of one latency (seconds in ``values``) per policy on shared log bins."""
+    name, unit, factor = LATENCY_UNITS[metric]
+    fig = _figure(f"{name} histogram by policy", "Dashed line: P50, dotted line: P99", height=420)
+    scaled = {k: np.asarray(v, float)[np.isfinite(v)] * factor for k, v in values.items()}
+    edges = _log_edges(list(scaled.values()), bins)
+    if edges is None:
+        return _no_data(fig)
+    cmap = {k: (colors or {}).get(k, policy_color(k, i)) for i, k in enumerate(scaled)}
+    _hist_traces(fig, scaled, cmap, unit, edges)
+    fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests per bin", xaxis_type="log")
+    return fig

@@ -1,0 +1,1 @@
+"""Streamlit pieces the pages share (the only Streamlit code in the package)."""

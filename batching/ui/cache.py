@@ -1,0 +1,143 @@
+"""Cached, bounded simulation calls, keyed on the frozen scenario (the same inputs never simulate twice)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields, replace
+from functools import lru_cache
+from typing import TypeVar
+
+import streamlit as st
+
+from ..experiments import Comparison
+from ..policy import BatchingPolicy
+from ..simulate import Scenario, SimResult, simulate
+from ..workload import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
+
+T = TypeVar("T")
+
+# hosted mode (deploy/ sets these): at most this many simulations at once in the process (each holds a
+# core), and this many simulation results kept (summaries, small, 8 times as many)
+MAX_CONCURRENT = max(1, int(os.environ.get("BATCHING_MAX_CONCURRENT_SIMULATIONS", "2")))
+CACHE_ENTRIES = max(4, int(os.environ.get("BATCHING_CACHE_ENTRIES", "24")))
+_SLOTS = threading.BoundedSemaphore(MAX_CONCURRENT)
+_KERNEL = {"ready": False}
+
+
+@lru_cache(maxsize=16)
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _token(value):
+    """A hashable stand-in for a field: a trace's bytes become a digest (computed once per bytes object)."""
+    if isinstance(value, TraceWorkload):
+        return ("TraceWorkload",) + tuple(
+            (f.name, _digest(value.data) if f.name == "data" else getattr(value, f.name)) for f in fields(value))
+    return value
+
+
+def scenario_token(scenario: Scenario) -> tuple:
+    """What a scenario is, field by field, without hashing a trace's bytes on every call."""
+    return tuple((f.name, _token(getattr(scenario, f.name))) for f in fields(scenario))
+
+
+_HASH = {Scenario: scenario_token}
+
+
+@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False, hash_funcs=_HASH)
+def _simulate(scenario: Scenario, saturated: bool) -> SimResult:
+    with _SLOTS:
+        return simulate(scenario, saturated=saturated)
+
+
+@st.cache_data(max_entries=8 * CACHE_ENTRIES, show_spinner=False, hash_funcs=_HASH)
+def _summary(scenario: Scenario, saturated: bool) -> dict:
+    return simulate_cached(scenario, saturated).summary()
+
+
+# the cache keys on the arguments as passed, so every call goes through these with both given
+def simulate_cached(scenario: Scenario, saturated: bool = False) -> SimResult:
+    """``simulate`` through the bounded cache (a copy of the cached result)."""
+    return _simulate(scenario, bool(saturated))
+
+
+def summary_cached(scenario: Scenario, saturated: bool = False) -> dict:
+    """The run's ``summary()`` through its own, larger cache (small dicts)."""
+    return _summary(scenario, bool(saturated))
+
+
+def clear() -> None:
+    _simulate.clear()
+    _summary.clear()
+
+
+def capacity_scenario(scenario: Scenario) -> Scenario:
+    """The same capacity run for every arrival rate: saturated runs put every request at t = 0,
+    so the arrival process does not matter (lengths and classes have their own random streams)."""
+    wl = scenario.workload
+    if isinstance(wl, SyntheticWorkload):
+        return replace(scenario, workload=replace(wl, arrivals=ArrivalProcess()))
+    if isinstance(wl, TraceWorkload) and wl.max_duration_s is None:
+        return replace(scenario, workload=replace(wl, speedup=1.0))
+    return scenario
+
+
+def capacity_summary(scenario: Scenario) -> dict:
+    return summary_cached(capacity_scenario(scenario), True)
+
+
+class _Summarised:
+    """Stands in for a SimResult in ``experiments.Comparison``: only ``summary()`` is read."""
+
+    def __init__(self, summary: dict) -> None:
+        self._summary = summary
+
+    def summary(self) -> dict:
+        return dict(self._summary)
+
+
+def compare_summaries(scenario: Scenario, policies: Mapping[str, BatchingPolicy]) -> dict[str, dict]:
+    """``experiments.compare(...).summaries()`` for these policies, from cached runs, with progress."""
+    tasks: list[tuple[str, Callable[[], dict]]] = []
+    for name, pol in policies.items():
+        sc = scenario.with_policy(pol)
+        tasks.append((f"{name} at the offered load", lambda sc=sc: summary_cached(sc, False)))
+        tasks.append((f"{name} capacity run", lambda sc=sc: capacity_summary(sc)))
+    done = run_with_progress(tasks, "Simulating")
+    offered = {name: _Summarised(done[2 * i]) for i, name in enumerate(policies)}
+    saturated = {name: _Summarised(done[2 * i + 1]) for i, name in enumerate(policies)}
+    return Comparison(offered, saturated).summaries()
+
+
+def run_with_progress(tasks: Sequence[tuple[str, Callable[[], T]]], text: str) -> list[T]:
+    """Run tasks in order; a spinner appears after 0.5 s and a progress bar once it takes a while."""
+    ensure_kernel()
+    holder = st.empty()
+    bar = None
+    start = time.perf_counter()
+    out: list[T] = []
+    try:
+        with st.spinner(f"{text}…", show_time=True):
+            for i, (label, fn) in enumerate(tasks):
+                if bar is None and time.perf_counter() - start > 0.25:
+                    bar = holder.progress(0.0)
+                if bar is not None:
+                    bar.progress(i / len(tasks), text=f"{text}: {label} ({i + 1} of {len(tasks)})")
+                out.append(fn())
+    finally:
+        holder.empty()
+    return out
+
+
+def ensure_kernel() -> None:
+    """Load (or JIT-compile) the engine once per process, behind a spinner."""
+    if _KERNEL["ready"]:
+        return
+    with st.spinner("Loading the simulation kernel (first run since the server started; compiling can take "
+                    "a minute if its cache is cold)…", show_time=True):
+        simulate(Scenario(workload=workload_preset("chat", 1.0, 4, 0)))
+    _KERNEL["ready"] = True

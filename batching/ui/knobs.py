@@ -1,0 +1,206 @@
+"""Policy knobs (start from a preset, every knob of its mode) and the scenario knobs of Explore."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import streamlit as st
+
+from ..policy import PREEMPTION_MODES, PRESETS, BatchingPolicy, with_knobs
+from ..simulate import Scenario
+from ..specs import KV_BLOCK_TOKENS
+from ..workload import SyntheticWorkload
+from . import state
+from .params import Param
+
+NONE = "none"
+KV_MIN_TOKENS = 1024
+KV_STEP_TOKENS = 1024
+# URL key -> (policy field, divisor from the URL/widget value to the field's unit)
+FIELDS = {
+    "batch": ("max_batch_size", None),
+    "wait_ms": ("max_wait_s", 1000),
+    "seqs": ("max_num_seqs", None),
+    "budget": ("max_num_batched_tokens", None),
+    "chunked": ("chunked_prefill", None),
+    "prio": ("priority", None),
+    "preempt": ("preemption", None),
+}
+MODE_KNOBS = {
+    "static": ("batch",),
+    "dynamic": ("batch", "wait_ms"),
+    "continuous": ("seqs", "budget", "chunked", "prio", "preempt"),
+}
+PRESET_HELP = "\n".join(f"- **{k}**: {p.describe()}" for k, p in PRESETS.items())
+
+
+@dataclass(frozen=True)
+class PolicyChoice:
+    preset: str
+    policy: BatchingPolicy | None  # None when the knobs are invalid
+    error: str | None
+    customised: bool
+
+    @property
+    def label(self) -> str:
+        return self.preset + ("*" if self.customised else "")
+
+
+def _defaults(base: BatchingPolicy) -> dict:
+    return {
+        "batch": base.max_batch_size,
+        "wait_ms": int(round(base.max_wait_s * 1e3)),
+        "seqs": base.max_num_seqs,
+        "budget": base.max_num_batched_tokens,
+        "chunked": base.chunked_prefill,
+        "prio": base.priority,
+        "preempt": base.preemption,
+    }
+
+
+def knob_params(prefix: str, base: BatchingPolicy) -> list[Param]:
+    d = _defaults(base)
+    every = {
+        "batch": Param(prefix + "batch", d["batch"], 1, 512, label="max batch size"),
+        "wait_ms": Param(prefix + "wait_ms", d["wait_ms"], 0, 2000, label="max wait (ms)"),
+        "seqs": Param(prefix + "seqs", d["seqs"], 1, 1024, label="max running sequences"),
+        "budget": Param(prefix + "budget", d["budget"], 64, 16384, label="token budget per step"),
+        "chunked": Param(prefix + "chunked", d["chunked"], label="chunked prefill"),
+        "prio": Param(prefix + "prio", d["prio"], label="priority classes"),
+        "preempt": Param(prefix + "preempt", d["preempt"], choices=PREEMPTION_MODES, label="preemption"),
+    }
+    return [every[k] for k in MODE_KNOBS[base.mode]]
+
+
+def preset_param(prefix: str, default: str, optional: bool = False) -> Param:
+    choices = tuple(PRESETS) + ((NONE,) if optional else ())
+    return Param(prefix + "policy", default, choices=choices, label="policy preset")
+
+
+def _preset_changed(prefix: str) -> None:
+    name = st.session_state[state.widget_key(prefix + "policy")]
+    state.set_value(prefix + "policy", name)
+    if name in PRESETS:
+        for k, v in _defaults(PRESETS[name]).items():
+            state.set_value(prefix + k, v)
+    state.clear_notices()
+
+
+def _reset_knobs(prefix: str) -> None:
+    name = state.value(prefix + "policy")
+    for k, v in _defaults(PRESETS[name]).items():
+        state.set_value(prefix + k, v)
+
+
+def preset_select(prefix: str, default: str, label: str, optional: bool = False) -> tuple[Param, str]:
+    """The preset box; changing it resets the knobs to that preset."""
+    p = preset_param(prefix, default, optional)
+    state.load_with_notices([p])
+    kwargs = state.bind(p.key)
+    kwargs["on_change"], kwargs["args"] = _preset_changed, (prefix,)
+    st.selectbox(label, list(p.choices), help=f"Start from a preset:\n{PRESET_HELP}",
+                 format_func=lambda k: "(not used)" if k == NONE else k, **kwargs)
+    return p, state.value(p.key)
+
+
+def policy_knobs(prefix: str, preset: str, columns: int = 3,
+                 reset_button: bool = True) -> tuple[list[Param], PolicyChoice]:
+    """Sliders and toggles for every knob of the preset's mode; returns their params and the policy."""
+    base = PRESETS[preset]
+    ps = knob_params(prefix, base)
+    state.load_with_notices(ps)
+    keys = [p.key[len(prefix):] for p in ps]
+    state.drop(prefix + k for k in FIELDS if k not in keys)
+    cols = st.columns(columns)
+    for i, k in enumerate(keys):
+        with cols[i % columns]:
+            _knob_widget(prefix, k)
+    if reset_button:
+        st.button("Reset knobs to the preset", key=f"reset_knobs_{prefix or 'main'}", on_click=_reset_knobs,
+                  args=(prefix,), icon=":material/undo:")
+    values = {FIELDS[k][0]: _field_value(k, state.value(prefix + k)) for k in keys}
+    customised = any(state.value(prefix + k) != _defaults(base)[k] for k in keys)
+    try:
+        pol = with_knobs(base, **values)
+        return ps, PolicyChoice(preset, pol, None, customised)
+    except ValueError as exc:
+        return ps, PolicyChoice(preset, None, str(exc), customised)
+
+
+def _field_value(k: str, v):
+    divisor = FIELDS[k][1]
+    return v if divisor is None else v / divisor
+
+
+def _knob_widget(prefix: str, k: str) -> None:
+    kw = state.bind(prefix + k)
+    chunked = state.value(prefix + "chunked", False)
+    if k == "batch":
+        st.slider("Max batch size (requests)", 1, 512, step=1, help="Requests per batch (static and dynamic "
+                  "batching run a batch to completion).", **kw)
+    elif k == "wait_ms":
+        st.slider("Max wait (ms)", 0, 2000, step=10, help="A batch launches when it is full or its oldest "
+                  "request has waited this long.", **kw)
+    elif k == "seqs":
+        st.slider("Max running sequences", 1, 1024, step=1, help="max_num_seqs: sequences in a step "
+                  "(vLLM default 256).", **kw)
+    elif k == "budget":
+        label = "Chunk size (tokens per step)" if chunked else "Token budget per step"
+        st.slider(label, 64, 16384, step=64, help="max_num_batched_tokens: tokens one step may compute. Without "
+                  "chunked prefill it must hold the longest prompt.", **kw)
+    elif k == "chunked":
+        st.toggle("Chunked prefill", help="Mixed steps: decodes first, prompt chunks fill the rest of the "
+                  "budget (Sarathi-Serve, vLLM V1).", **kw)
+    elif k == "prio":
+        st.toggle("Priority classes", help="Order the waiting queue by (class, arrival); with preemption on, "
+                  "high-priority requests evict lower ones.", **kw)
+    elif k == "preempt":
+        st.selectbox("Preemption", list(PREEMPTION_MODES), help="What happens when the KV cache runs out: "
+                     "recompute (free and prefill again later) or swap (copy to host memory over PCIe).", **kw)
+
+
+# ---------------------------------------------------------------- scenario knobs (Explore)
+
+
+def high_share_param(scenario: Scenario) -> Param | None:
+    wl = scenario.workload
+    if not isinstance(wl, SyntheticWorkload) or len(wl.classes) < 2:
+        return None
+    share = [c.share for c in wl.classes if c.priority == 0][0]
+    return Param("high", int(round(share * 100)), 0, 100, label="high-priority share (%)")
+
+
+def kv_param(scenario: Scenario) -> Param:
+    top = scenario.deployment.kv_capacity_tokens_max
+    return Param("kv", top, min(KV_MIN_TOKENS, top), top, label="KV cache (tokens)")
+
+
+def scenario_knobs(scenario: Scenario) -> tuple[list[Param], Scenario]:
+    """Priority mix and KV cache size; returns their params and the scenario they make."""
+    hp, kp = high_share_param(scenario), kv_param(scenario)
+    ps = [p for p in (hp, kp) if p is not None]
+    prev_top = st.session_state.get("kv_top")
+    if prev_top is not None and prev_top != kp.default and state.value("kv") == prev_top:
+        state.set_value("kv", kp.default)  # "the whole cache" follows the model and GPU
+    st.session_state["kv_top"] = kp.default
+    state.load_with_notices(ps)
+    c1, c2 = st.columns(2)
+    with c1:
+        if hp is not None:
+            st.slider("High-priority share (%)", 0, 100, step=1, help="Share of requests in the interactive "
+                      "(priority 0) class; the other classes share the rest.", **state.bind("high"))
+        else:
+            st.slider("High-priority share (%)", 0, 100, 100, disabled=True, key="high_disabled",
+                      help="Needs a workload with two or more priority classes (the mixed preset).")
+    with c2:
+        top = kp.high
+        st.slider("KV cache (tokens per replica)", int(kp.low), int(top), step=KV_STEP_TOKENS,
+                  help=f"Shrink the paged KV cache to watch preemption happen; the memory left after the "
+                       f"weights holds {int(top):,} tokens ({KV_BLOCK_TOKENS}-token blocks).",
+                  **state.bind("kv"))
+    kv = int(state.value("kv"))
+    sc = scenario
+    if hp is not None and state.value("high") != hp.default:
+        sc = sc.with_workload(scenario.workload.with_high_share(state.value("high") / 100))
+    if kv < top:
+        sc = sc.with_deployment(replace(sc.deployment, kv_cache_tokens=kv))
+    return ps, sc

@@ -1,0 +1,100 @@
+"""URL parameters: one ``Param`` per value a link carries, parsed and clamped (no Streamlit here)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.10g}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A value that lives in the URL: its key, default and allowed values.
+
+    The kind (bool, int, float or str) is the type of ``default``. Numbers are clamped to
+    [low, high]; numeric ``choices`` snap to the nearest allowed value; unknown strings fall
+    back to the default. Every correction comes with a notice for the user.
+    """
+
+    key: str
+    default: Any
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+    label: str = ""
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    def clamp(self, value: Any) -> Any:
+        if self.choices is not None:
+            if value in self.choices:
+                return value
+            if self.kind in (int, float) and all(isinstance(c, (int, float)) for c in self.choices):
+                return min(self.choices, key=lambda c: (abs(c - value), c))
+            return self.default
+        if self.kind in (int, float):
+            if self.low is not None and value < self.low:
+                value = self.kind(self.low)
+            if self.high is not None and value > self.high:
+                value = self.kind(self.high)
+        return value
+
+    def allowed(self) -> str:
+        if self.choices is not None:
+            return ", ".join(_show(c) for c in self.choices)
+        if self.kind is bool:
+            return "true or false"
+        if self.low is not None and self.high is not None:
+            return f"{_show(self.kind(self.low))} to {_show(self.kind(self.high))}"
+        return "any value"
+
+    def parse(self, raw: str) -> tuple[Any, str | None]:
+        """(value, notice): the URL text as a value, corrected where needed."""
+        name = self.label or self.key
+        text = str(raw).strip()
+        try:
+            if self.kind is bool:
+                low = text.lower()
+                if low not in _TRUE | _FALSE:
+                    raise ValueError
+                value: Any = low in _TRUE
+            elif self.kind is int:
+                number = float(text.replace(",", ""))
+                if number != number or number in (float("inf"), float("-inf")):
+                    raise ValueError
+                value = int(round(number))
+            elif self.kind is float:
+                value = float(text.replace(",", ""))
+                if value != value or value in (float("inf"), float("-inf")):
+                    raise ValueError
+            else:
+                value = text
+        except ValueError:
+            return self.default, (f"Link value {self.key}={raw!r} for {name} is not valid (allowed "
+                                  f"{self.allowed()}); using {_show(self.default)}.")
+        fixed = self.clamp(value)
+        if fixed != value:
+            reason = "is not one of the allowed values" if self.choices is not None else "is out of range"
+            return fixed, (f"Link value {self.key}={raw} for {name} {reason} (allowed {self.allowed()}); "
+                           f"using {_show(fixed)}.")
+        return value, None
+
+    def encode(self, value: Any) -> str:
+        if self.kind is bool:
+            return "true" if value else "false"
+        if self.kind is float:
+            return f"{float(value):.10g}"
+        return str(value)

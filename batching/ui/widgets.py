@@ -1,0 +1,83 @@
+"""Screen pieces pages share: a chart with its caption, metric cards, downloads, guarded calls."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from .. import charts
+from . import state
+from .tables import metric_spec, shown
+
+T = TypeVar("T")
+CARD_LABELS = {"throughput_output_tok_s": "Throughput at this load", "batch_efficiency": "Batch efficiency"}
+
+
+def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None) -> None:
+    """A Plotly chart in the shared template, its one-line reading guide, PNG download named ``filename``."""
+    st.plotly_chart(fig, theme=None, config=charts.png_config(filename), key=key, width="stretch")
+    st.caption(caption)
+
+
+def guarded(fn: Callable[[], T], what: str) -> T | None:
+    """Run a library call; a ValueError or RuntimeError becomes an st.error saying what to change."""
+    try:
+        return fn()
+    except (ValueError, RuntimeError) as exc:
+        st.error(f"**{what} failed:** {exc}", icon=":material/error:")
+        return None
+
+
+def metric_cards(summary: Mapping, keys: Sequence[str], baseline: Mapping | None = None,
+                 per_row: int = 5) -> None:
+    """One st.metric per key with its definition as tooltip; deltas against ``baseline`` when given."""
+    for start in range(0, len(keys), per_row):
+        cols = st.columns(per_row)
+        for col, key in zip(cols, keys[start:start + per_row]):
+            spec = metric_spec(key)
+            value = summary.get(key)
+            delta = None
+            if baseline is not None and value is not None and baseline.get(key) is not None:
+                diff = value - baseline[key]
+                if abs(diff) > 1e-4 * max(abs(baseline[key]), 1e-9):
+                    delta = _delta_text(key, diff)
+            label = CARD_LABELS.get(key, spec.header.split(" (")[0])
+            col.metric(label, shown(key, value), delta=delta, help=spec.help, border=True,
+                       delta_color="inverse" if spec.lower_is_better else "normal")
+
+
+def _delta_text(key: str, diff: float) -> str:
+    text = shown(key, abs(diff))
+    if text.endswith(" %"):
+        text = text[:-2] + " pp"  # a change of a share is in percentage points
+    return ("+" if diff > 0 else "-") + text  # ASCII minus: st.metric reads the sign from it
+
+
+def downloads(*, name: str, summary_json: Callable[[], bytes], report_html: Callable[[], str],
+              requests_csv: Callable[[], bytes] | None = None, steps_csv: Callable[[], bytes] | None = None,
+              link: str | None = None) -> None:
+    """CSV of requests and steps, summary JSON, the standalone HTML report, and the link to this view.
+
+    The files are made only when a button is clicked (deferred callables), so reruns stay fast.
+    """
+    st.subheader("Downloads", divider="gray")
+    cols = st.columns(4)
+    if requests_csv is not None:
+        cols[0].download_button("Requests (CSV)", requests_csv, f"{name}_requests.csv", "text/csv",
+                                on_click="ignore", icon=":material/table:", width="stretch",
+                                help="One row per request: arrival, first token, finish, release, latencies (s).")
+    if steps_csv is not None:
+        cols[1].download_button("Steps (CSV)", steps_csv, f"{name}_steps.csv", "text/csv", on_click="ignore",
+                                icon=":material/table:", width="stretch",
+                                help="One row per forward pass and replica: tokens, running, waiting, KV blocks.")
+    cols[2].download_button("Summary (JSON)", summary_json, f"{name}_summary.json", "application/json",
+                            on_click="ignore", icon=":material/data_object:", width="stretch",
+                            help="Every metric of the summary, with the scenario and policies.")
+    cols[3].download_button("Report (HTML)", report_html, f"{name}_report.html", "text/html", on_click="ignore",
+                            icon=":material/description:", width="stretch",
+                            help="A standalone page with the scenario, tables and interactive charts; opens "
+                                 "offline.")
+    st.markdown("**Link to this view** (the scenario and knobs are in the URL):")
+    st.code(link or state.current_link(), language=None, wrap_lines=True)

@@ -1,0 +1,115 @@
+"""Explore a policy: one preset with every knob of its mode, and what a run looks like inside."""
+import streamlit as st
+
+from batching import charts, report
+from batching.policy import PRESETS
+from batching.simulate import Scenario
+from batching.ui import cache, knobs, page, state, tables, widgets
+
+CARDS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+         "e2e_p50_s", "e2e_p99_s", "gpu_util", "batch_efficiency", "preemptions")
+DEFAULT_PRESET = "continuous"
+LAST = "explore_last"
+
+scenario = page.setup(
+    "Explore a policy", ":material/tune:",
+    "Start from a preset and move its knobs: every chart below is one simulated run of the sidebar's scenario. "
+    "Moving a knob reruns only this part of the page.")
+
+
+@st.fragment
+def explore(base: Scenario) -> None:
+    st.subheader("Policy", divider="gray")
+    left, right = st.columns([1, 3], gap="large")
+    with left:
+        pp, preset = knobs.preset_select("", DEFAULT_PRESET, "Preset")
+        st.caption(f"Preset: {PRESETS[preset].describe()}")
+    with right:
+        kps, choice = knobs.policy_knobs("", preset)
+    st.markdown("**Traffic mix and memory**")
+    sps, sc = knobs.scenario_knobs(base)
+    state.publish([pp, *kps, *sps])
+
+    result = None
+    if choice.error:
+        st.error(f"**These knobs cannot run:** {choice.error}", icon=":material/error:")
+    else:
+        run = sc.with_policy(choice.policy)
+        result = widgets.guarded(
+            lambda: cache.run_with_progress([(choice.label, lambda: cache.simulate_cached(run))], "Simulating")[0],
+            "The simulation")
+    stale = result is None
+    if stale:
+        if LAST not in st.session_state:
+            return
+        result, label = st.session_state[LAST]
+        st.caption(f"Showing the last run that worked ({label}).")
+    else:
+        label = choice.label
+        st.session_state[LAST] = (result, label)
+    run = result.scenario
+    summary = result.summary()
+
+    st.subheader(f"Results: {label}", divider="gray")
+    baseline = None
+    if not stale and run != base.with_policy(PRESETS[preset]):
+        try:
+            baseline = cache.summary_cached(base.with_policy(PRESETS[preset]))
+            st.caption(f"Deltas compare with the unchanged '{preset}' preset on the sidebar's scenario.")
+        except (ValueError, RuntimeError) as exc:
+            st.caption(f"No deltas: the unchanged '{preset}' preset cannot run this scenario ({exc}).")
+    widgets.metric_cards(summary, CARDS, baseline)
+
+    name = charts.slug("explore", label.replace("*", "-custom"), report.scenario_slug(run))
+    figures = []
+
+    tl = charts.request_timeline(result.requests, result.class_names)
+    _, note = charts.timeline_sample(result.requests)
+    if note:
+        st.info(note, icon=":material/filter_alt:")
+    widgets.chart(tl, "Each row is a request in arrival order: dotted = queued, thick = prefill, solid = decode, "
+                  "dashed = finished but held until its batch is released. Colour is the priority class; "
+                  "zoom in to see single requests.", f"{name}_timeline")
+    figures.append((tl, "Request timeline: queued, prefill, decode and held segments per request."))
+
+    c1, c2 = st.columns(2)
+    with c1:
+        comp = charts.batch_composition(result.steps)
+        widgets.chart(comp, "Stacked tokens per forward pass over time: orange prompt (prefill) tokens, blue "
+                      "decode tokens, grey padded slots computed for nothing.", f"{name}_batch_composition")
+    with c2:
+        kvq = charts.kv_and_queue(result.steps, run.deployment.kv_capacity_tokens)
+        widgets.chart(kvq, "Top: share of the KV cache in use. Bottom: requests waiting for admission and "
+                      "sequences running; a growing queue means the policy is not keeping up.", f"{name}_kv_queue")
+    figures += [(comp, "Batch composition over time."), (kvq, "KV cache use and queue depth over time.")]
+
+    c3, c4 = st.columns(2)
+    with c3:
+        tabs = st.tabs(["TTFT", "TPOT", "E2E"])
+        for tab, metric in zip(tabs, ("ttft", "tpot", "e2e")):
+            with tab:
+                fig = charts.latency_histogram(result.requests, metric, result.class_names)
+                widgets.chart(fig, f"Requests per {metric.upper()} bin on a log axis, one colour per priority class;"
+                              " dashed and dotted lines mark each class's P50 and P99.", f"{name}_{metric}_hist")
+                figures.append((fig, f"{metric.upper()} histogram per class."))
+    with c4:
+        itl = charts.itl_histogram(result.itl_hist, result.itl_edges, result.class_names)
+        widgets.chart(itl, "Every gap between two tokens of a request (log axis): a second hump far to the right "
+                      "means decodes stalled behind prefills.", f"{name}_itl")
+        figures.append((itl, "Inter-token latency histogram."))
+
+    link = state.current_link()
+    policies = {label: result.scenario.policy}
+    one = {label: summary}
+    widgets.downloads(
+        name=name, link=link,
+        requests_csv=lambda: report.requests_csv(result), steps_csv=lambda: report.steps_csv(result),
+        summary_json=lambda: report.summary_json(one, run, policies),
+        report_html=lambda: report.html_report(f"Explore a policy: {label}", run, figures=figures,
+                                               tables=[("Metrics", tables.report_frame(one, CARDS))],
+                                               policies=policies, link=link))
+
+
+if scenario is None:
+    st.stop()
+explore(scenario)

@@ -1,0 +1,199 @@
+"""The dashboard in a real browser: every page as the first URL a fresh server sees, a keyboard slider move,
+no error on screen, a screenshot of each page in test-artifacts/.
+
+Needs the Debian Chromium at /usr/bin/chromium (Playwright never downloads a browser here).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+START_TIMEOUT_S = 60
+RENDER_TIMEOUT_MS = 120_000
+
+if not CHROMIUM.exists():
+    pytest.skip("Chromium is not installed at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+
+# (URL path, query, heading, charts) - Explore comes first: a deep link before anyone opened "/"
+PAGES = [
+    ("explore", "policy=dynamic&workload=chat&rate=0.2&n=100", "Explore a policy", 7),
+    ("compare", "n=200", "Compare policies", 6),
+    ("", "n=200&rate=4", "Strategy showdown", 2),
+    ("model_and_hardware", "n=200", "Model and hardware", None),
+]
+
+
+def _other_pages() -> list[tuple[str, str, str, None]]:
+    """Pages other engineers add to pages/ get the same check (at least one chart, no error)."""
+    sys.path.insert(0, str(ROOT))
+    from batching.ui.sidebar import PAGES as OURS, all_pages
+
+    ours = {p for p, _, _ in OURS}
+    return [(re.sub(r"^\d+_", "", Path(path).stem), "n=200", label, None)
+            for path, label, _ in all_pages() if path not in ours]
+
+
+PAGES += _other_pages()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A fresh ``streamlit run app.py`` on a free loopback port, stopped on exit."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = ARTIFACTS / "streamlit-server.log"
+
+    def __enter__(self) -> "Server":
+        ARTIFACTS.mkdir(exist_ok=True)
+        cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+               "--server.port", str(self.port), "--server.address", "127.0.0.1",
+               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+        self._log = self.log.open("w")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited with {self.proc.returncode}; see {self.log}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.3)
+        self.__exit__()
+        raise TimeoutError(f"no /_stcore/health within {START_TIMEOUT_S} s; see {self.log}")
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=60_000)
+        yield b
+        b.close()
+
+
+def wait_idle(page, timeout_ms: int = RENDER_TIMEOUT_MS) -> None:
+    """Until the script run is over and every Plotly chart has drawn."""
+    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=timeout_ms)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.js-plotly-plot')].every(g => g._fullLayout && g.data)",
+        timeout=timeout_ms)
+
+
+def assert_no_errors(page) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0, page.locator(
+        '[data-testid="stException"]').all_inner_texts()
+    errors = page.locator('[data-testid="stAlertContentError"]')
+    assert errors.count() == 0, errors.all_inner_texts()
+
+
+def chart_data(page, index: int = 0) -> str:
+    return page.evaluate("(i) => JSON.stringify(document.querySelectorAll('.js-plotly-plot')[i].data)", index)
+
+
+def metric(page, label: str) -> str:
+    card = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
+    return card.locator('[data-testid="stMetricValue"]').inner_text()
+
+
+@pytest.mark.parametrize("path,query,title,charts", PAGES, ids=[p[0] or "home" for p in PAGES])
+def test_page_as_first_url_of_a_fresh_server(browser, path, query, title, charts):
+    with Server() as server:
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.set_default_timeout(RENDER_TIMEOUT_MS)
+        try:
+            page.goto(f"{server.url}/{path}?{query}", timeout=RENDER_TIMEOUT_MS)
+            page.get_by_role("heading", name=title).wait_for(timeout=RENDER_TIMEOUT_MS)
+            page.wait_for_selector(".js-plotly-plot", timeout=RENDER_TIMEOUT_MS)
+            wait_idle(page)
+            # charts in tabs mount a little later: wait for the count (bounded) rather than read it once
+            want = 1 if charts is None else charts
+            page.wait_for_function("(n) => document.querySelectorAll('.js-plotly-plot').length >= n", arg=want,
+                                   timeout=30_000)
+            wait_idle(page)
+            if charts is not None:
+                assert page.locator(".js-plotly-plot").count() == charts
+            # the shared sidebar is there, with the values from the link
+            sidebar = page.locator('[data-testid="stSidebar"]')
+            assert sidebar.get_by_text("Scenario", exact=True).count() == 1
+            assert sidebar.get_by_role("link", name="Explore a policy").count() == 1
+            assert_no_errors(page)
+            if path == "explore":
+                _move_slider_with_keyboard(page)
+            if path == "":
+                _downloads(page)
+            page.set_viewport_size({"width": 1440, "height": 3400})
+            page.wait_for_timeout(800)
+            page.screenshot(path=str(ARTIFACTS / f"{path or 'home'}.png"), full_page=True)
+            assert_no_errors(page)
+        finally:
+            page.close()
+
+
+def _downloads(page) -> None:
+    """The deferred downloads produce real files: a CSV of every run and an offline HTML report."""
+    with page.expect_download(timeout=60_000) as info:
+        page.get_by_role("button", name="Requests (CSV)").click()
+    csv = Path(info.value.path()).read_text()
+    assert csv.startswith("policy,request_id,arrival_s") and csv.count("\n") == 5 * 200 + 1
+    with page.expect_download(timeout=60_000) as info:
+        page.get_by_role("button", name="Report (HTML)").click()
+    assert info.value.suggested_filename.endswith("_report.html")
+    html = Path(info.value.path()).read_text()
+    assert "Strategy showdown" in html and "cdn.plot.ly" not in html.split("<body>")[0] and len(html) > 3_000_000
+    assert_no_errors(page)
+
+
+def _move_slider_with_keyboard(page) -> None:
+    """Focus the Max wait thumb, press ArrowRight: the run reruns and the charts change."""
+    before_chart = chart_data(page, 0)
+    before_ttft = metric(page, "TTFT P50")
+    slider = page.locator('[data-testid="stSlider"]').filter(has_text="Max wait (ms)")
+    thumb = slider.locator('input[type="range"]')  # the thumb's focusable input (role slider)
+    assert thumb.input_value() == "100"
+    thumb.focus()
+    # one key press: more presses race the fragment reruns they trigger (the thumb re-renders)
+    page.keyboard.press("ArrowRight")
+    slider.locator('[data-testid="stSliderThumbValue"]').filter(has_text="110").wait_for(timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_function("() => location.search.includes('wait_ms=110')", timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_function(
+        "(before) => { const g = document.querySelectorAll('.js-plotly-plot')[0];"
+        " return g && JSON.stringify(g.data) !== before; }", arg=before_chart, timeout=RENDER_TIMEOUT_MS)
+    wait_idle(page)
+    assert chart_data(page, 0) != before_chart
+    assert metric(page, "TTFT P50") != before_ttft
+    assert "wait_ms=110" in page.url
+    assert_no_errors(page)
+    json.loads(chart_data(page, 0))  # the chart holds valid data after the change

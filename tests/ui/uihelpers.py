@@ -1,0 +1,63 @@
+"""AppTest helpers: run a page of the dashboard with URL query parameters, read its charts and metrics."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+# small runs keep the suite quick on two cores
+FAST = {"n": "200"}
+
+
+def open_page(page: str = "app.py", **query: str) -> AppTest:
+    """A fresh session on ``page`` (a file under the app root), the URL carrying ``query``; not run yet."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT)
+    for k, v in query.items():
+        at.query_params[k] = str(v)
+    if page != "app.py":
+        at.switch_page(page)
+    return at
+
+
+def run_page(page: str = "app.py", **query: str) -> AppTest:
+    at = open_page(page, **query)
+    at.run()
+    return at
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def chart_specs(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def chart_titles(at: AppTest) -> list[str]:
+    return [s["layout"]["title"]["text"] for s in chart_specs(at)]
+
+
+def chart(at: AppTest, title_start: str) -> dict:
+    found = [s for s in chart_specs(at) if s["layout"]["title"]["text"].startswith(title_start)]
+    assert found, f"no chart titled {title_start!r} in {chart_titles(at)}"
+    return found[0]
+
+
+def trace_types(spec: dict) -> set[str]:
+    return {t.get("type", "scatter") for t in spec["data"]}
+
+
+def metric_value(at: AppTest, label: str) -> float:
+    """A metric card's value in seconds (or its number), parsed from text like '78.6 ms' or '1,234 tok/s'."""
+    for m in at.metric:
+        if m.label == label:
+            text = m.value.replace(",", "")
+            number = float(re.match(r"[-+]?[\d.]+", text).group())
+            return number / 1e3 if text.endswith(" ms") else number
+    raise AssertionError(f"no metric {label!r} in {[m.label for m in at.metric]}")
+
