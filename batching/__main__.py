@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from . import cli_calibrate
+from . import cli_calibrate, cli_report
 from .experiments import KNOBS, SLO, capacity, compare, sweep, sweep_knee
 from .policy import MODES, PREEMPTION_MODES, PRESETS, preset, with_knobs
 from .simulate import Scenario, simulate
@@ -141,10 +141,12 @@ def cmd_run(args) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(s, indent=2))
     if args.csv:
+        from .report import requests_csv, steps_csv  # formula-looking text cells get a leading '
+
         d = Path(args.csv)
         d.mkdir(parents=True, exist_ok=True)
-        res.requests.to_csv(d / "requests.csv", index=False)
-        res.steps.to_csv(d / "steps.csv", index=False)
+        (d / "requests.csv").write_bytes(requests_csv(res))
+        (d / "steps.csv").write_bytes(steps_csv(res))
     return 0
 
 
@@ -244,6 +246,7 @@ def make_parser() -> argparse.ArgumentParser:
     cap.add_argument("--json", type=Path, help="write the result as JSON")
     cap.set_defaults(func=cmd_capacity)
     cli_calibrate.add_parser(sub)
+    cli_report.add_parser(sub)
     return p
 
 

@@ -91,14 +91,46 @@ def policy_rows(policies: Mapping[str, BatchingPolicy]) -> list[tuple[str, str]]
 # ---------------------------------------------------------------- data exports
 
 
+# a spreadsheet runs a cell starting with one of these as a formula (OWASP "CSV injection"; the
+# full-width forms too, which some spreadsheets fold to ASCII)
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def csv_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame with every formula-looking *text* cell prefixed by a single quote (OWASP guidance), so
+    a class name such as ``=HYPERLINK(...)`` from an uploaded trace opens as text in a spreadsheet.
+    Numeric columns (negative numbers included) are untouched; the input is not modified."""
+    out = None
+    for col in df.columns:
+        s = df[col]
+        if pd.api.types.is_numeric_dtype(s) or pd.api.types.is_bool_dtype(s):
+            continue
+        if pd.api.types.is_string_dtype(s) and s.dtype != object:
+            risky = s.str.startswith(FORMULA_TRIGGERS).fillna(False).to_numpy(dtype=bool)
+        else:
+            risky = np.fromiter((isinstance(v, str) and v.startswith(FORMULA_TRIGGERS) for v in s),
+                                dtype=bool, count=len(s))
+        if risky.any():
+            if out is None:
+                out = df.copy()
+            out[col] = out[col].astype(object)
+            out.loc[risky, col] = "'" + s[risky].astype(str)
+    return df if out is None else out
+
+
+def frame_csv(df: pd.DataFrame) -> bytes:
+    """A table as CSV bytes, formula-looking text cells neutralised (``csv_safe``)."""
+    return csv_safe(df).to_csv(index=False).encode()
+
+
 def requests_csv(result: SimResult) -> bytes:
     """One row per request with every time and latency (seconds)."""
-    return result.requests.to_csv(index=False).encode()
+    return frame_csv(result.requests)
 
 
 def steps_csv(result: SimResult) -> bytes:
     """One row per forward pass and replica."""
-    return result.steps.to_csv(index=False).encode()
+    return frame_csv(result.steps)
 
 
 def combined_csv(results: Mapping[str, SimResult], table: str = "requests") -> bytes:
@@ -107,7 +139,7 @@ def combined_csv(results: Mapping[str, SimResult], table: str = "requests") -> b
     if not frames:
         return b""
     df = pd.concat(frames, ignore_index=True)
-    return df[["policy", *[c for c in df.columns if c != "policy"]]].to_csv(index=False).encode()
+    return frame_csv(df[["policy", *[c for c in df.columns if c != "policy"]]])
 
 
 def jsonable(value):
@@ -140,6 +172,34 @@ def summary_json(summaries: Mapping[str, dict], scenario: Scenario,
 def figure_png(fig: go.Figure, scale: float = 2, width: int = 1200, height: int | None = None) -> bytes:
     """A chart as PNG through kaleido (needs Chrome/Chromium; the CLI uses this)."""
     return pio.to_image(fig, format="png", scale=scale, width=width, height=height or fig.layout.height or 450)
+
+
+# ---------------------------------------------------------------- one policy's figures (Explore a policy)
+
+# the metric cards of "Explore a policy", and the rows of its report's metrics table
+POLICY_METRICS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+                  "e2e_p50_s", "e2e_p99_s", "gpu_util", "batch_efficiency", "preemptions")
+
+
+def policy_figures(result: SimResult) -> dict[str, tuple[go.Figure, str]]:
+    """Every figure "Explore a policy" shows for one run, in page order, each with its report caption.
+
+    The keys are the file-name suffixes of the dashboard's PNG downloads (``<name>_<key>.png``); the page
+    and ``python -m batching report`` both draw from here, so a document's figure is the app's figure.
+    """
+    names = result.class_names
+    figs = {
+        "timeline": (charts.request_timeline(result.requests, names),
+                     "Request timeline: queued, prefill, decode and held segments per request."),
+        "batch_composition": (charts.batch_composition(result.steps), "Batch composition over time."),
+        "kv_queue": (charts.kv_and_queue(result.steps, result.scenario.deployment.kv_capacity_tokens),
+                     "KV cache use and queue depth over time."),
+    }
+    for metric in ("ttft", "tpot", "e2e"):
+        figs[f"{metric}_hist"] = (charts.latency_histogram(result.requests, metric, names),
+                                  f"{metric.upper()} histogram per class.")
+    figs["itl"] = (charts.itl_histogram(result.itl_hist, result.itl_edges, names), "Inter-token latency histogram.")
+    return figs
 
 
 # ---------------------------------------------------------------- HTML report

@@ -527,8 +527,15 @@ class TraceWorkload:
     def generate(self) -> Requests:
         trace = self.load()
         m = self._kept(trace)
+        with np.errstate(over="ignore"):
+            arrival_s = trace.arrival_s[:m] / self.speedup
+        if not np.isfinite(arrival_s[-1]):
+            raise ValueError(
+                f"speedup={_show(self.speedup)} stretches the trace's last arrival "
+                f"({_show(float(trace.arrival_s[m - 1]))} s) beyond any finite time; use a larger speedup"
+            )
         return Requests(
-            trace.arrival_s[:m] / self.speedup,
+            arrival_s,
             trace.prompt_tokens[:m].copy(),
             trace.output_tokens[:m].copy(),
             trace.priority[:m].copy(),

@@ -6,8 +6,7 @@ from batching.policy import PRESETS
 from batching.simulate import Scenario
 from batching.ui import cache, knobs, page, state, tables, widgets
 
-CARDS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-         "e2e_p50_s", "e2e_p99_s", "gpu_util", "batch_efficiency", "preemptions")
+CARDS = report.POLICY_METRICS
 DEFAULT_PRESET = "continuous"
 LAST = "explore_last"
 
@@ -61,42 +60,38 @@ def explore(base: Scenario) -> None:
     widgets.metric_cards(summary, CARDS, baseline)
 
     name = charts.slug("explore", label.replace("*", "-custom"), report.scenario_slug(run))
-    figures = []
+    figs = report.policy_figures(result)  # the same figures `python -m batching report` exports
+    figures = list(figs.values())
 
-    tl = charts.request_timeline(result.requests, result.class_names)
+    tl = figs["timeline"][0]
     _, note = charts.timeline_sample(result.requests)
     if note:
         st.info(note, icon=":material/filter_alt:")
     widgets.chart(tl, "Each row is a request in arrival order: dotted = queued, thick = prefill, solid = decode, "
                   "dashed = finished but held until its batch is released. Colour is the priority class; "
                   "zoom in to see single requests.", f"{name}_timeline")
-    figures.append((tl, "Request timeline: queued, prefill, decode and held segments per request."))
 
     c1, c2 = st.columns(2)
     with c1:
-        comp = charts.batch_composition(result.steps)
-        widgets.chart(comp, "Stacked tokens per forward pass over time: orange prompt (prefill) tokens, blue "
-                      "decode tokens, grey padded slots computed for nothing.", f"{name}_batch_composition")
+        widgets.chart(figs["batch_composition"][0], "Stacked tokens per forward pass over time: orange prompt "
+                      "(prefill) tokens, blue decode tokens, grey padded slots computed for nothing.",
+                      f"{name}_batch_composition")
     with c2:
-        kvq = charts.kv_and_queue(result.steps, run.deployment.kv_capacity_tokens)
-        widgets.chart(kvq, "Top: share of the KV cache in use. Bottom: requests waiting for admission and "
-                      "sequences running; a growing queue means the policy is not keeping up.", f"{name}_kv_queue")
-    figures += [(comp, "Batch composition over time."), (kvq, "KV cache use and queue depth over time.")]
+        widgets.chart(figs["kv_queue"][0], "Top: share of the KV cache in use. Bottom: requests waiting for "
+                      "admission and sequences running; a growing queue means the policy is not keeping up.",
+                      f"{name}_kv_queue")
 
     c3, c4 = st.columns(2)
     with c3:
         tabs = st.tabs(["TTFT", "TPOT", "E2E"])
         for tab, metric in zip(tabs, ("ttft", "tpot", "e2e")):
             with tab:
-                fig = charts.latency_histogram(result.requests, metric, result.class_names)
-                widgets.chart(fig, f"Requests per {metric.upper()} bin on a log axis, one colour per priority class;"
-                              " dashed and dotted lines mark each class's P50 and P99.", f"{name}_{metric}_hist")
-                figures.append((fig, f"{metric.upper()} histogram per class."))
+                widgets.chart(figs[f"{metric}_hist"][0], f"Requests per {metric.upper()} bin on a log axis, one "
+                              "colour per priority class; dashed and dotted lines mark each class's P50 and P99.",
+                              f"{name}_{metric}_hist")
     with c4:
-        itl = charts.itl_histogram(result.itl_hist, result.itl_edges, result.class_names)
-        widgets.chart(itl, "Every gap between two tokens of a request (log axis): a second hump far to the right "
-                      "means decodes stalled behind prefills.", f"{name}_itl")
-        figures.append((itl, "Inter-token latency histogram."))
+        widgets.chart(figs["itl"][0], "Every gap between two tokens of a request (log axis): a second hump far to "
+                      "the right means decodes stalled behind prefills.", f"{name}_itl")
 
     link = state.current_link()
     policies = {label: result.scenario.policy}

@@ -6,6 +6,7 @@ from typing import Any
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+MAX_SHOWN = 40  # characters of a link value quoted in a notice
 
 
 def _show(value: Any) -> str:
@@ -65,6 +66,9 @@ class Param:
         """(value, notice): the URL text as a value, corrected where needed."""
         name = self.label or self.key
         text = str(raw).strip()
+        if len(str(raw)) > MAX_SHOWN:  # a notice quotes the start of a hostile value, not all of it
+            raw = f"{str(raw)[:MAX_SHOWN]}... ({len(str(raw)):,} characters)"
+        whole = True
         try:
             if self.kind is bool:
                 low = text.lower()
@@ -76,6 +80,7 @@ class Param:
                 if number != number or number in (float("inf"), float("-inf")):
                     raise ValueError
                 value = int(round(number))
+                whole = value == number
             elif self.kind is float:
                 value = float(text.replace(",", ""))
                 if value != value or value in (float("inf"), float("-inf")):
@@ -86,6 +91,9 @@ class Param:
             return self.default, (f"Link value {self.key}={raw!r} for {name} is not valid (allowed "
                                   f"{self.allowed()}); using {_show(self.default)}.")
         fixed = self.clamp(value)
+        if fixed == value and not whole:
+            return value, (f"Link value {self.key}={raw} for {name} is not a whole number; using "
+                           f"{_show(value)}.")
         if fixed != value:
             reason = "is not one of the allowed values" if self.choices is not None else "is out of range"
             return fixed, (f"Link value {self.key}={raw} for {name} {reason} (allowed {self.allowed()}); "

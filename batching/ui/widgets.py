@@ -9,6 +9,7 @@ import streamlit as st
 
 from .. import charts
 from . import state
+from .cache import ServerBusy
 from .tables import metric_spec, shown
 
 T = TypeVar("T")
@@ -22,9 +23,13 @@ def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None) -
 
 
 def guarded(fn: Callable[[], T], what: str) -> T | None:
-    """Run a library call; a ValueError or RuntimeError becomes an st.error saying what to change."""
+    """Run a library call; a ValueError or RuntimeError becomes an st.error saying what to change
+    (or, when every simulation slot stayed taken, that the server is busy and to try again)."""
     try:
         return fn()
+    except ServerBusy as exc:
+        st.error(f"**{what} did not run:** {exc}", icon=":material/hourglass_disabled:")
+        return None
     except (ValueError, RuntimeError) as exc:
         st.error(f"**{what} failed:** {exc}", icon=":material/error:")
         return None

@@ -1,0 +1,156 @@
+"""The concurrency limit: a run that finds every simulation slot taken waits with a polite message,
+runs once a slot frees, gives up after BATCHING_BUSY_TIMEOUT_S with a "try again" error, and never hangs;
+cache hits never wait."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from batching.simulate import Scenario
+from batching.specs import deployment
+from batching.ui import cache
+from batching.workload import workload_preset
+
+
+def _scenario(seed: int) -> Scenario:
+    return Scenario(deployment=deployment(), workload=workload_preset("chat", 2.0, 40, seed))
+
+
+@contextmanager
+def every_slot_held(release_after_s: float | None = None) -> Iterator[threading.Event]:
+    """Another thread takes every slot and keeps them until ``release_after_s`` or the block ends."""
+    taken, stop = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held = 0
+        deadline = time.monotonic() + 10
+        while held < cache.MAX_CONCURRENT and time.monotonic() < deadline:
+            if cache.SLOTS.try_take():
+                held += 1
+            else:
+                time.sleep(0.01)
+        taken.set()
+        stop.wait(release_after_s)
+        for _ in range(held):
+            cache.SLOTS.release()
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    assert taken.wait(10)
+    assert cache.SLOTS.running == cache.MAX_CONCURRENT
+    try:
+        yield stop
+    finally:
+        stop.set()
+        t.join(10)
+        assert not t.is_alive()
+    assert cache.SLOTS.running == 0
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setitem(cache._KERNEL, "ready", True)
+    cache.clear()
+    messages: list[tuple[int, float]] = []
+    real = cache._busy_message
+
+    def recording(running: int, waited_s: float) -> str:
+        messages.append((running, waited_s))
+        return real(running, waited_s)
+
+    monkeypatch.setattr(cache, "_busy_message", recording)
+    yield messages
+    cache.clear()
+
+
+def test_a_waiting_run_says_the_server_is_busy_then_runs(fresh):
+    with every_slot_held(release_after_s=1.5):
+        start = time.monotonic()
+        summary = cache.summary_cached(_scenario(1))
+        waited = time.monotonic() - start
+    assert summary["num_requests"] == 40
+    assert 1.3 < waited < 1.5 + cache.BUSY_TIMEOUT_S
+    # the message was refreshed while waiting and counted the runs holding the slots
+    assert len(fresh) >= 2 and fresh[0] == (cache.MAX_CONCURRENT, pytest.approx(0.0, abs=0.2))
+    text = cache._busy_message(*fresh[0])
+    assert text.startswith(f"The server is busy with {cache.MAX_CONCURRENT} other simulations; retrying")
+    assert cache.SLOTS.running == 0  # the waiting run gave its slot back
+
+
+def test_a_run_gives_up_after_the_busy_timeout(fresh, monkeypatch):
+    monkeypatch.setattr(cache, "BUSY_TIMEOUT_S", 1.0)
+    with every_slot_held():
+        start = time.monotonic()
+        with pytest.raises(cache.ServerBusy, match="try again"):
+            cache.simulate_cached(_scenario(2))
+        assert time.monotonic() - start < 3.0
+        # the summary path and a whole comparison give up the same way, each within the bound
+        start = time.monotonic()
+        with pytest.raises(cache.ServerBusy):
+            cache.compare_summaries(_scenario(2), {"continuous": _scenario(2).policy})
+        assert time.monotonic() - start < 3.0
+    assert isinstance(cache.ServerBusy("x"), RuntimeError)  # pages' guarded() turns it into st.error
+
+
+def test_cache_hits_never_wait(fresh, monkeypatch):
+    monkeypatch.setattr(cache, "BUSY_TIMEOUT_S", 1.0)
+    first = cache.summary_cached(_scenario(3))
+    run = cache.simulate_cached(_scenario(3))
+    with every_slot_held():
+        start = time.monotonic()
+        assert cache.summary_cached(_scenario(3)) == first
+        assert cache.simulate_cached(_scenario(3)).summary()["num_requests"] == run.summary()["num_requests"]
+        assert time.monotonic() - start < 0.5
+    assert not fresh  # no busy message for a cached result
+
+
+def _page() -> None:
+    import streamlit as st
+
+    from batching.simulate import Scenario
+    from batching.specs import deployment
+    from batching.ui import cache, widgets
+    from batching.workload import workload_preset
+
+    sc = Scenario(deployment=deployment(), workload=workload_preset("chat", 2.0, 40, 4))
+    summary = widgets.guarded(lambda: cache.summary_cached(sc), "The simulation")
+    if summary is not None:
+        st.write(f"{summary['num_requests']} requests")
+
+
+def test_the_page_shows_a_busy_error_not_a_traceback(fresh, monkeypatch):
+    monkeypatch.setattr(cache, "BUSY_TIMEOUT_S", 1.0)
+    at = AppTest.from_function(_page, default_timeout=30)
+    with every_slot_held():
+        at.run()
+    assert not at.exception
+    assert len(at.error) == 1
+    msg = at.error[0].value
+    assert "did not run" in msg and "server is busy" in msg and "try again" in msg
+    # once the slots are free the same page runs
+    at.run()
+    assert not at.exception and not at.error
+    assert any("40 requests" in m.value for m in at.markdown)
+
+
+def test_a_run_may_hold_extra_slots_and_give_them_back():
+    """A sweep holding its slot may take the free ones too; giving the extras back keeps its own."""
+    assert cache.SLOTS.try_take()
+    try:
+        extra = 0
+        while cache.SLOTS.try_take():
+            extra += 1
+        assert extra == cache.MAX_CONCURRENT - 1 and cache.SLOTS.running == cache.MAX_CONCURRENT
+        for _ in range(extra):
+            cache.SLOTS.release()
+        assert cache.SLOTS.held_here() and cache.SLOTS.running == 1
+        # still holding one: a nested cached call runs in it instead of waiting for another
+        assert cache.run_in_slot(lambda: "ran") == "ran"
+    finally:
+        cache.SLOTS.release()
+    assert not cache.SLOTS.held_here() and cache.SLOTS.running == 0
