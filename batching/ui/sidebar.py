@@ -22,6 +22,8 @@ PAGES = (
     ("app.py", "Strategy showdown", ":material/leaderboard:"),
     ("pages/explore.py", "Explore a policy", ":material/tune:"),
     ("pages/compare.py", "Compare policies", ":material/compare_arrows:"),
+    ("pages/tune.py", "Tune a knob", ":material/show_chart:"),
+    ("pages/capacity.py", "Capacity planning", ":material/dns:"),
     ("pages/model_and_hardware.py", "Model and hardware", ":material/memory:"),
 )
 WORKLOAD_LABELS = {

@@ -35,6 +35,8 @@ PAGES = [
     ("compare", "n=200", "Compare policies", 6),
     ("", "n=200&rate=4", "Strategy showdown", 2),
     ("model_and_hardware", "n=200", "Model and hardware", None),
+    ("tune", "n=200", "Tune a knob", 4),
+    ("capacity", "n=200", "Capacity planning", 2),
 ]
 
 

@@ -1,0 +1,402 @@
+"""Plotly figure builders for the planning pages, Tune a knob and Capacity planning (no Streamlit here).
+
+The conventions of ``charts``: the one shared template, a title, axis titles with units, TPOT in
+milliseconds. Sweep frames are ``experiments.sweep`` output (plus ``offered_output_tok_s`` and
+``kv_pressure`` where given); capacity points are ``CapacityResult.points``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .charts import TEMPLATE, _no_data, _title, policy_color
+from .experiments import KNOBS
+
+# knob -> axis title with its unit
+KNOB_AXIS = {
+    "max_batch_size": "Max batch size (requests)",
+    "max_num_seqs": "max_num_seqs (sequences per step)",
+    "max_wait_s": "Max wait (s)",
+    "max_num_batched_tokens": "Token budget / chunk size (tokens per step)",
+    "high_share": "High-priority share (0-1)",
+    "rate_req_s": "Request rate (req/s)",
+    "kv_cache_tokens": "KV cache (tokens per replica)",
+}
+KNEE_COLOR = "#444444"
+LIGHT_BLUE, DARK_BLUE, GREY = "#9ECAE9", "#4C78A8", "#8C8C8C"
+P50_COLOR, P99_COLOR, CAP_COLOR = "#F2A65A", "#C0392B", "#7B241C"
+# frontier latency axis: key -> (sweep column, name, unit, factor from seconds)
+FRONTIER_LATENCY = {
+    "tpot_cap": ("capacity_tpot_p99_s", "P99 TPOT at capacity", "ms", 1e3),
+    "tpot": ("tpot_p99_s", "P99 TPOT at the offered load", "ms", 1e3),
+    "ttft": ("ttft_p99_s", "P99 TTFT at the offered load", "s", 1.0),
+}
+SLO_NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+
+
+def knob_axis(knob: str, log: bool = False) -> str:
+    text = KNOB_AXIS.get(knob, KNOBS.get(knob, knob))
+    return text[:-1] + ", log scale)" if log and text.endswith(")") else text
+
+
+def knob_short(knob: str) -> str:
+    return KNOB_AXIS.get(knob, knob).split(" (")[0]
+
+
+def value_text(knob: str, value: float) -> str:
+    """A knob value for labels: whole numbers without decimals, the rest with up to 3 significant digits."""
+    if not math.isfinite(value):
+        return "n/a"
+    if knob in ("max_batch_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
+        v = int(round(value))
+        return f"{v // 1024}k" if v >= 16384 and v % 1024 == 0 else f"{v:,}"
+    return f"{value:.3g}"
+
+
+def _figure(title: str, subtitle: str | None, height: int, rows: int = 1, cols: int = 1,
+            subplot_titles: Sequence[str] | None = None, **kw) -> go.Figure:
+    if rows == 1 and cols == 1:
+        fig = go.Figure()
+    else:
+        fig = make_subplots(rows=rows, cols=cols, subplot_titles=subplot_titles, **kw)
+        fig.update_annotations(font_size=13)
+    fig.update_layout(template=TEMPLATE, title=_title(title, subtitle), height=height)
+    return fig
+
+
+def _axis_names(fig: go.Figure, row: int, col: int) -> tuple[str, str, bool]:
+    """('x2', 'y2', is the x axis log) of one subplot (or of a plain figure)."""
+    try:
+        ref = fig.get_subplot(row, col)
+        xname, yname = ref.xaxis.plotly_name, ref.yaxis.plotly_name
+        xaxis = ref.xaxis
+    except Exception:  # a figure without subplots
+        xname, yname, xaxis = "xaxis", "yaxis", fig.layout.xaxis
+    short = lambda name: name.replace("axis", "")  # noqa: E731
+    return short(xname), short(yname), xaxis.type == "log"
+
+
+def add_knee(fig: go.Figure, knob: str, knee: float | None, cells: Sequence[tuple[int, int]] = ((1, 1),),
+             label: bool = True) -> None:
+    """The knee as a dashed vertical line in each cell, annotated once (in the first cell)."""
+    if knee is None or not math.isfinite(knee):
+        return
+    for n, (row, col) in enumerate(cells):
+        x, y, log = _axis_names(fig, row, col)
+        fig.add_shape(type="line", xref=x, yref=f"{y} domain", x0=knee, x1=knee, y0=0, y1=1, name="knee",
+                      line=dict(color=KNEE_COLOR, width=1.5, dash="dash"), layer="below")
+        if label and n == 0:
+            # annotations on a log axis take log10 of the value (shapes take the value itself)
+            fig.add_annotation(xref=x, yref=f"{y} domain", x=math.log10(knee) if log else knee, y=1.0,
+                               text=f"knee: {value_text(knob, knee)}", showarrow=False, xanchor="left",
+                               yanchor="top", xshift=4, font=dict(size=11, color=KNEE_COLOR), name="knee",
+                               bgcolor="rgba(255,255,255,0.8)")
+
+
+def _line(x, y, name: str, color: str, unit: str, knob: str, dash: str | None = None, group: str | None = None,
+          show: bool = True, fmt: str = ",.3g") -> go.Scatter:
+    return go.Scatter(x=x, y=y, mode="lines+markers", name=name, legendgroup=group or name, showlegend=show,
+                      line=dict(color=color, width=2.5, dash=dash), marker=dict(size=7),
+                      hovertemplate=f"{knob_short(knob)} %{{x:,.4g}}<br>{name}: %{{y:{fmt}}} {unit}<extra></extra>")
+
+
+def _x(df: pd.DataFrame, knob: str) -> np.ndarray:
+    return df[knob].to_numpy(float)
+
+
+def log_ticks(values, most: int = 8) -> list[float] | None:
+    """Tick values for a log axis over these values: 1-2-5 steps, or decades when those are too many;
+    None (Plotly's own) when nothing is positive."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if not v.size:
+        return None
+    lo, hi = float(v.min()) / 1.05, float(v.max()) * 1.05  # about the range Plotly shows
+    for mantissas in ((1.0, 2.0, 5.0), (1.0,)):
+        ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                 for m in mantissas]
+        ticks = [t for t in ticks if lo <= t <= hi]
+        if len(ticks) <= most:
+            break
+    if len(ticks) < 3:
+        ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                 for m in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)]
+        ticks = [t for t in ticks if lo <= t <= hi]
+    return ticks or None
+
+
+def _tick_text(t: float) -> str:
+    return f"{t:,.0f}" if t >= 1 else f"{t:g}"
+
+
+def _log_axis(fig: go.Figure, axis: str, values, **where) -> None:
+    """Make an axis ("x" or "y") log with readable 1-2-5 ticks (no crowded minor digits)."""
+    ticks = log_ticks(values)
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    kw = {"type": "log"}
+    if ticks:
+        kw.update(tickvals=ticks, ticktext=[_tick_text(t) for t in ticks])
+    update(**kw, **where)
+
+
+def _knob_ticks(fig: go.Figure, df: pd.DataFrame, knob: str, log_x: bool) -> None:
+    """On a log knob axis, ticks at the swept values themselves (every other one past 12)."""
+    if not log_x or df.empty:
+        return
+    vals = sorted(set(_x(df, knob)))
+    step = max(1, math.ceil(len(vals) / 12))
+    vals = vals[::step]
+    fig.update_xaxes(type="log", tickvals=vals, ticktext=[value_text(knob, v) for v in vals])
+
+
+BOTTOM_LEGEND = dict(orientation="h", x=0.0, xanchor="left", y=-0.2, yanchor="top")
+
+
+# ---------------------------------------------------------------- Tune: curves against the knob
+
+
+def sweep_throughput(df: pd.DataFrame, knob: str, knee: float | None = None, log_x: bool = False,
+                     policy: str = "") -> go.Figure:
+    """Throughput at the offered load, capacity and the offered load against the knob, knee marked."""
+    sub = f"Policy: {policy}. " if policy else ""
+    fig = _figure(f"Throughput and capacity vs {knob_short(knob)}",
+                  sub + "Capacity: every request queued at t = 0", 460)
+    if df.empty:
+        return _no_data(fig)
+    x = _x(df, knob)
+    fig.add_trace(_line(x, df["throughput_output_tok_s"], "Throughput at this load", LIGHT_BLUE, "tok/s", knob,
+                        fmt=",.0f"))
+    fig.add_trace(_line(x, df["capacity_output_tok_s"], "Capacity", DARK_BLUE, "tok/s", knob, fmt=",.0f"))
+    if "offered_output_tok_s" in df:
+        fig.add_trace(go.Scatter(x=x, y=df["offered_output_tok_s"], mode="lines", name="Offered load",
+                                 line=dict(color=GREY, width=1.5, dash="dash"),
+                                 hovertemplate="offered %{y:,.0f} tok/s<extra></extra>"))
+    fig.update_layout(xaxis_title=knob_axis(knob, log_x), yaxis_title="Output tokens per second (tok/s)",
+                      xaxis_type="log" if log_x else "linear", yaxis_rangemode="tozero", hovermode="x unified",
+                      legend=BOTTOM_LEGEND, height=460)
+    _knob_ticks(fig, df, knob, log_x)
+    add_knee(fig, knob, knee)
+    return fig
+
+
+def sweep_latency(df: pd.DataFrame, knob: str, knee: float | None = None, log_x: bool = False) -> go.Figure:
+    """TTFT P50/P99 (s) and TPOT P50/P99 plus P99 TPOT at capacity (ms) against the knob, log y axes."""
+    fig = _figure(f"Latency vs {knob_short(knob)}", "P50 and P99 at the offered load; dotted: P99 TPOT with the "
+                  "batch full (capacity run)", 420, rows=1, cols=2, horizontal_spacing=0.1,
+                  subplot_titles=("TTFT (log scale)", "TPOT (log scale)"))
+    if df.empty:
+        return _no_data(fig)
+    x = _x(df, knob)
+    fig.add_trace(_line(x, df["ttft_p50_s"], "P50", P50_COLOR, "s", knob), row=1, col=1)
+    fig.add_trace(_line(x, df["ttft_p99_s"], "P99", P99_COLOR, "s", knob), row=1, col=1)
+    fig.add_trace(_line(x, df["tpot_p50_s"] * 1e3, "P50", P50_COLOR, "ms", knob, show=False), row=1, col=2)
+    fig.add_trace(_line(x, df["tpot_p99_s"] * 1e3, "P99", P99_COLOR, "ms", knob, show=False), row=1, col=2)
+    if "capacity_tpot_p99_s" in df:
+        fig.add_trace(_line(x, df["capacity_tpot_p99_s"] * 1e3, "P99 at capacity", CAP_COLOR, "ms", knob,
+                            dash="dot"), row=1, col=2)
+    _log_axis(fig, "y", np.r_[df["ttft_p50_s"], df["ttft_p99_s"]], row=1, col=1)
+    tpot = [df["tpot_p50_s"], df["tpot_p99_s"]] + ([df["capacity_tpot_p99_s"]] if "capacity_tpot_p99_s" in df else [])
+    _log_axis(fig, "y", np.concatenate([np.asarray(t, float) for t in tpot]) * 1e3, row=1, col=2)
+    fig.update_yaxes(title_text="TTFT (s, log scale)", row=1, col=1)
+    fig.update_yaxes(title_text="TPOT (ms, log scale)", row=1, col=2)
+    fig.update_xaxes(title_text=knob_axis(knob, log_x), type="log" if log_x else "linear")
+    _knob_ticks(fig, df, knob, log_x)
+    add_knee(fig, knob, knee, ((1, 1), (1, 2)))
+    return fig
+
+
+def sweep_utilisation(df: pd.DataFrame, knob: str, knee: float | None = None, log_x: bool = False) -> go.Figure:
+    """GPU util, batch efficiency and peak KV use (%), and preemptions (count), against the knob."""
+    fig = _figure(f"GPU use, batch fill, KV cache and preemptions vs {knob_short(knob)}", "At the offered load",
+                  420, rows=1, cols=2, horizontal_spacing=0.1,
+                  subplot_titles=("Shares (%)", "Preemptions (count)"))
+    if df.empty:
+        return _no_data(fig)
+    x = _x(df, knob)
+    fig.add_trace(_line(x, df["gpu_util"] * 100, "GPU util", "#54A24B", "%", knob, fmt=".1f"), row=1, col=1)
+    fig.add_trace(_line(x, df["batch_efficiency"] * 100, "Batch efficiency", DARK_BLUE, "%", knob, fmt=".1f"),
+                  row=1, col=1)
+    if "kv_pressure" in df:
+        fig.add_trace(_line(x, df["kv_pressure"] * 100, "Peak KV cache use", "#72B7B2", "%", knob, fmt=".1f"),
+                      row=1, col=1)
+    fig.add_trace(_line(x, df["preemptions"], "Preemptions", "#E45756", "", knob, fmt=",.0f"), row=1, col=2)
+    fig.update_yaxes(title_text="Share (%)", range=[0, 105], row=1, col=1)
+    top = float(np.nanmax(df["preemptions"].to_numpy(float), initial=0.0))
+    fig.update_yaxes(title_text="Preemptions (count)", range=[0, max(5.0, top * 1.08)], tickformat=",d", row=1,
+                     col=2)
+    fig.update_xaxes(title_text=knob_axis(knob, log_x), type="log" if log_x else "linear")
+    _knob_ticks(fig, df, knob, log_x)
+    add_knee(fig, knob, knee, ((1, 1), (1, 2)))
+    return fig
+
+
+def pareto_front(latency: Sequence[float], throughput: Sequence[float]) -> np.ndarray:
+    """Indices of the points no other point beats on both (lower latency and higher throughput), by latency."""
+    lat = np.asarray(latency, float)
+    thr = np.asarray(throughput, float)
+    ok = np.flatnonzero(np.isfinite(lat) & np.isfinite(thr))
+    order = ok[np.lexsort((-thr[ok], lat[ok]))]
+    front, best = [], -np.inf
+    for i in order:
+        if thr[i] > best:
+            front.append(i)
+            best = thr[i]
+    return np.asarray(front, int)
+
+
+def sweep_frontier(sweeps: Mapping[str, pd.DataFrame], knob: str, latency: str = "tpot_cap",
+                   knees: Mapping[str, float | None] | None = None, throughput: str | None = None) -> go.Figure:
+    """Throughput against P99 latency, one line per policy through its knob values (labelled), the Pareto
+    front over every point dashed, each policy's knee starred."""
+    col, lat_name, unit, factor = FRONTIER_LATENCY[latency]
+    thr_key = throughput or ("throughput_output_tok_s" if knob == "rate_req_s" else "capacity_output_tok_s")
+    thr_name = "Throughput at the offered load" if thr_key == "throughput_output_tok_s" else "Capacity"
+    short = {"tpot_cap": "P99 TPOT at capacity", "tpot": "P99 TPOT", "ttft": "P99 TTFT"}[latency]
+    fig = _figure(f"Frontier: {thr_name.split(' at ')[0].lower()} vs {short}",
+                  f"One point per {knob_short(knob)} value; up and to the left is better", 460)
+    all_lat, all_thr = [], []
+    items = list(enumerate(sweeps.items()))
+    for i, (name, df) in items[1:] + items[:1]:  # the first (chosen) policy drawn last, on top
+        if df.empty:
+            continue
+        color = policy_color(name, i)
+        lat = df[col].to_numpy(float) * factor
+        thr = df[thr_key].to_numpy(float)
+        labels = [value_text(knob, v) for v in df[knob]]
+        fig.add_trace(go.Scatter(x=lat, y=thr, mode="lines+markers+text" if i == 0 else "lines+markers",
+                                 name=name, text=labels, legendrank=1000 + i,
+                                 textposition="top center", textfont=dict(size=10, color=color),
+                                 line=dict(color=color, width=2), marker=dict(size=8, color=color),
+                                 customdata=df[knob].to_numpy(float),
+                                 hovertemplate=f"{name}<br>{knob_short(knob)} %{{customdata:,.4g}}<br>{lat_name} "
+                                               f"%{{x:,.3g}} {unit}<br>{thr_name} %{{y:,.0f}} tok/s<extra></extra>"))
+        knee = (knees or {}).get(name)
+        if knee is not None and (df[knob] == knee).any():
+            k = df[df[knob] == knee].iloc[0]
+            fig.add_trace(go.Scatter(x=[float(k[col]) * factor], y=[float(k[thr_key])], mode="markers",
+                                     name=f"{name} knee", legendgroup=name, showlegend=False,
+                                     marker=dict(symbol="star", size=17, color=color, line=dict(color="white",
+                                                                                                width=1)),
+                                     hovertemplate=f"{name} knee: {knob_short(knob)} {value_text(knob, knee)}"
+                                                   "<extra></extra>"))
+        all_lat.append(lat)
+        all_thr.append(thr)
+    if not all_lat:
+        return _no_data(fig)
+    lat, thr = np.concatenate(all_lat), np.concatenate(all_thr)
+    front = pareto_front(lat, thr)
+    if len(front) > 1:
+        fig.add_trace(go.Scatter(x=lat[front], y=thr[front], mode="lines", name="Best trade-offs",
+                                 line=dict(color=GREY, width=1.5, dash="dash", shape="hv"), hoverinfo="skip"))
+    if knees and any(v is not None for v in knees.values()):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="knee (star)",
+                                 marker=dict(symbol="star", size=13, color=KNEE_COLOR)))
+    fig.update_layout(xaxis_title=f"{lat_name} ({unit}, log scale)", yaxis_title=f"{thr_name} (output tok/s)",
+                      yaxis_rangemode="tozero", legend=BOTTOM_LEGEND, legend_traceorder="normal")
+    _log_axis(fig, "x", lat)
+    return fig
+
+
+# ---------------------------------------------------------------- Capacity planning
+
+
+def capacity_bars(plans: Mapping[str, Mapping], target_rate_req_s: float | None = None,
+                  gpu_hour_usd: float | None = None) -> go.Figure:
+    """Per policy: sustainable request rate per node, nodes needed for the target, $ per million output tokens."""
+    target = f"{target_rate_req_s:,.4g} req/s" if target_rate_req_s else "the target"
+    price = f" at ${gpu_hour_usd:,.4g}/GPU-hour" if gpu_hour_usd else ""
+    fig = _figure("Capacity per policy within the SLOs", "Zero or missing: no rate tried met the SLOs", 430, rows=1,
+                  cols=3,
+                  horizontal_spacing=0.09,
+                  subplot_titles=("Sustainable rate per node", f"Nodes for {target}",
+                                  f"Cost per million output tokens{price}"))
+    names = list(plans)
+    if not names:
+        return _no_data(fig)
+    colors = [policy_color(n, i) for i, n in enumerate(names)]
+    series = (("max_rate_req_s", "req/s", ",.3g", 1), ("nodes_needed", "nodes", ",.0f", 2),
+              ("usd_per_million_output_tokens", "$", ",.2f", 3))
+    for key, unit, fmt, col in series:
+        y = [_num(plans[n].get(key)) for n in names]
+        text = [("n/a" if not math.isfinite(v) else (f"${v:{fmt}}" if unit == "$" else f"{v:{fmt}}")) for v in y]
+        fig.add_trace(go.Bar(x=names, y=[v if math.isfinite(v) else None for v in y], marker_color=colors,
+                             text=text, textposition="outside", cliponaxis=False, showlegend=False,
+                             name=key, hovertemplate=f"%{{x}}: %{{y:{fmt}}} {unit}<extra></extra>"), row=1, col=col)
+    fig.update_yaxes(title_text="Requests per second per node (req/s)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="Nodes (count)", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title_text="US dollars per million output tokens ($)", rangemode="tozero", row=1, col=3)
+    fig.update_xaxes(title_text="Policy")
+    for col in (1, 2, 3):  # room above the tallest bar for its label
+        ys = [_num(plans[n].get(series[col - 1][0])) for n in names]
+        top = max([v for v in ys if math.isfinite(v)], default=0.0)
+        if top > 0:
+            fig.update_yaxes(range=[0, top * 1.18], row=1, col=col)
+        if col == 2 and top <= 10:
+            fig.update_yaxes(dtick=1, row=1, col=col)  # whole nodes
+    return fig
+
+
+def _num(value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+    return v
+
+
+def goodput_curves(points: Mapping[str, pd.DataFrame], max_rates: Mapping[str, float],
+                   attainment: float) -> go.Figure:
+    """Goodput (top) and SLO attainment (bottom) against the request rate, for every rate each search tried;
+    the attainment target dashed, each policy's sustainable rate dotted."""
+    fig = _figure("Goodput and SLO attainment vs request rate", "Every rate the search simulated; dotted: each "
+                  "policy's sustainable rate; dashed: the attainment target", 680, rows=2, cols=1,
+                  shared_xaxes=True, vertical_spacing=0.16,
+                  subplot_titles=("Goodput: requests per second within every SLO",
+                                  f"Share of requests within every SLO (target {attainment * 100:.3g} %)"))
+    shown = False
+    all_rates = []
+    for i, (name, df) in enumerate(points.items()):
+        if df is None or df.empty:
+            continue
+        shown = True
+        color = policy_color(name, i)
+        df = df.sort_values("rate_req_s")
+        x = df["rate_req_s"].to_numpy(float)
+        all_rates.append(x)
+        fig.add_trace(go.Scatter(x=x, y=df["goodput_req_s"], mode="lines+markers", name=name, legendgroup=name,
+                                 line=dict(color=color, width=2.5), marker=dict(size=7),
+                                 hovertemplate=f"{name}<br>%{{x:,.3g}} req/s offered<br>goodput %{{y:,.3g}} req/s"
+                                               "<extra></extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=x, y=df["attainment"] * 100, mode="lines+markers", name=name, legendgroup=name,
+                                 showlegend=False, line=dict(color=color, width=2.5), marker=dict(size=7),
+                                 hovertemplate=f"{name}<br>%{{x:,.3g}} req/s<br>%{{y:.1f}} % within the SLOs"
+                                               "<extra></extra>"), row=2, col=1)
+        rate = max_rates.get(name)
+        if rate is not None and rate > 0:
+            for row in (1, 2):
+                fig.add_shape(type="line", xref="x" if row == 1 else "x2", yref="y domain" if row == 1 else
+                              "y2 domain", x0=rate, x1=rate, y0=0, y1=1, name=f"{name} max rate",
+                              line=dict(color=color, width=1.5, dash="dot"))
+    if not shown:
+        return _no_data(fig)
+    hi = float(np.concatenate(all_rates).max())
+    # what goodput would be if every request met the SLOs: the offered rate itself
+    ref = np.array([0.0, hi])
+    fig.add_trace(go.Scatter(x=ref, y=ref, mode="lines", name="All requests within the SLOs",
+                             line=dict(color=GREY, width=1, dash="dash"), hoverinfo="skip"), row=1, col=1)
+    fig.add_shape(type="line", xref="x2 domain", yref="y2", x0=0, x1=1, y0=attainment * 100, y1=attainment * 100,
+                  name="attainment target", line=dict(color=P99_COLOR, width=1.5, dash="dash"))
+    fig.update_xaxes(showticklabels=True, rangemode="tozero", title_text="Request rate offered to one node (req/s)")
+    fig.update_yaxes(title_text="Goodput (req/s)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="Within every SLO (%)", range=[0, 103], row=2, col=1)
+    return fig
+
+
+def binding_text(binding: str | None) -> str:
+    """The SLO a capacity search hit first; none when every rate tried met them (the node's capacity binds)."""
+    return SLO_NAMES.get(binding, binding) if binding else "none (node at capacity)"
