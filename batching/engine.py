@@ -262,6 +262,39 @@ def _pick_victim_nb(run, lo, hi, prio, arrival, use_prio, below_class):
 
 
 @njit(cache=True, nogil=True)
+def _remove_nb(run, v, nr):
+    """Remove run[v], keeping the admission order of the rest; returns the new length."""
+    for j in range(v, nr - 1):
+        run[j] = run[j + 1]
+    return nr - 1
+
+
+@njit(cache=True, nogil=True)
+def _evict_nb(vr, preempt, swap_cap_tokens, use_prio, prio, prompt, gen, kv, target, state, blocks, req_pre,
+              swapped, qbuf, qoff, qcap, qhead, qlen, free, swap_tok, swap_used, nsw, nwait):
+    """Preempt request ``vr`` (already out of the running list): its GPU blocks are freed and its
+    KV either copied to host memory (swap, while host space lasts) or dropped, the request
+    rejoining the front of its class to prefill prompt + generated tokens again (recompute).
+    Returns the updated (free, swap_tok, swap_used, nsw, nwait)."""
+    free += blocks[vr]
+    blocks[vr] = 0
+    req_pre[vr] += 1
+    if preempt == PREEMPT_SWAP and swap_used + kv[vr] <= swap_cap_tokens:
+        swap_tok += kv[vr]
+        swap_used += kv[vr]
+        state[vr] = ST_SWAPPED
+        swapped[nsw] = vr
+        nsw += 1
+    else:
+        kv[vr] = 0
+        target[vr] = prompt[vr] + gen[vr]
+        state[vr] = ST_WAITING
+        _q_push_front_nb(qbuf, qoff, qcap, qhead, qlen, prio[vr] if use_prio else 0, vr)
+        nwait += 1
+    return free, swap_tok, swap_used, nsw, nwait
+
+
+@njit(cache=True, nogil=True)
 def _run_continuous_nb(arrival, prompt, output, prio, n_classes, max_seqs, budget, chunked, use_prio,
                        preempt, swap_cap_tokens, watermark_blocks, kv_blocks, coef, ar_x, ar_y,
                        req_f, req_pre, steps_i, steps_f, hist):
@@ -342,25 +375,11 @@ def _run_continuous_nb(arrival, prompt, output, prio, n_classes, max_seqs, budge
                     if v < 0:
                         break
                     vr = run[v]
-                    for i in range(v, nr - 1):
-                        run[i] = run[i + 1]
-                    nr -= 1
-                    free += blocks[vr]
-                    blocks[vr] = 0
-                    req_pre[vr] += 1
+                    nr = _remove_nb(run, v, nr)
                     n_preempted += 1
-                    if preempt == PREEMPT_SWAP and swap_used + kv[vr] <= swap_cap_tokens:
-                        swap_tok += kv[vr]
-                        swap_used += kv[vr]
-                        state[vr] = ST_SWAPPED
-                        swapped[nsw] = vr
-                        nsw += 1
-                    else:
-                        kv[vr] = 0
-                        target[vr] = prompt[vr] + gen[vr]
-                        state[vr] = ST_WAITING
-                        _q_push_front_nb(qbuf, qoff, qcap, qhead, qlen, prio[vr] if use_prio else 0, vr)
-                        nwait += 1
+                    free, swap_tok, swap_used, nsw, nwait = _evict_nb(
+                        vr, preempt, swap_cap_tokens, use_prio, prio, prompt, gen, kv, target, state, blocks,
+                        req_pre, swapped, qbuf, qoff, qcap, qhead, qlen, free, swap_tok, swap_used, nsw, nwait)
                     ok = nr < max_seqs and free - need >= (watermark_blocks if nr > 0 else 0)
                 if not ok:
                     break
@@ -405,25 +424,11 @@ def _run_continuous_nb(arrival, prompt, output, prio, n_classes, max_seqs, budge
                     if v < 0:
                         v = i  # nothing behind it: preempt the sequence itself
                     vr = run[v]
-                    for j in range(v, nr - 1):
-                        run[j] = run[j + 1]
-                    nr -= 1
-                    free += blocks[vr]
-                    blocks[vr] = 0
-                    req_pre[vr] += 1
+                    nr = _remove_nb(run, v, nr)
                     n_preempted += 1
-                    if preempt == PREEMPT_SWAP and swap_used + kv[vr] <= swap_cap_tokens:
-                        swap_tok += kv[vr]
-                        swap_used += kv[vr]
-                        state[vr] = ST_SWAPPED
-                        swapped[nsw] = vr
-                        nsw += 1
-                    else:
-                        kv[vr] = 0
-                        target[vr] = prompt[vr] + gen[vr]
-                        state[vr] = ST_WAITING
-                        _q_push_front_nb(qbuf, qoff, qcap, qhead, qlen, prio[vr] if use_prio else 0, vr)
-                        nwait += 1
+                    free, swap_tok, swap_used, nsw, nwait = _evict_nb(
+                        vr, preempt, swap_cap_tokens, use_prio, prio, prompt, gen, kv, target, state, blocks,
+                        req_pre, swapped, qbuf, qoff, qcap, qhead, qlen, free, swap_tok, swap_used, nsw, nwait)
                     if v == i:
                         break
                 if i < nr and run[i] == r and state[r] == ST_RUNNING:
@@ -478,12 +483,7 @@ def _run_continuous_nb(arrival, prompt, output, prio, n_classes, max_seqs, budge
                     if v < 0:
                         break
                     vr = run[v]
-                    for j in range(v, nr - 1):
-                        run[j] = run[j + 1]
-                    nr -= 1
-                    free += blocks[vr]
-                    blocks[vr] = 0
-                    req_pre[vr] += 1
+                    nr = _remove_nb(run, v, nr)
                     n_preempted += 1
                     if sched[vr] > 0:  # it was scheduled in this step: take its work back out
                         cv = sched[vr]
@@ -501,18 +501,9 @@ def _run_continuous_nb(arrival, prompt, output, prio, n_classes, max_seqs, budge
                         c = min(target[h] - kv[h], budget - tokens)
                         if not reserve_all:
                             need = _blocks_for_nb(kv[h] + c)
-                    if preempt == PREEMPT_SWAP and swap_used + kv[vr] <= swap_cap_tokens:
-                        swap_tok += kv[vr]
-                        swap_used += kv[vr]
-                        state[vr] = ST_SWAPPED
-                        swapped[nsw] = vr
-                        nsw += 1
-                    else:
-                        kv[vr] = 0
-                        target[vr] = prompt[vr] + gen[vr]
-                        state[vr] = ST_WAITING
-                        _q_push_front_nb(qbuf, qoff, qcap, qhead, qlen, prio[vr] if use_prio else 0, vr)
-                        nwait += 1
+                    free, swap_tok, swap_used, nsw, nwait = _evict_nb(
+                        vr, preempt, swap_cap_tokens, use_prio, prio, prompt, gen, kv, target, state, blocks,
+                        req_pre, swapped, qbuf, qoff, qcap, qhead, qlen, free, swap_tok, swap_used, nsw, nwait)
                     ok = nr < max_seqs and free - need >= (watermark_blocks if nr > 0 else 0)
                 if not ok:
                     break

@@ -6,23 +6,18 @@ Needs the Debian Chromium at /usr/bin/chromium (Playwright never downloads a bro
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from streamlit_server import StreamlitServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
-START_TIMEOUT_S = 60
 RENDER_TIMEOUT_MS = 120_000
 
 if not CHROMIUM.exists():
@@ -53,49 +48,7 @@ def _other_pages() -> list[tuple[str, str, str, None]]:
 PAGES += _other_pages()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-class Server:
-    """A fresh ``streamlit run app.py`` on a free loopback port, stopped on exit."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = ARTIFACTS / "streamlit-server.log"
-
-    def __enter__(self) -> "Server":
-        ARTIFACTS.mkdir(exist_ok=True)
-        cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-               "--server.port", str(self.port), "--server.address", "127.0.0.1",
-               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
-        self._log = self.log.open("w")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"streamlit exited with {self.proc.returncode}; see {self.log}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.3)
-        self.__exit__()
-        raise TimeoutError(f"no /_stcore/health within {START_TIMEOUT_S} s; see {self.log}")
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
-        self._log.close()
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +85,7 @@ def metric(page, label: str) -> str:
 
 @pytest.mark.parametrize("path,query,title,charts", PAGES, ids=[p[0] or "home" for p in PAGES])
 def test_page_as_first_url_of_a_fresh_server(browser, path, query, title, charts):
-    with Server() as server:
+    with StreamlitServer() as server:
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.set_default_timeout(RENDER_TIMEOUT_MS)
         try:

@@ -19,16 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from streamlit_server import StreamlitServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -37,17 +34,12 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 # light traffic: a dynamic batch waits its whole max wait, so every slider value changes the charts
 QUERY = "policy=dynamic&workload=chat&rate=0.5&n=500"
-START_TIMEOUT_S = 60
 FIRST_RENDER_TIMEOUT_MS = 180_000  # the first page of a cold server loads the kernel
 UPDATE_TIMEOUT_MS = 90_000  # one key press to its chart update, under load
 SLIDER_STEP_MS, SLIDER_MIN_MS, SLIDER_MAX_MS = 10, 0, 2000
 POLL_MS = 100  # how often a session checks for its update (the latencies' resolution)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _children(pid: int) -> list[int]:
@@ -104,46 +96,6 @@ def machine_cpu() -> tuple[float, float]:
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
     return (sum(values) - idle) / tick, sum(values) / tick
 
-
-class Server:
-    """``streamlit run app.py`` on a free loopback port; stopped (terminate, then kill) on exit."""
-
-    def __init__(self, env: dict[str, str] | None = None) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = ARTIFACTS / "load-server.log"
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-
-    def __enter__(self) -> "Server":
-        ARTIFACTS.mkdir(exist_ok=True)
-        self._log = self.log_path.open("w")
-        cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-               "--server.port", str(self.port), "--server.address", "127.0.0.1",
-               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.__exit__()
-                raise RuntimeError(f"streamlit exited with {self.proc.returncode}; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.3)
-        self.__exit__()
-        raise TimeoutError(f"no /_stcore/health within {START_TIMEOUT_S} s; see {self.log_path}")
-
-    def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
 
 
 @dataclass
@@ -244,7 +196,7 @@ async def _sample_rss(pid: int, samples: list[int], stop: asyncio.Event) -> None
             pass
 
 
-async def _run(server: Server, sessions: int, seconds: float) -> tuple[list[Session], list[int], float]:
+async def _run(server: StreamlitServer, sessions: int, seconds: float) -> tuple[list[Session], list[int], float]:
     from playwright.async_api import async_playwright
 
     samples: list[int] = []
@@ -276,7 +228,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def run_load(sessions: int, seconds: float, env: dict[str, str] | None = None) -> dict:
     """Start a server, drive ``sessions`` browser sessions for ``seconds``, stop the server; the figures."""
-    with Server(env) as server:
+    with StreamlitServer("load-server.log", env) as server:
         idle_rss = rss_bytes(server.proc.pid)
         cpu0, (busy0, total0) = cpu_seconds(server.proc.pid), machine_cpu()
         runs, samples, wall = asyncio.run(_run(server, sessions, seconds))
