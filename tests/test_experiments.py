@@ -143,3 +143,9 @@ def test_cli_sweep_and_capacity_json(tmp_path):
 def test_cli_bad_values_exit_2(capsys):
     assert main(["capacity", "--requests", "50"]) == 2
     assert "SLO" in capsys.readouterr().err
+
+
+def test_sweep_rows_carry_mfu_and_mbu():
+    df = sweep(scenario("continuous", n=100), "max_num_seqs", [4, 64], with_capacity=False)
+    assert (df.mfu > 0).all() and (df.mbu > 0).all()
+    assert df.mfu.iloc[1] >= df.mfu.iloc[0]  # a bigger batch does at least as much useful compute per second
