@@ -71,12 +71,17 @@ def itl_bin_edges() -> np.ndarray:
     return np.logspace(np.log10(ITL_LO_S), np.log10(ITL_HI_S), ITL_BINS + 1)
 
 
+# histogram bin of a gap: (log(gap) - _LOG_ITL_LO) * _ITL_BINS_PER_LOG (compile-time constants)
+_LOG_ITL_LO = float(np.log(ITL_LO_S))
+_ITL_BINS_PER_LOG = float(ITL_BINS / (np.log(ITL_HI_S) - np.log(ITL_LO_S)))
+
+
 @njit(cache=True, nogil=True)
 def _itl_record_nb(hist, cls, gap):
     if gap <= ITL_LO_S:
         b = 0
     else:
-        b = int((np.log(gap) - np.log(ITL_LO_S)) / ((np.log(ITL_HI_S) - np.log(ITL_LO_S)) / ITL_BINS))
+        b = int((np.log(gap) - _LOG_ITL_LO) * _ITL_BINS_PER_LOG)
         if b >= ITL_BINS:
             b = ITL_BINS - 1
     hist[cls, b] += 1
