@@ -33,17 +33,18 @@ class Comparison:
     saturated: dict[str, SimResult]  # every request at t = 0
 
     def summaries(self) -> dict[str, dict]:
-        out = {}
-        for name, res in self.results.items():
-            s = res.summary()
-            s["capacity_output_tok_s"] = self.saturated[name].summary()["throughput_output_tok_s"]
-            out[name] = s
-        return out
+        return {name: with_capacity(res.summary(), self.saturated[name].summary())
+                for name, res in self.results.items()}
 
     def table(self) -> pd.DataFrame:
         """One row per policy, the classic columns (raw summary keys as column names)."""
         rows = {name: {k: s[k] for k in COMPARE_COLUMNS} for name, s in self.summaries().items()}
         return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def with_capacity(summary: dict, saturated_summary: dict) -> dict:
+    """A run's summary with ``capacity_output_tok_s`` from its saturated twin."""
+    return {**summary, "capacity_output_tok_s": saturated_summary["throughput_output_tok_s"]}
 
 
 def compare(scenario: Scenario, policies: Mapping[str, BatchingPolicy] | None = None,
@@ -232,6 +233,25 @@ def slo_point(sc: Scenario, slo: SLO) -> dict:
             "tpot_p99_s": s["tpot_p99_s"]}
 
 
+def plan_costs(rate_req_s: float, throughput_output_tok_s: float, num_gpus: int,
+               target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None):
+    """(nodes needed for the target rate, $ per million output tokens at that throughput);
+    None where not asked for or not defined (no sustainable rate)."""
+    import math
+
+    nodes = usd = None
+    if target_rate_req_s is not None:
+        if not target_rate_req_s > 0:
+            raise ValueError(f"target_rate_req_s={target_rate_req_s!r} is out of range; allowed > 0")
+        nodes = math.ceil(target_rate_req_s / rate_req_s - 1e-9) if rate_req_s > 0 else None
+    if gpu_hour_usd is not None:
+        if not gpu_hour_usd > 0:
+            raise ValueError(f"gpu_hour_usd={gpu_hour_usd!r} is out of range; allowed > 0")
+        if throughput_output_tok_s > 0:
+            usd = num_gpus * gpu_hour_usd / 3600.0 / throughput_output_tok_s * 1e6
+    return nodes, usd
+
+
 @dataclass(frozen=True, eq=False)
 class CapacityResult:
     max_rate_req_s: float
@@ -259,10 +279,7 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
     slo.validate()
     if policy is not None:
         scenario = scenario.with_policy(policy)
-    if target_rate_req_s is not None and not target_rate_req_s > 0:
-        raise ValueError(f"target_rate_req_s={target_rate_req_s!r} is out of range; allowed > 0")
-    if gpu_hour_usd is not None and not gpu_hour_usd > 0:
-        raise ValueError(f"gpu_hour_usd={gpu_hour_usd!r} is out of range; allowed > 0")
+    plan_costs(1.0, 1.0, 1, target_rate_req_s, gpu_hour_usd)  # validates target and price before searching
     scenario.validate()
     wl = scenario.workload
     # the saturated run bounds the rate: no policy sustains more requests/s than it serves flat out
@@ -314,13 +331,7 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
         binding = min(first_fail["per_slo"], key=first_fail["per_slo"].get)
     rate = lo if best is not None else 0.0
     thr = best["throughput_output_tok_s"] if best else 0.0
-    nodes = None
-    if target_rate_req_s is not None:
-        nodes = math.ceil(target_rate_req_s / rate - 1e-9) if rate > 0 else None
-    usd = None
-    if gpu_hour_usd is not None and thr > 0:
-        node_usd_s = scenario.deployment.node.num_gpus * gpu_hour_usd / 3600.0
-        usd = node_usd_s / thr * 1e6
+    nodes, usd = plan_costs(rate, thr, scenario.deployment.node.num_gpus, target_rate_req_s, gpu_hour_usd)
     df = pd.DataFrame([{k: v for k, v in p.items() if k != "per_slo"} for p in points]).sort_values("rate_req_s")
     return CapacityResult(rate, thr, best["goodput_req_s"] if best else 0.0, binding, nodes, usd,
                           df.reset_index(drop=True))

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import streamlit as st
 
-from ..experiments import Comparison
+from ..experiments import with_capacity
 from ..policy import BatchingPolicy
 from ..simulate import Scenario, SimResult, simulate
 from ..workload import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
@@ -207,16 +207,6 @@ def capacity_summary(scenario: Scenario) -> dict:
     return summary_cached(capacity_scenario(scenario), True)
 
 
-class _Summarised:
-    """Stands in for a SimResult in ``experiments.Comparison``: only ``summary()`` is read."""
-
-    def __init__(self, summary: dict) -> None:
-        self._summary = summary
-
-    def summary(self) -> dict:
-        return dict(self._summary)
-
-
 def compare_summaries(scenario: Scenario, policies: Mapping[str, BatchingPolicy]) -> dict[str, dict]:
     """``experiments.compare(...).summaries()`` for these policies, from cached runs, with progress."""
     tasks: list[tuple[str, Callable[[], dict]]] = []
@@ -225,9 +215,7 @@ def compare_summaries(scenario: Scenario, policies: Mapping[str, BatchingPolicy]
         tasks.append((f"{name} at the offered load", lambda sc=sc: summary_cached(sc, False)))
         tasks.append((f"{name} capacity run", lambda sc=sc: capacity_summary(sc)))
     done = run_with_progress(tasks, "Simulating")
-    offered = {name: _Summarised(done[2 * i]) for i, name in enumerate(policies)}
-    saturated = {name: _Summarised(done[2 * i + 1]) for i, name in enumerate(policies)}
-    return Comparison(offered, saturated).summaries()
+    return {name: with_capacity(done[2 * i], done[2 * i + 1]) for i, name in enumerate(policies)}
 
 
 def run_with_progress(tasks: Sequence[tuple[str, Callable[[], T]]], text: str) -> list[T]:

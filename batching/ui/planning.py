@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from ..experiments import KNOBS, SLO, CapacityResult, apply_knob, capacity, sweep
+from ..experiments import KNOBS, SLO, CapacityResult, apply_knob, capacity, plan_costs, sweep
 from ..policy import BatchingPolicy
 from ..simulate import Scenario
 from ..specs import KV_BLOCK_TOKENS
@@ -114,18 +114,8 @@ def plan(result: CapacityResult, scenario: Scenario, target_rate_req_s: float | 
     """``result.to_dict()`` with nodes needed and $ per million output tokens for this target and price,
     computed as ``experiments.capacity`` does."""
     out = result.to_dict()
-    rate, thr = result.max_rate_req_s, result.throughput_output_tok_s
-    nodes = None
-    if target_rate_req_s is not None:
-        if not target_rate_req_s > 0:
-            raise ValueError(f"target_rate_req_s={target_rate_req_s!r} is out of range; allowed > 0")
-        nodes = math.ceil(target_rate_req_s / rate - 1e-9) if rate > 0 else None
-    usd = None
-    if gpu_hour_usd is not None:
-        if not gpu_hour_usd > 0:
-            raise ValueError(f"gpu_hour_usd={gpu_hour_usd!r} is out of range; allowed > 0")
-        if thr > 0:
-            usd = scenario.deployment.node.num_gpus * gpu_hour_usd / 3600.0 / thr * 1e6
+    nodes, usd = plan_costs(result.max_rate_req_s, result.throughput_output_tok_s,
+                            scenario.deployment.node.num_gpus, target_rate_req_s, gpu_hour_usd)
     out["nodes_needed"] = nodes
     out["usd_per_million_output_tokens"] = usd
     out["rates_tried"] = len(result.points)

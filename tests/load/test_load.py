@@ -40,8 +40,6 @@ SLIDER_STEP_MS, SLIDER_MIN_MS, SLIDER_MAX_MS = 10, 0, 2000
 POLL_MS = 100  # how often a session checks for its update (the latencies' resolution)
 
 
-
-
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -52,14 +50,21 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def rss_bytes(pid: int) -> int:
-    """VmRSS of a process and all its descendants (0 for processes that are gone)."""
-    total, todo, seen = 0, [pid], set()
+def _tree(pid: int):
+    """A process and all its descendants that are still there."""
+    todo, seen = [pid], set()
     while todo:
         p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
+        if p not in seen:
+            seen.add(p)
+            yield p
+            todo += _children(p)
+
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of a process and all its descendants (0 for processes that are gone)."""
+    total = 0
+    for p in _tree(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -67,25 +72,18 @@ def rss_bytes(pid: int) -> int:
                     break
         except OSError:
             continue
-        todo += _children(p)
     return total
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process and its descendants so far."""
-    total, todo, seen = 0.0, [pid], set()
-    tick = os.sysconf("SC_CLK_TCK")
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for p in _tree(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        todo += _children(p)
     return total
 
 
