@@ -1,9 +1,11 @@
 """Home: the strategy showdown, the five batching presets on the sidebar's scenario."""
 import streamlit as st
 
-from batching import charts, report
-from batching.experiments import COMPARE_COLUMNS, verdict
-from batching.policy import PRESETS
+from batching.charts import policy as charts
+
+from batching import report
+from batching.studies.experiments import COMPARE_COLUMNS, verdict
+from batching.sim.policy import PRESETS
 from batching.ui import cache, page, state, tables, widgets
 
 scenario = page.setup(

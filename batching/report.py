@@ -17,10 +17,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from . import charts
-from .policy import BatchingPolicy
-from .simulate import Scenario, SimResult
-from .workload import SyntheticWorkload, TraceWorkload
+from batching.charts import policy as charts
+from batching.sim.policy import BatchingPolicy
+from batching.sim.simulate import Scenario, SimResult
+from batching.sim.workload import SyntheticWorkload, TraceWorkload
 
 _CSS = """
 body{font-family:Inter,'Source Sans Pro','Helvetica Neue',Arial,sans-serif;color:#262730;margin:2rem auto;

@@ -76,7 +76,7 @@ def bench_cold_start(repeat: int) -> None:
     from playwright.sync_api import sync_playwright
 
     # warm the on-disk kernel cache (the target assumes it is warm)
-    subprocess.run([sys.executable, "-c", "from batching.simulate import Scenario, simulate; simulate(Scenario())"],
+    subprocess.run([sys.executable, "-c", "from batching.sim.simulate import Scenario, simulate; simulate(Scenario())"],
                    cwd=ROOT, check=True)
     firsts, idles = [], []
     with sync_playwright() as p:

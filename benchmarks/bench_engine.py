@@ -14,12 +14,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batching import engine as eng  # noqa: E402
-from batching.costmodel import cost_model  # noqa: E402
-from batching.policy import MODE_CODE, PREEMPTION_CODE, PRESETS  # noqa: E402
-from batching.simulate import Scenario, simulate  # noqa: E402
-from batching.specs import GIB  # noqa: E402
-from batching.workload import workload_preset  # noqa: E402
+from batching.sim import engine as eng  # noqa: E402
+from batching.sim.costmodel import cost_model  # noqa: E402
+from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS  # noqa: E402
+from batching.sim.simulate import Scenario, simulate  # noqa: E402
+from batching.sim.specs import GIB  # noqa: E402
+from batching.sim.workload import workload_preset  # noqa: E402
 
 
 def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
@@ -62,7 +62,7 @@ def main() -> None:
     # speed-up over the interpreted kernel on 500 requests
     code = ("import sys,time; sys.path.insert(0, %r)\n"
             "from benchmarks.bench_engine import engine_seconds\n"
-            "from batching.simulate import Scenario; from batching.workload import workload_preset\n"
+            "from batching.sim.simulate import Scenario; from batching.sim.workload import workload_preset\n"
             "print(engine_seconds(Scenario(workload=workload_preset('mixed', %r, 500, 0)), repeats=1)[0])"
             % (str(ROOT), args.rate))
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
@@ -72,7 +72,7 @@ def main() -> None:
     print(f"\n500 requests, continuous: interpreted {slow:.3f} s, jitted {fast:.5f} s, speed-up {slow / fast:,.0f}x")
     # cold process: import + load the cached kernel + first small simulation
     code = ("import time; t=time.perf_counter(); import sys; sys.path.insert(0, %r)\n"
-            "from batching.simulate import Scenario, simulate; from batching.workload import workload_preset\n"
+            "from batching.sim.simulate import Scenario, simulate; from batching.sim.workload import workload_preset\n"
             "simulate(Scenario(workload=workload_preset('mixed', 3.0, 50, 0)))\n"
             "print(time.perf_counter()-t)" % str(ROOT))
     cold = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batching.experiments import SLO, capacity, sweep, sweep_knee  # noqa: E402
-from batching.policy import PRESETS  # noqa: E402
-from batching.simulate import Scenario, simulate  # noqa: E402
+from batching.studies.experiments import SLO, capacity, sweep, sweep_knee  # noqa: E402
+from batching.sim.policy import PRESETS  # noqa: E402
+from batching.sim.simulate import Scenario, simulate  # noqa: E402
 
 
 def main() -> None:

@@ -1,8 +1,10 @@
 """Compare policies: two to four presets (customised or not) on the sidebar's scenario, side by side."""
 import streamlit as st
 
-from batching import charts, report
-from batching.simulate import Scenario
+from batching.charts import policy as charts
+
+from batching import report
+from batching.sim.simulate import Scenario
 from batching.ui import cache, knobs, page, state, tables, widgets
 
 # (URL prefix, slot letter, default preset); the first slot is the baseline of every change

@@ -1,9 +1,11 @@
 """Explore a policy: one preset with every knob of its mode, and what a run looks like inside."""
 import streamlit as st
 
-from batching import charts, report
-from batching.policy import PRESETS
-from batching.simulate import Scenario
+from batching.charts import policy as charts
+
+from batching import report
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
 from batching.ui import cache, knobs, page, state, tables, widgets
 
 CARDS = report.POLICY_METRICS

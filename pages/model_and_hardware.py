@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from batching import calibration as cal
-from batching import charts_costmodel as ccm
-from batching import costmodel as cm
-from batching.simulate import Scenario
-from batching.specs import (KV_BLOCK_TOKENS, Deployment, GPU_ARCHS, deployment, gpu_from_dict, gpu_to_dict,
+from batching.sim import calibration as cal
+from batching.charts import costmodel as ccm
+from batching.sim import costmodel as cm
+from batching.sim.simulate import Scenario
+from batching.sim.specs import (KV_BLOCK_TOKENS, Deployment, GPU_ARCHS, deployment, gpu_from_dict, gpu_to_dict,
                             model_from_dict, model_to_dict)
 from batching.ui import cache, page, widgets
 

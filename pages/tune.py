@@ -5,11 +5,13 @@ import json
 import pandas as pd
 import streamlit as st
 
-from batching import charts, report
-from batching import charts_planning as cp
-from batching.experiments import KNOBS, sweep_knee
-from batching.policy import PRESETS
-from batching.simulate import Scenario
+from batching.charts import policy as charts
+
+from batching import report
+from batching.charts import planning as cp
+from batching.studies.experiments import KNOBS, sweep_knee
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
 from batching.ui import cache, knobs, page, planning, state, widgets
 from batching.ui.params import Param
 

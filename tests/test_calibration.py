@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batching import calibration as cal
-from batching import cli_calibrate
-from batching import costmodel as cm
-from batching.specs import GPUS, MODELS, gpu_to_dict, model_to_dict
+from batching.sim import calibration as cal
+from batching.cli import calibrate as cli_calibrate
+from batching.sim import costmodel as cm
+from batching.sim.specs import GPUS, MODELS, gpu_to_dict, model_to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "calibration"
@@ -135,7 +135,7 @@ def test_end_to_end_moves_the_right_way(e2e):
 
 
 def test_sharegpt_preset_matches_the_published_lengths():
-    from batching.workload import workload_preset
+    from batching.sim.workload import workload_preset
 
     reqs = workload_preset("sharegpt", 4.0, 5000, 0).generate()
     assert 215 < reqs.prompt_tokens.mean() < 240  # published runs of the sampler: 224-230
@@ -201,7 +201,7 @@ def test_cli_custom_model_too_big_is_a_clear_error(tmp_path):
 
 
 def test_cli_run_with_a_model_too_big_exits_with_a_clear_error(capsys):
-    from batching.__main__ import main
+    from batching.cli.main import main
 
     assert main(["run", "--model", "llama-3.1-405b", "--requests", "10"]) == 2
     err = capsys.readouterr().err
@@ -225,8 +225,8 @@ def test_calibrate_parser_registers(capsys):
 
 # --- the page's figures -------------------------------------------------------------------
 def test_breakdown_charts_stack_the_step_time():
-    from batching import charts_costmodel as ccm
-    from batching.specs import deployment
+    from batching.charts import costmodel as ccm
+    from batching.sim.specs import deployment
 
     costs = cm.cost_model(deployment(model="llama-3.1-70b", tp=4, num_gpus=4))
     df = ccm.decode_breakdown(costs, 400, [1, 64, 256])
@@ -245,7 +245,7 @@ def test_breakdown_charts_stack_the_step_time():
 
 
 def test_calibration_charts_have_titles_and_units():
-    from batching import charts_costmodel as ccm
+    from batching.charts import costmodel as ccm
 
     fig = ccm.op_calibration({8: cal.op_comparison(8)}, "Linear layers")
     assert "max |error|" in fig.layout.title.text and "µs" in fig.layout.yaxis.title.text

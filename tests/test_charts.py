@@ -8,12 +8,12 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from batching import charts
-from batching.experiments import Comparison
-from batching.policy import PRESETS
-from batching.simulate import Scenario, simulate
-from batching.specs import deployment
-from batching.workload import workload_preset
+from batching.charts import policy as charts
+from batching.studies.experiments import Comparison
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario, simulate
+from batching.sim.specs import deployment
+from batching.sim.workload import workload_preset
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batching import charts_planning as cp
-from batching.charts import TEMPLATE
-from batching.experiments import SLO, capacity
-from batching.policy import PRESETS
-from batching.simulate import Scenario
-from batching.workload import workload_preset
+from batching.charts import planning as cp
+from batching.charts.policy import TEMPLATE
+from batching.studies.experiments import SLO, capacity
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
+from batching.sim.workload import workload_preset
 
 
 def sweep_frame(knob: str = "max_num_seqs", values=(8, 16, 32, 64, 128, 256)) -> pd.DataFrame:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from batching.__main__ import main
+from batching.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["num_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",

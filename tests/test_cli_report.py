@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from batching import cli_report, report
-from batching.__main__ import SUMMARY_KEYS, _Parser
-from batching.policy import PRESETS
-from batching.simulate import Scenario, simulate
-from batching.specs import deployment
-from batching.workload import workload_preset
+from batching.cli import report as cli_report
+
+from batching import report
+from batching.cli.main import SUMMARY_KEYS, _Parser
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario, simulate
+from batching.sim.specs import deployment
+from batching.sim.workload import workload_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ("timeline", "batch_composition", "kv_queue", "ttft_hist", "tpot_hist", "e2e_hist", "itl")
@@ -141,7 +143,7 @@ def test_bad_sizes_exit_2(tmp_path, capsys, flag, message):
 
 
 def _wired() -> bool:
-    return "cli_report" in (ROOT / "batching" / "__main__.py").read_text()
+    return "cli_report" in (ROOT / "batching" / "cli" / "main.py").read_text()
 
 
 @pytest.mark.skipif(not _wired(), reason="batching/__main__.py does not register the report command yet "

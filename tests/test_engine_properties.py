@@ -5,9 +5,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batching import engine as eng
-from batching.costmodel import cost_model
-from batching.specs import KV_BLOCK_TOKENS, deployment
+from batching.sim import engine as eng
+from batching.sim.costmodel import cost_model
+from batching.sim.specs import KV_BLOCK_TOKENS, deployment
 
 CM = cost_model(deployment())
 

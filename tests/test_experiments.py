@@ -4,11 +4,11 @@ import math
 import numpy as np
 import pytest
 
-from batching.__main__ import main
-from batching.experiments import SLO, apply_knob, capacity, find_knee, slo_point, sweep, sweep_knee
-from batching.policy import PRESETS
-from batching.simulate import Scenario
-from batching.workload import workload_preset
+from batching.cli.main import main
+from batching.studies.experiments import SLO, apply_knob, capacity, find_knee, slo_point, sweep, sweep_knee
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
+from batching.sim.workload import workload_preset
 
 
 def scenario(policy="chunked", rate=3.0, n=400):

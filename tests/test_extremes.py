@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batching.policy import PRESETS, with_knobs
-from batching.simulate import Scenario, SimResult, simulate
-from batching.specs import KV_BLOCK_TOKENS, deployment
-from batching.workload import LengthDist, SyntheticWorkload, workload_preset
+from batching.sim.policy import PRESETS, with_knobs
+from batching.sim.simulate import Scenario, SimResult, simulate
+from batching.sim.specs import KV_BLOCK_TOKENS, deployment
+from batching.sim.workload import LengthDist, SyntheticWorkload, workload_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
 from uihelpers import run_page  # noqa: E402

@@ -2,9 +2,9 @@
 batch-analysis traffic), produced by the mechanisms, not by constants tuned to them."""
 import pytest
 
-from batching.experiments import compare, verdict
-from batching.simulate import Scenario
-from batching.workload import workload_preset
+from batching.studies.experiments import compare, verdict
+from batching.sim.simulate import Scenario
+from batching.sim.workload import workload_preset
 
 
 @pytest.fixture(scope="module")
@@ -82,5 +82,5 @@ def test_verdict_names_the_winner(saturated_static):
 
 
 def _presets():
-    from batching.policy import PRESETS
+    from batching.sim.policy import PRESETS
     return PRESETS

@@ -18,11 +18,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from batching import report, workload
-from batching.simulate import Scenario, simulate
-from batching.specs import deployment
-from batching.traces import MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
-from batching.workload import MAX_SPEEDUP, TraceWorkload
+from batching import report
+
+from batching.sim import workload
+from batching.sim.simulate import Scenario, simulate
+from batching.sim.specs import deployment
+from batching.sim.traces import MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
+from batching.sim.workload import MAX_SPEEDUP, TraceWorkload
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE = b"arrival_s,prompt_tokens,output_tokens\n"
@@ -309,7 +311,7 @@ def test_csv_safe_leaves_numbers_and_plain_text_alone() -> None:
 
 
 def _cli_writes_safe_csv() -> bool:
-    return "requests_csv(" in (ROOT / "batching" / "__main__.py").read_text()
+    return "requests_csv(" in (ROOT / "batching" / "cli" / "main.py").read_text()
 
 
 @pytest.mark.skipif(not _cli_writes_safe_csv(), reason="batching/__main__.py run --csv does not use "
@@ -380,8 +382,8 @@ def test_a_bad_row_at_the_end_of_a_million_rows_is_named() -> None:
 # ---------------------------------------------------------------- data only
 
 
-PARSING_PATH = ["batching/traces.py", "batching/workload.py", "batching/ui/sidebar.py", "batching/ui/cache.py",
-                "batching/simulate.py", "batching/report.py"]
+PARSING_PATH = ["batching/sim/traces.py", "batching/sim/workload.py", "batching/ui/sidebar.py", "batching/ui/cache.py",
+                "batching/sim/simulate.py", "batching/report.py"]
 UNSAFE_MODULES = {"pickle", "cPickle", "dill", "marshal", "shelve", "yaml", "joblib"}
 UNSAFE_CALLS = {"eval", "exec", "compile", "read_pickle", "__import__", "literal_eval", "query", "import_module"}
 
@@ -404,7 +406,7 @@ def _unsafe(path: Path) -> list[str]:
 
 
 def test_uploads_are_parsed_as_data_only() -> None:
-    assert _unsafe(ROOT / "batching" / "traces.py") == []
+    assert _unsafe(ROOT / "batching" / "sim" / "traces.py") == []
     found = [hit for p in PARSING_PATH for hit in _unsafe(ROOT / p)]
     assert found == [], found
     # and nowhere in the package or the pages does code load pickles or run text
@@ -412,12 +414,12 @@ def test_uploads_are_parsed_as_data_only() -> None:
                                        ROOT / "app.py"]) for hit in _unsafe(p)]
     assert everywhere == [], everywhere
     # the check itself finds what it looks for
-    probe = ROOT / "batching" / "_probe_unsafe_check.py"
+    probe = ROOT / "batching" / "sim" / "_probe_unsafe_check.py"
     try:
         probe.write_text("import pickle\nx = eval('1')\ndf.query('a > 1')\nimport re\nr = re.compile('x')\n")
         assert [h.split(": ")[1] for h in _unsafe(probe)] == ["pickle", "eval", "query"]
     finally:
         probe.unlink()
     # the reader is pandas' CSV parser with every cell as text, or json
-    src = (ROOT / "batching" / "traces.py").read_text()
+    src = (ROOT / "batching" / "sim" / "traces.py").read_text()
     assert "dtype=str" in src and "json.loads" in src

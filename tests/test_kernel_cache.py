@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from batching import kernel_cache
+from batching.sim import kernel_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -13,16 +13,16 @@ def test_digest_follows_the_kernel_sources(tmp_path):
     pkg = tmp_path / "batching"
     pkg.mkdir()
     for name in kernel_cache.KERNEL_SOURCES:
-        shutil.copy(ROOT / "batching" / name, pkg / name)
+        shutil.copy(ROOT / "batching" / "sim" / name, pkg / name)
     before = kernel_cache.sources_digest(pkg)
-    assert before == kernel_cache.sources_digest(ROOT / "batching")
+    assert before == kernel_cache.sources_digest(ROOT / "batching" / "sim")
     with open(pkg / "costmodel.py", "a") as f:
         f.write("\n# an edit to the cost model alone\n")
     assert kernel_cache.sources_digest(pkg) != before
 
 
 def test_numba_cache_dir_is_honoured(tmp_path):
-    code = ("from batching.simulate import Scenario, simulate; from batching.workload import workload_preset;"
+    code = ("from batching.sim.simulate import Scenario, simulate; from batching.sim.workload import workload_preset;"
             "import numba; print(numba.config.CACHE_DIR);"
             "simulate(Scenario(workload=workload_preset('chat', 2.0, 20, 0)))")
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))

@@ -1,6 +1,6 @@
 import pytest
 
-from batching.policy import PRESETS, BatchingPolicy, preset, with_knobs
+from batching.sim.policy import PRESETS, BatchingPolicy, preset, with_knobs
 
 
 def test_presets_are_the_classic_rows():

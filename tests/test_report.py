@@ -9,11 +9,13 @@ import re
 import pandas as pd
 import pytest
 
-from batching import charts, report
-from batching.policy import PRESETS
-from batching.simulate import Scenario, simulate
-from batching.specs import deployment
-from batching.workload import TraceWorkload, workload_preset
+from batching.charts import policy as charts
+
+from batching import report
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario, simulate
+from batching.sim.specs import deployment
+from batching.sim.workload import TraceWorkload, workload_preset
 
 
 @pytest.fixture(scope="module")

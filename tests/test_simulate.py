@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batching.policy import PRESETS, with_knobs
-from batching.simulate import Scenario, simulate
-from batching.specs import deployment
-from batching.workload import LengthDist, workload_preset
+from batching.sim.policy import PRESETS, with_knobs
+from batching.sim.simulate import Scenario, simulate
+from batching.sim.specs import deployment
+from batching.sim.workload import LengthDist, workload_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {"num_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
@@ -97,8 +97,8 @@ def test_static_batch_releases_together_in_the_tables():
 def test_same_results_without_jit():
     """The kernel interpreted by Python (NUMBA_DISABLE_JIT=1) gives the same answer."""
     code = (
-        "import json,sys; from batching.simulate import Scenario, simulate; from batching.policy import PRESETS;"
-        "from batching.workload import workload_preset; from batching.specs import deployment;"
+        "import json,sys; from batching.sim.simulate import Scenario, simulate; from batching.sim.policy import PRESETS;"
+        "from batching.sim.workload import workload_preset; from batching.sim.specs import deployment;"
         "out={};\n"
         "for name in ('dynamic','priority'):\n"
         "    r=simulate(Scenario(deployment(kv_cache_tokens=8000), workload_preset('mixed',5.0,25,3), PRESETS[name]))\n"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batching.traces import load_trace
-from batching.workload import LengthDist, TraceWorkload, workload_preset
+from batching.sim.traces import load_trace
+from batching.sim.workload import LengthDist, TraceWorkload, workload_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from batching.workload import (
+from batching.sim.workload import (
     DEFAULT_CLASSES,
     WORKLOAD_PRESETS,
     ArrivalProcess,

@@ -12,10 +12,10 @@ from typing import TypeVar
 
 import streamlit as st
 
-from ..experiments import with_capacity
-from ..policy import BatchingPolicy
-from ..simulate import Scenario, SimResult, simulate
-from ..workload import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
+from batching.studies.experiments import with_capacity
+from batching.sim.policy import BatchingPolicy
+from batching.sim.simulate import Scenario, SimResult, simulate
+from batching.sim.workload import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
 
 T = TypeVar("T")
 

@@ -5,12 +5,12 @@ from dataclasses import dataclass, replace
 
 import streamlit as st
 
-from ..policy import PREEMPTION_MODES, PRESETS, BatchingPolicy, with_knobs
-from ..simulate import Scenario
-from ..specs import KV_BLOCK_TOKENS
-from ..workload import SyntheticWorkload
-from . import state
-from .params import Param
+from batching.sim.policy import PREEMPTION_MODES, PRESETS, BatchingPolicy, with_knobs
+from batching.sim.simulate import Scenario
+from batching.sim.specs import KV_BLOCK_TOKENS
+from batching.sim.workload import SyntheticWorkload
+from batching.ui import state
+from batching.ui.params import Param
 
 NONE = "none"
 KV_MIN_TOKENS = 1024

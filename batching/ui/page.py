@@ -5,8 +5,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from ..simulate import Scenario
-from .sidebar import scenario_sidebar
+from batching.sim.simulate import Scenario
+from batching.ui.sidebar import scenario_sidebar
 
 STYLE = Path(__file__).resolve().parents[2] / "assets" / "style.css"
 

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from ..experiments import KNOBS, SLO, CapacityResult, apply_knob, capacity, plan_costs, sweep
-from ..policy import BatchingPolicy
-from ..simulate import Scenario
-from ..specs import KV_BLOCK_TOKENS
-from ..workload import SyntheticWorkload
-from . import cache, state
+from batching.studies.experiments import KNOBS, SLO, CapacityResult, apply_knob, capacity, plan_costs, sweep
+from batching.sim.policy import BatchingPolicy
+from batching.sim.simulate import Scenario
+from batching.sim.specs import KV_BLOCK_TOKENS
+from batching.sim.workload import SyntheticWorkload
+from batching.ui import cache, state
 
 _HASH = {Scenario: cache.scenario_token}
 # a sweep is a small frame (one row per value); a capacity result holds the rates it tried

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from ..simulate import Scenario
-from ..specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
-from ..workload import WORKLOAD_PRESETS, TraceWorkload, workload_preset
-from . import state
-from .params import Param
+from batching.sim.simulate import Scenario
+from batching.sim.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
+from batching.sim.workload import WORKLOAD_PRESETS, TraceWorkload, workload_preset
+from batching.ui import state
+from batching.ui.params import Param
 
 APP_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TRACE = APP_ROOT / "assets" / "sample_trace.csv"

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from .params import Param
+from batching.ui.params import Param
 
 _STORE = "val:"
 _WIDGET = "wid:"

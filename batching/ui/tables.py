@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
-from ..experiments import COMPARE_COLUMNS
-from ..metric_format import (  # noqa: F401  (re-exported: pages use tables.report_frame etc.)
+from batching.studies.experiments import COMPARE_COLUMNS
+from batching.charts.formatting import (  # noqa: F401  (re-exported: pages use tables.report_frame etc.)
     MS_METRICS,
     SHARES,
     SHORT_HEADERS,

@@ -7,10 +7,10 @@ from typing import TypeVar
 import plotly.graph_objects as go
 import streamlit as st
 
-from .. import charts
-from . import state
-from .cache import ServerBusy
-from .tables import metric_spec, shown
+from batching.charts import policy as charts
+from batching.ui import state
+from batching.ui.cache import ServerBusy
+from batching.ui.tables import metric_spec, shown
 
 T = TypeVar("T")
 CARD_LABELS = {"throughput_output_tok_s": "Throughput at this load", "batch_efficiency": "Batch efficiency"}

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from batching.simulate import Scenario
-from batching.specs import deployment
+from batching.sim.simulate import Scenario
+from batching.sim.specs import deployment
 from batching.ui import cache
-from batching.workload import workload_preset
+from batching.sim.workload import workload_preset
 
 
 def _scenario(seed: int) -> Scenario:
@@ -112,10 +112,10 @@ def test_cache_hits_never_wait(fresh, monkeypatch):
 def _page() -> None:
     import streamlit as st
 
-    from batching.simulate import Scenario
-    from batching.specs import deployment
+    from batching.sim.simulate import Scenario
+    from batching.sim.specs import deployment
     from batching.ui import cache, widgets
-    from batching.workload import workload_preset
+    from batching.sim.workload import workload_preset
 
     sc = Scenario(deployment=deployment(), workload=workload_preset("chat", 2.0, 40, 4))
     summary = widgets.guarded(lambda: cache.summary_cached(sc), "The simulation")

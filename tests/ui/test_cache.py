@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from batching.policy import PRESETS
-from batching.simulate import Scenario
-from batching.specs import deployment
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
+from batching.sim.specs import deployment
 from batching.ui import cache
-from batching.workload import TraceWorkload, workload_preset
+from batching.sim.workload import TraceWorkload, workload_preset
 
 
 @pytest.fixture

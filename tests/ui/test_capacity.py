@@ -7,11 +7,11 @@ import math
 import pytest
 from uihelpers import FAST, assert_clean, chart_titles, run_page
 
-from batching.experiments import SLO, capacity
-from batching.policy import PRESETS
-from batching.simulate import Scenario
+from batching.studies.experiments import SLO, capacity
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
 from batching.ui import cache
-from batching.workload import workload_preset
+from batching.sim.workload import workload_preset
 
 PAGE = "pages/capacity.py"
 

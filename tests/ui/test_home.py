@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from uihelpers import FAST, assert_clean, chart, chart_specs, run_page, trace_types
 
-from batching.experiments import COMPARE_COLUMNS
-from batching.policy import PRESETS
+from batching.studies.experiments import COMPARE_COLUMNS
+from batching.sim.policy import PRESETS
 
 
 def test_default_render():

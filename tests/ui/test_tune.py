@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from uihelpers import FAST, assert_clean, chart, chart_titles, run_page
 
-from batching.experiments import sweep, sweep_knee
-from batching.policy import PRESETS
-from batching.simulate import Scenario
+from batching.studies.experiments import sweep, sweep_knee
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
 from batching.ui import planning
-from batching.workload import workload_preset
+from batching.sim.workload import workload_preset
 
 PAGE = "pages/tune.py"
 TITLES = ["Throughput and capacity vs", "Frontier: capacity vs P99 TPOT at capacity", "Latency vs",

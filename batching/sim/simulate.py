@@ -7,12 +7,12 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from . import engine as eng
-from .costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model, useful_flops_bytes
-from .metrics import latency_summary, node_summary, request_latencies, wall_time
-from .policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
-from .specs import GIB, KV_BLOCK_TOKENS, Deployment
-from .workload import Requests, SyntheticWorkload, TraceWorkload
+from batching.sim import engine as eng
+from batching.sim.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model, useful_flops_bytes
+from batching.sim.metrics import latency_summary, node_summary, request_latencies, wall_time
+from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
+from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
+from batching.sim.workload import Requests, SyntheticWorkload, TraceWorkload
 
 MAX_REQUESTS = 10_000_000
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .experiments import COMPARE_COLUMNS
-from .metrics import DEFINITIONS
+from batching.studies.experiments import COMPARE_COLUMNS
+from batching.sim.metrics import DEFINITIONS
 
 SHARES = {"gpu_util", "busy", "mfu", "mbu", "batch_efficiency"}
 MS_METRICS = {"tpot", "itl"}

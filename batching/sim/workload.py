@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from batching.traces import FORMATS, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
+from batching.sim.traces import FORMATS, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "onoff")

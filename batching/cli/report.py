@@ -54,7 +54,7 @@ def _no_chromium_message() -> str:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """The ``report`` subcommand: ``run``'s scenario and policy flags, plus the output folder."""
-    from .__main__ import _add_policy, _add_scenario  # the same flags as `run`, defined once
+    from batching.cli.main import _add_policy, _add_scenario  # the same flags as `run`, defined once
 
     p = subparsers.add_parser(
         "report", help="PNGs of the dashboard's figures for one policy, an HTML report and the summary JSON",
@@ -92,11 +92,12 @@ def cmd_report(args) -> int:
 
 def write_report(args, chromium: str | None) -> list[Path]:
     """Simulate and write the files; returns their paths (PNGs only when ``chromium`` is given)."""
-    from . import charts, report
-    from .__main__ import build_scenario
-    from .metric_format import report_frame
-    from .policy import PRESETS
-    from .simulate import simulate
+    from batching.charts import policy as charts
+    from batching import report
+    from batching.cli.main import build_scenario
+    from batching.charts.formatting import report_frame
+    from batching.sim.policy import PRESETS
+    from batching.sim.simulate import simulate
 
     started = time.perf_counter()
     scenario = build_scenario(args)
@@ -137,7 +138,7 @@ def _write_pngs(figs: dict, out: Path, scale: float, width: int, chromium: str) 
     """One PNG per figure through one kaleido browser (about 0.4 s a figure once it has started)."""
     import kaleido
 
-    from .report import figure_png
+    from batching.report import figure_png
 
     written = []
     with warnings.catch_warnings():

@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from .metrics import hist_percentile
-from .specs import KV_BLOCK_TOKENS
+from batching.sim.metrics import hist_percentile
+from batching.sim.specs import KV_BLOCK_TOKENS
 
 TEMPLATE = "batching"
 FONT = "Inter, 'Source Sans Pro', 'Helvetica Neue', Arial, sans-serif"

@@ -14,8 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .charts import TEMPLATE, _no_data, _title, policy_color
-from .experiments import KNOBS
+from batching.charts.policy import TEMPLATE, _no_data, _title, policy_color
+from batching.studies.experiments import KNOBS
 
 # knob -> axis title with its unit
 KNOB_AXIS = {

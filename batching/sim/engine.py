@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .costmodel import rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
-from .specs import KV_BLOCK_TOKENS
+from batching.sim.costmodel import rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
+from batching.sim.specs import KV_BLOCK_TOKENS
 
 # modes and preemption kinds (policy.MODE_CODE / PREEMPTION_CODE)
 MODE_STATIC = 0

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .policy import PRESETS, BatchingPolicy
-from .simulate import Scenario, SimResult, simulate
+from batching.sim.policy import PRESETS, BatchingPolicy
+from batching.sim.simulate import Scenario, SimResult, simulate
 
 # progress(done, total, message)
 Progress = Callable[[int, int, str], None]
@@ -120,7 +120,7 @@ def apply_knob(scenario: Scenario, knob: str, value) -> Scenario:
         dep = scenario.deployment.with_kv_cache_tokens(value)
         dep.validate()
         return scenario.with_deployment(dep)
-    from .policy import with_knobs
+    from batching.sim.policy import with_knobs
     return scenario.with_policy(with_knobs(scenario.policy, **{knob: value}))
 
 
@@ -219,7 +219,7 @@ class SLO:
 
 def slo_point(sc: Scenario, slo: SLO) -> dict:
     """Simulate at the scenario's rate: attainment overall and per SLO, goodput, throughput."""
-    from .metrics import slo_mask, wall_time
+    from batching.sim.metrics import slo_mask, wall_time
 
     res = simulate(sc)
     req = res.requests

@@ -27,8 +27,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from . import costmodel as cm
-from .specs import GPUS, MODELS, Model, deployment
+from batching.sim import costmodel as cm
+from batching.sim.specs import GPUS, MODELS, Model, deployment
 
 # --- the calibration model: Llama-2-70B as Vidur profiled it ------------------------------
 # Llama-2-70B (meta-llama/Llama-2-70b-hf config.json): 64 heads, 8 KV heads, head dim 128,
@@ -173,7 +173,7 @@ def fit_ops(table: pd.DataFrame | None = None, tol: float = SEGMENT_TOLERANCE) -
     out = {
         "source": "batching/data/h100_llama2_70b_linear_ops.csv (Vidur, microsoft/vidur "
                   "data/profiling/compute/h100/meta-llama/Llama-2-70b-hf/mlp.csv, MIT), fitted by "
-                  "batching.calibration.fit_ops; regenerate with python tools/extract_calibration.py",
+                  "batching.sim.calibration.fit_ops; regenerate with python tools/extract_calibration.py",
         "calibration_model": {"hidden_size": CALIBRATION_MODEL.hidden_size, "num_heads": CALIBRATION_MODEL.num_heads,
                               "num_kv_heads": CALIBRATION_MODEL.num_kv_heads, "head_dim": CALIBRATION_MODEL.head_dim,
                               "ffn_size": CALIBRATION_MODEL.ffn_size},
@@ -223,7 +223,7 @@ def fit_json(fit: dict | None = None) -> str:
 def calibration_deployment(tp: int, gpu: str = "h100-sxm"):
     """The calibration model on an H100 node at this TP degree (not memory-checked: TP 1 does
     not hold Llama-2-70B, but its per-GPU op times were measured all the same)."""
-    from .specs import Deployment, Node
+    from batching.sim.specs import Deployment, Node
 
     return Deployment(Node(GPUS[gpu], 8, tp), CALIBRATION_MODEL)
 
@@ -354,9 +354,9 @@ def end_to_end(policy: str = E2E_POLICY, seed: int = 0, allreduce: str = cm.DEFA
     """Continuous batching of Llama-3.1-70B BF16 on 4xH100 (TP 4) with ShareGPT-like traffic:
     median TPOT at 4 and 8 req/s (1,200 and 2,400 requests) and offline output throughput
     (5,000 prompts at t = 0), beside the published SGLang v0.3.0 and vLLM v0.6.0 figures."""
-    from .policy import PRESETS
-    from .simulate import Scenario, simulate
-    from .workload import workload_preset
+    from batching.sim.policy import PRESETS
+    from batching.sim.simulate import Scenario, simulate
+    from batching.sim.workload import workload_preset
 
     dep = deployment(model=E2E_MODEL, tp=4, num_gpus=4)
     pol = PRESETS[policy]

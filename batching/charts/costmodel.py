@@ -13,9 +13,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import costmodel as cm
-from .charts import SERIES_COLORS, TEMPLATE
-from .specs import GIB, Deployment
+from batching.sim import costmodel as cm
+from batching.charts.policy import SERIES_COLORS, TEMPLATE
+from batching.sim.specs import GIB, Deployment
 
 # the stacked parts, in drawing order: step_breakdown's names grouped for reading
 PART_GROUPS = {

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import calibration as cal
-from . import costmodel as cm
-from .specs import GPUS, KV_DTYPES, Deployment, deployment, load_json_spec
-from .workload import WORKLOAD_PRESETS
+from batching.sim import calibration as cal
+from batching.sim import costmodel as cm
+from batching.sim.specs import GPUS, KV_DTYPES, Deployment, deployment, load_json_spec
+from batching.sim.workload import WORKLOAD_PRESETS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 FIG_DIR = "calibration"  # under the docs folder
 
@@ -155,7 +155,7 @@ def _allreduce_rows(frame: pd.DataFrame) -> pd.DataFrame:
 def write_report(out_dir: Path = DOCS, figures: bool = True, e2e: list | None = None) -> list[Path]:
     """Write CALIBRATION.md (every table), docs/calibration/*.csv (full comparisons) and, with
     ``figures``, docs/calibration/*.png; returns the paths written."""
-    from . import charts_costmodel as ccm
+    from batching.charts import costmodel as ccm
 
     out_dir = Path(out_dir)
     fig_dir = out_dir / FIG_DIR
@@ -183,7 +183,7 @@ def write_report(out_dir: Path = DOCS, figures: bool = True, e2e: list | None = 
         "end_to_end.png": ccm.end_to_end(e2e_frame),
     }
     if figures:
-        from .report import figure_png
+        from batching.report import figure_png
 
         for name, fig in figs.items():
             path = fig_dir / name
@@ -219,7 +219,7 @@ Do not edit by hand: change the code or the data and regenerate. Full comparison
 ## The model
 
 A forward pass (one step) over n tokens costs, per GPU of a tensor-parallel group
-(`batching/costmodel.py`):
+(`batching/sim/costmodel.py`):
 
     T = T_fixed
       + L · [ linear(n) + elementwise(n) + 2 · allreduce(n · hidden · 2 B) ]
@@ -248,7 +248,7 @@ the KV capacity.
 Ground truth: Vidur's per-layer, per-GPU medians of Llama-2-70B's QKV, O, gate+up and down
 projections on H100 SXM, 1–4,096 tokens, TP 1/2/4/8 (`batching/data/h100_llama2_70b_linear_ops.csv`).
 
-Fit (`batching.calibration.fit_ops`), per TP degree:
+Fit (`batching.sim.calibration.fit_ops`), per TP degree:
 1. a smooth roofline `(Tc^p + Tm^p)^(1/p)` with `e_c`, `e_m` and `p` fitted by least squares on
    log(model/measured), each octave of token counts weighted equally (so decode batches of
    1–256 tokens count as much as long prefills);
@@ -387,7 +387,7 @@ of those shapes).
 
 
 def main(argv=None) -> int:
-    """Stand-alone entry (``python -m batching.cli_calibrate``) for use before the lead wires it in."""
+    """Stand-alone entry (``python -m batching.cli.calibrate``) for use before the lead wires it in."""
     parser = argparse.ArgumentParser(prog="python -m batching")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
