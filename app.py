@@ -4,7 +4,7 @@ import streamlit as st
 from batching.charts import policy as charts
 
 from batching import report
-from batching.studies.experiments import COMPARE_COLUMNS, verdict
+from batching.studies.compare import COMPARE_COLUMNS, verdict
 from batching.sim.policy import PRESETS
 from batching.ui import cache, page, state, tables, widgets
 

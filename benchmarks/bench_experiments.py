@@ -9,7 +9,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batching.studies.experiments import SLO, capacity, sweep, sweep_knee  # noqa: E402
+from batching.studies.capacity import SLO, capacity  # noqa: E402
+
+from batching.studies.sweeps import sweep  # noqa: E402
+
+from batching.studies.knee import sweep_knee  # noqa: E402
 from batching.sim.policy import PRESETS  # noqa: E402
 from batching.sim.simulate import Scenario, simulate  # noqa: E402
 

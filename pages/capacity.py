@@ -9,7 +9,7 @@ from batching.charts import policy as charts
 
 from batching import report
 from batching.charts import planning as cp
-from batching.studies.experiments import SLO
+from batching.studies.capacity import SLO
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.ui import cache, page, planning, state, widgets

@@ -9,7 +9,8 @@ from batching.charts import policy as charts
 
 from batching import report
 from batching.charts import planning as cp
-from batching.studies.experiments import KNOBS, sweep_knee
+from batching.studies.sweeps import KNOBS
+from batching.studies.knee import sweep_knee
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.ui import cache, knobs, page, planning, state, widgets

@@ -9,7 +9,7 @@ import plotly.io as pio
 import pytest
 
 from batching.charts import policy as charts
-from batching.studies.experiments import Comparison
+from batching.studies.compare import Comparison
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.specs import deployment

@@ -10,7 +10,7 @@ import pytest
 
 from batching.charts import planning as cp
 from batching.charts.policy import TEMPLATE
-from batching.studies.experiments import SLO, capacity
+from batching.studies.capacity import SLO, capacity
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.sim.workload import workload_preset

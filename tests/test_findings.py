@@ -2,7 +2,7 @@
 batch-analysis traffic), produced by the mechanisms, not by constants tuned to them."""
 import pytest
 
-from batching.studies.experiments import compare, verdict
+from batching.studies.compare import compare, verdict
 from batching.sim.simulate import Scenario
 from batching.sim.workload import workload_preset
 

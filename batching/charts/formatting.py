@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from batching.studies.experiments import COMPARE_COLUMNS
+from batching.studies.compare import COMPARE_COLUMNS
 from batching.sim.metrics import DEFINITIONS
 
 SHARES = {"gpu_util", "busy", "mfu", "mbu", "batch_efficiency"}

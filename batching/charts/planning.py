@@ -1,7 +1,7 @@
 """Plotly figure builders for the planning pages, Tune a knob and Capacity planning (no Streamlit here).
 
 The conventions of ``charts``: the one shared template, a title, axis titles with units, TPOT in
-milliseconds. Sweep frames are ``experiments.sweep`` output (plus ``offered_output_tok_s`` and
+milliseconds. Sweep frames are ``studies.sweeps.sweep`` output (plus ``offered_output_tok_s`` and
 ``kv_pressure`` where given); capacity points are ``CapacityResult.points``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from batching.charts.policy import TEMPLATE, _no_data, _title, policy_color
-from batching.studies.experiments import KNOBS
+from batching.studies.sweeps import KNOBS
 
 # knob -> axis title with its unit
 KNOB_AXIS = {

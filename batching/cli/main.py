@@ -10,7 +10,10 @@ from pathlib import Path
 from batching.cli import calibrate as cli_calibrate
 
 from batching.cli import report as cli_report
-from batching.studies.experiments import KNOBS, SLO, capacity, compare, sweep, sweep_knee
+from batching.studies.sweeps import KNOBS, sweep
+from batching.studies.capacity import SLO, capacity
+from batching.studies.compare import compare
+from batching.studies.knee import sweep_knee
 from batching.sim.policy import MODES, PREEMPTION_MODES, PRESETS, preset, with_knobs
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.specs import GPUS, MODELS, PRECISIONS

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import streamlit as st
 
-from batching.studies.experiments import with_capacity
+from batching.studies.compare import with_capacity
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult, simulate
 from batching.sim.workload import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
@@ -208,7 +208,7 @@ def capacity_summary(scenario: Scenario) -> dict:
 
 
 def compare_summaries(scenario: Scenario, policies: Mapping[str, BatchingPolicy]) -> dict[str, dict]:
-    """``experiments.compare(...).summaries()`` for these policies, from cached runs, with progress."""
+    """``studies.compare.compare(...).summaries()`` for these policies, from cached runs, with progress."""
     tasks: list[tuple[str, Callable[[], dict]]] = []
     for name, pol in policies.items():
         sc = scenario.with_policy(pol)

@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from batching.studies.experiments import KNOBS, SLO, CapacityResult, apply_knob, capacity, plan_costs, sweep
+from batching.studies.sweeps import KNOBS, apply_knob, sweep
+
+from batching.studies.capacity import SLO, CapacityResult, capacity, plan_costs
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario
 from batching.sim.specs import KV_BLOCK_TOKENS
@@ -91,7 +93,7 @@ def _sweep(scenario: Scenario, knob: str, values: tuple[float, ...]) -> pd.DataF
 
 
 def sweep_cached(scenario: Scenario, knob: str, values) -> pd.DataFrame:
-    """``experiments.sweep`` (with capacity runs) through a bounded cache, plus the offered load per value
+    """``studies.sweeps.sweep`` (with capacity runs) through a bounded cache, plus the offered load per value
     (``offered_req_s``, ``offered_output_tok_s``) and KV use at its peak (``kv_pressure``, 0-1)."""
     vals = tuple(float(v) for v in values)
     return cache._with_slot(lambda: _sweep(scenario, knob, vals))
@@ -103,7 +105,7 @@ def _capacity(scenario: Scenario, slo: SLO) -> CapacityResult:
 
 
 def capacity_cached(scenario: Scenario, slo: SLO) -> CapacityResult:
-    """``experiments.capacity`` for the scenario's policy through a bounded cache. The search does not
+    """``studies.capacity.capacity`` for the scenario's policy through a bounded cache. The search does not
     depend on the target traffic or the price: ``plan`` adds those, so changing them runs nothing."""
     slo.validate()
     return cache._with_slot(lambda: _capacity(scenario, slo))
@@ -112,7 +114,7 @@ def capacity_cached(scenario: Scenario, slo: SLO) -> CapacityResult:
 def plan(result: CapacityResult, scenario: Scenario, target_rate_req_s: float | None,
          gpu_hour_usd: float | None) -> dict:
     """``result.to_dict()`` with nodes needed and $ per million output tokens for this target and price,
-    computed as ``experiments.capacity`` does."""
+    computed as ``studies.capacity.capacity`` does."""
     out = result.to_dict()
     nodes, usd = plan_costs(result.max_rate_req_s, result.throughput_output_tok_s,
                             scenario.deployment.node.num_gpus, target_rate_req_s, gpu_hour_usd)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
-from batching.studies.experiments import COMPARE_COLUMNS
+from batching.studies.compare import COMPARE_COLUMNS
 from batching.charts.formatting import (  # noqa: F401  (re-exported: pages use tables.report_frame etc.)
     MS_METRICS,
     SHARES,

@@ -7,7 +7,7 @@ import math
 import pytest
 from uihelpers import FAST, assert_clean, chart_titles, run_page
 
-from batching.studies.experiments import SLO, capacity
+from batching.studies.capacity import SLO, capacity
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.ui import cache

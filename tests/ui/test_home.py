@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from uihelpers import FAST, assert_clean, chart, chart_specs, run_page, trace_types
 
-from batching.studies.experiments import COMPARE_COLUMNS
+from batching.studies.compare import COMPARE_COLUMNS
 from batching.sim.policy import PRESETS
 
 

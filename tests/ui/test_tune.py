@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 from uihelpers import FAST, assert_clean, chart, chart_titles, run_page
 
-from batching.studies.experiments import sweep, sweep_knee
+from batching.studies.sweeps import sweep
+
+from batching.studies.knee import sweep_knee
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.ui import planning

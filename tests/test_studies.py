@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from batching.cli.main import main
-from batching.studies.experiments import SLO, apply_knob, capacity, find_knee, slo_point, sweep, sweep_knee
+from batching.studies.capacity import SLO, capacity, slo_point
+from batching.studies.sweeps import apply_knob, sweep
+from batching.studies.knee import find_knee, sweep_knee
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.sim.workload import workload_preset
