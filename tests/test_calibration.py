@@ -15,7 +15,7 @@ from batching.sim import costmodel as cm
 from batching.sim.specs import GPUS, MODELS, gpu_to_dict, model_to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "calibration"
+RAW = ROOT / "batching" / "data" / "raw"  # the published measurements (batching/data/README.md)
 LINEAR_BOUND = 0.10
 ALLREDUCE_BOUND = 0.15
 
@@ -56,18 +56,17 @@ def test_shipped_fit_is_the_fit_of_the_shipped_table():
     assert text == cal.fit_json(), "batching/data/linear_fit.json is stale: run python tools/extract_calibration.py"
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/calibration is not checked out")
-def test_shipped_tables_derive_from_the_shared_measurements():
+def test_shipped_tables_derive_from_the_raw_measurements():
     spec = importlib.util.spec_from_file_location("extract_calibration", ROOT / "tools" / "extract_calibration.py")
     tool = importlib.util.module_from_spec(spec)
     sys.modules["extract_calibration"] = tool
     spec.loader.exec_module(tool)
-    pd.testing.assert_frame_equal(tool.linear_ops(SHARED).reset_index(drop=True), cal.load_linear_ops(),
+    pd.testing.assert_frame_equal(tool.linear_ops(RAW).reset_index(drop=True), cal.load_linear_ops(),
                                   check_dtype=False, atol=1e-9)
     shipped = pd.read_csv(ROOT / "batching" / "data" / "h100_allreduce_vidur.csv")
-    pd.testing.assert_frame_equal(tool.vidur_allreduce(SHARED), shipped, check_dtype=False)
+    pd.testing.assert_frame_equal(tool.vidur_allreduce(RAW), shipped, check_dtype=False)
     shipped_raw = (ROOT / "batching" / "data" / "h100_allreduce.csv").read_bytes()
-    assert (SHARED / "h100_allreduce.csv").read_bytes() == shipped_raw
+    assert (RAW / "h100_allreduce.csv").read_bytes() == shipped_raw
 
 
 def test_linear_sum_is_the_four_ops():

@@ -15,14 +15,13 @@ from batching.sim.traces import load_trace
 from batching.sim.workload import LengthDist, TraceWorkload, workload_preset
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = ROOT / "data" / "traces"  # shipped with the project (data/README.md)
 NATIVE = b"arrival_s,prompt_tokens,output_tokens\n"
 
 
 def _real(name: str) -> Path:
     path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} is not available")
+    assert path.is_file(), f"{path} is missing; the project ships it (data/README.md)"
     return path
 
 

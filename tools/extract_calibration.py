@@ -1,6 +1,11 @@
-"""Regenerate batching/data/ from the measured tables in ../shared/calibration, and refit.
+"""Regenerate batching/data/ from the measured tables in batching/data/raw/, and refit.
 
-    python tools/extract_calibration.py [--source ../shared/calibration]
+    python tools/extract_calibration.py [--source DIR]
+
+DIR (default batching/data/raw) holds the published tables under the names in
+batching/data/README.md: h100_llama2_70b_linear_ops.csv (Vidur's Llama-2-70B mlp.csv),
+h100_dgx_allreduce_vidur.csv (Vidur's h100_dgx all_reduce.csv) and h100_allreduce.csv
+(aiconfigurator's all-reduce rows).
 
 Writes (all small, all derived; batching/data/README.md says where each comes from):
   h100_llama2_70b_linear_ops.csv  per TP and token count: the median time of each linear op
@@ -26,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from batching.sim import calibration  # noqa: E402
 
 DATA = ROOT / "batching" / "data"
+RAW = DATA / "raw"  # the measured tables as published (batching/data/README.md)
 VIDUR_BINS_PER_OCTAVE = 2  # Vidur's rows are noisy (2-5x between neighbours below 1 MiB): pool per half octave
 
 
@@ -60,7 +66,7 @@ def vidur_allreduce(src: Path) -> pd.DataFrame:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", type=Path, default=ROOT.parent / "shared" / "calibration")
+    ap.add_argument("--source", type=Path, default=RAW)
     args = ap.parse_args()
     src = args.source
     lin = linear_ops(src)

@@ -2,8 +2,8 @@
 
 Three jobs, all without Streamlit:
 
-* load the measured tables shipped in ``batching/data`` (made from ``../shared/calibration``
-  by ``tools/extract_calibration.py``);
+* load the measured tables shipped in ``batching/data`` (derived from the published tables in
+  ``batching/data/raw`` by ``tools/extract_calibration.py``);
 * fit the linear-layer and element-wise terms (``fit_ops``), whose result ships as
   ``batching/data/linear_fit.json`` and is what ``costmodel`` reads;
 * compare the model with every measurement and with the published end-to-end figures

@@ -1,4 +1,7 @@
-"""Step-time model of one forward pass on a tensor-parallel group (DESIGN §3, docs/CALIBRATION.md).
+"""Step-time model of one forward pass on a tensor-parallel group.
+
+Described in docs/ARCHITECTURE.md ("Cost model"); its errors against the measured data are in
+docs/CALIBRATION.md.
 
 ``cost_model(deployment)`` turns hardware + model + precision into a float64 coefficient
 array and an all-reduce table; ``step_time_nb`` (jitted, called by the engine) and
@@ -34,7 +37,7 @@ from batching.sim.specs import BYTES_PER_WEIGHT, Deployment
 # --- calibrated constants ------------------------------------------------------------
 # Linear layers and element-wise ops: fitted per tensor-parallel degree to Vidur's measured
 # per-layer times of Llama-2-70B on H100 SXM (batching/data/h100_llama2_70b_linear_ops.csv,
-# from ../shared/calibration; the fit is batching.sim.calibration.fit_ops, its result ships as
+# from batching/data/raw; the fit is batching.sim.calibration.fit_ops, its result ships as
 # batching/data/linear_fit.json; python tools/extract_calibration.py regenerates both).
 LINEAR_FIT_FILE = "linear_fit.json"
 # The measured tile/wave factors q(n) describe the H100's cuBLAS kernels on the calibration
@@ -70,8 +73,8 @@ ALLREDUCE_IMPLS = {
     "vidur_nccl": ("h100_allreduce_vidur.csv", ""),
 }
 ALLREDUCE_SOURCES = {
-    "h100_allreduce.csv": "NVIDIA aiconfigurator collector (Apache-2.0), H100 SXM NVLink, ../shared/calibration",
-    "h100_allreduce_vidur.csv": "Vidur data/profiling/network/h100_dgx/all_reduce.csv (MIT), ../shared/calibration",
+    "h100_allreduce.csv": "NVIDIA aiconfigurator collector (Apache-2.0), H100 SXM NVLink, batching/data/raw",
+    "h100_allreduce_vidur.csv": "Vidur data/profiling/network/h100_dgx/all_reduce.csv (MIT), batching/data/raw",
 }
 DEFAULT_ALLREDUCE = "vllm_graph"
 # Other GPUs: the latency floor (the smallest message's time) stays, the rest scales with

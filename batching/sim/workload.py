@@ -320,7 +320,7 @@ class PriorityClass:
                 _check(name, value, 0, 3600, low_open=True)
 
 
-# Length figures: the Azure LLM inference traces 2023 (../shared/traces/README.md, and
+# Length figures: the Azure LLM inference traces 2023 (data/traces/, data/README.md, and
 # measured on those files: conv prompt mean 1155 CV 0.96, output mean 211 CV 0.77;
 # code prompt mean 2048 CV 0.96, output mean 28 CV 2.1).
 INTERACTIVE_CHAT = PriorityClass(
