@@ -47,6 +47,8 @@ def test_static_waits_for_a_full_batch_pads_and_releases_together():
     assert si[:, eng.S_PADDED].tolist() == [2 * 8 - 12, 1, 1, 0, 0]
     assert si[:, eng.S_DECODE].tolist() == [0, 1, 1, 0, 1]
     assert si[:, eng.S_LM].sum() == 3 + 1 + 2
+    assert si[:, eng.S_ADMITTED].tolist() == [2, 0, 0, 1, 0]
+    assert si[:, eng.S_RUNNING].tolist() == [2, 1, 1, 1, 1]
 
 
 def test_dynamic_launches_on_timeout_then_on_full_batch():
@@ -82,12 +84,32 @@ def test_chunked_prefill_mixes_decodes_with_chunks_under_the_budget():
 
 def test_priority_preempts_a_lower_class_and_recomputes_it():
     out = run([0.0, 0.5], [2, 2], [4, 2], prio=[1, 0], use_prio=True, max_seqs=1)
-    assert col(out, eng.R_FIRST_TOKEN) == [1.0, 2.0]
-    assert col(out, eng.R_FINISH) == [6.0, 3.0]
+    si = out.steps_i
+    # t=1: request 1 (class 0) finds no slot and evicts request 0 (class 1); that pass admits no
+    # one (vLLM), so it runs nothing and costs the fixed overhead; request 1 is admitted at t=2
+    assert si[:, eng.S_PREEMPTED].tolist() == [0, 1, 0, 0, 0, 0, 0]
+    assert si[:, eng.S_ADMITTED].tolist() == [1, 0, 1, 0, 1, 0, 0]
+    assert col(out, eng.R_FIRST_TOKEN) == [1.0, 3.0]
+    assert col(out, eng.R_FINISH) == [7.0, 4.0]
     assert out.req_preemptions.tolist() == [1, 0]
-    assert col(out, eng.R_MAX_ITL)[0] == 3.0  # token 1 at t=1, token 2 after the recompute at t=4
+    assert col(out, eng.R_MAX_ITL)[0] == 4.0  # token 1 at t=1, token 2 after the recompute at t=5
     # the recompute prefills prompt + the generated token again
-    assert out.steps_i[:, eng.S_PREFILL].tolist() == [2, 2, 0, 3, 0, 0]
+    assert si[:, eng.S_PREFILL].tolist() == [2, 0, 2, 0, 3, 0, 0]
+
+
+def test_priority_victim_swapped_out_waits_for_the_higher_class():
+    """The evicted class-1 request, in host memory, comes back only after the class-0 request it
+    made room for was admitted (else it would be swapped in and out again, forever)."""
+    out = run([0.0, 0.5], [2, 2], [4, 2], prio=[1, 0], use_prio=True, max_seqs=1, preempt=eng.PREEMPT_SWAP)
+    si, f = out.steps_i, out.steps_f
+    assert si[:, eng.S_PREEMPTED].tolist() == [0, 1, 0, 0, 0, 0, 0]
+    assert si[:, eng.S_ADMITTED].tolist() == [1, 0, 1, 0, 0, 0, 0]
+    assert si[:, eng.S_SWAP_TOKENS].tolist() == [0, 2, 0, 0, 2, 0, 0]  # out at t=1, in at t=4.0625
+    assert si[:, eng.S_SWAPPED].tolist() == [0, 1, 1, 1, 0, 0, 0]
+    # the swap-in step also decodes the swapped-in request: 2 tokens at 32 tokens/s add 1/16 s
+    assert f[:, eng.F_DURATION].tolist() == [1.0, 1.0625, 1.0, 1.0, 1.0625, 1.0, 1.0]
+    assert si[:, eng.S_DECODE].tolist() == [0, 0, 0, 1, 1, 1, 1]
+    assert col(out, eng.R_FINISH) == [7.125, 4.0625]
 
 
 def test_fifo_without_priority_does_not_preempt():
@@ -108,13 +130,54 @@ def test_kv_exhaustion_swaps_out_and_back_in_paying_pcie_time():
     out = run([0.0, 0.0], [16, 16], [2, 2], kv_blocks=2, preempt=eng.PREEMPT_SWAP)
     assert out.req_preemptions.tolist() == [0, 1]
     f = out.steps_f
-    # swap-out of 16 tokens at 32 tokens/s adds 0.5 s; swap-in step: fixed 1 s + 0.5 s
-    assert f[:, eng.F_DURATION].tolist() == [1.0, 1.5, 1.5, 1.0]
-    assert out.steps_i[:, eng.S_SWAP_TOKENS].tolist() == [0, 16, 16, 0]
-    assert out.steps_i[:, eng.S_SWAPPED].tolist() == [0, 1, 0, 0]
-    assert col(out, eng.R_FINISH) == [2.5, 5.0]
+    # swap-out of 16 tokens at 32 tokens/s adds 0.5 s; the swap-in step (fixed 1 s + 0.5 s) also
+    # decodes the swapped-in sequence
+    assert f[:, eng.F_DURATION].tolist() == [1.0, 1.5, 1.5]
+    assert out.steps_i[:, eng.S_SWAP_TOKENS].tolist() == [0, 16, 16]
+    assert out.steps_i[:, eng.S_SWAPPED].tolist() == [0, 1, 0]
+    assert out.steps_i[:, eng.S_DECODE].tolist() == [0, 1, 1]
+    assert col(out, eng.R_FINISH) == [2.5, 4.0]
     # no recompute: prompt tokens prefilled once
     assert out.steps_i[:, eng.S_PREFILL].sum() == 32
+
+
+def test_chunked_recompute_victim_is_not_readmitted_in_the_step_that_evicted_it():
+    """Request 1 runs out of KV at t=5 and preempts itself; vLLM admits no one in that step, so it
+    starts over at t=6 (the old engine readmitted it at once, with the block it had just freed)."""
+    out = run([2.0, 3.0], [4, 16], [4, 2], chunked=True, budget=16, kv_blocks=2)
+    si = out.steps_i
+    assert si[:, eng.S_PREEMPTED].tolist() == [0, 0, 0, 1, 0, 0]
+    assert si[:, eng.S_ADMITTED].tolist() == [1, 1, 0, 0, 1, 0]
+    assert si[:, eng.S_PREFILL].tolist() == [4, 15, 1, 0, 16, 1]
+    assert si[:, eng.S_DECODE].tolist() == [0, 1, 1, 1, 0, 0]
+    assert out.req_preemptions.tolist() == [0, 1]
+    assert col(out, eng.R_FIRST_TOKEN) == [3.0, 5.0]
+    assert col(out, eng.R_FINISH) == [6.0, 8.0]
+
+
+def test_swapped_in_sequence_decodes_before_prefill_chunks():
+    """Request 2 is swapped out at t=4 while request 3's 40-token prompt is being chunked; it comes
+    back at t=5.125 and decodes in that step and each after it, ahead of the chunks (the old engine
+    put it behind the prompt, whose chunk then took the whole budget: 8.5 s between two tokens)."""
+    out = run([0.0, 1.0, 3.0, 3.0], [4, 16, 4, 40], [3, 2, 4, 2], chunked=True, budget=8, max_seqs=8, kv_blocks=3,
+              preempt=eng.PREEMPT_SWAP)
+    si = out.steps_i
+    assert si[:, eng.S_PREFILL].tolist() == [4, 7, 7, 8, 7, 7, 7, 7, 8, 2, 0]
+    assert si[:, eng.S_DECODE].tolist() == [0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 1]
+    assert si[:, eng.S_SWAP_TOKENS].tolist() == [0, 0, 0, 0, 4, 4, 0, 0, 0, 0, 0]
+    assert si[:, eng.S_STALLED].sum() == 0
+    assert out.req_preemptions.tolist() == [0, 0, 1, 0]
+    assert col(out, eng.R_FINISH) == [3.0, 5.125, 8.25, 11.25]
+    assert col(out, eng.R_MAX_ITL)[2] == 2.25  # tokens at 4, 6.25, 7.25, 8.25
+
+
+def test_prefill_only_steps_stall_the_decodes_without_chunking():
+    out = run([0.0, 0.0, 2.0], [4, 4, 8], [4, 4, 2])
+    si = out.steps_i
+    assert si[:, eng.S_PREFILL].tolist() == [8, 0, 8, 0, 0]
+    assert si[:, eng.S_DECODE].tolist() == [0, 2, 0, 3, 2]
+    assert si[:, eng.S_STALLED].tolist() == [0, 0, 2, 0, 0]  # requests 0 and 1 wait out request 2's prefill
+    assert si[:, eng.S_ADMITTED].tolist() == [2, 0, 1, 0, 0]
 
 
 def test_swap_falls_back_to_recompute_when_host_space_is_full():

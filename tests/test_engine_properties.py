@@ -1,4 +1,4 @@
-"""Conservation laws of the engine over random scenarios and policies (hypothesis)."""
+"""Conservation laws and vLLM's scheduling rules over random scenarios and policies (hypothesis)."""
 import os
 
 import numpy as np
@@ -6,10 +6,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batching.sim import engine as eng
+from batching.sim import engine_state
 from batching.sim.costmodel import cost_model
+from batching.sim.policy import MODE_CODE, MODES, PREEMPTION_CODE, PREEMPTION_MODES
 from batching.sim.specs import KV_BLOCK_TOKENS, deployment
 
 CM = cost_model(deployment())
+EXAMPLES = int(os.environ.get("ENGINE_PROPERTY_EXAMPLES", "300"))
 
 
 @st.composite
@@ -42,7 +45,7 @@ def simulate(arrival, prompt, output, prio, p):
                    p["watermark_blocks"], p["kv_blocks"], CM.coef, CM.ar_log_bytes, CM.ar_s)
 
 
-@settings(max_examples=int(os.environ.get("ENGINE_PROPERTY_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_conservation_laws(case):
     arrival, prompt, output, prio, p = case
@@ -79,6 +82,17 @@ def test_conservation_laws(case):
     start, dur = sf[:, eng.F_START], sf[:, eng.F_DURATION]
     assert (dur > 0).all()
     assert (start[1:] >= start[:-1] + dur[:-1] - 1e-9).all()
+    # every request is admitted once, plus once more after each recompute
+    if out.req_preemptions.sum() == 0 or p["mode"] != eng.MODE_CONTINUOUS:
+        assert si[:, eng.S_ADMITTED].sum() == len(arrival)
+    else:
+        assert len(arrival) <= si[:, eng.S_ADMITTED].sum() <= len(arrival) + out.req_preemptions.sum()
+    # vLLM's rules: a step that preempted admits no one; decodes stall only in a prefill-only step
+    # (no chunked prefill) or when decodes fill the budget
+    assert not ((si[:, eng.S_PREEMPTED] > 0) & (si[:, eng.S_ADMITTED] > 0)).any()
+    stalled = si[:, eng.S_STALLED] > 0
+    prefill_only = (si[:, eng.S_DECODE] == 0) & (si[:, eng.S_PREFILL] > 0) & (not p["chunked"])
+    assert (~stalled | prefill_only | (si[:, eng.S_PREFILL] + si[:, eng.S_DECODE] >= p["budget"])).all()
     # a static or dynamic batch releases together: requests scheduled together leave together
     if p["mode"] != eng.MODE_CONTINUOUS:
         sched = rf[:, eng.R_FIRST_SCHED]
@@ -97,3 +111,59 @@ def test_deterministic(case):
     b = simulate(arrival, prompt, output, prio, p)
     assert np.array_equal(a.req_f, b.req_f) and np.array_equal(a.steps_i, b.steps_i)
     assert np.array_equal(a.steps_f, b.steps_f)
+
+
+@st.composite
+def pressured(draw, preempt):
+    """Chunked prefill under KV pressure: bursts of requests, a cache of one to two of the largest
+    requests, small budgets so that prompts take several chunks."""
+    n = draw(st.integers(2, 24))
+    arrival = np.cumsum(draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n)))
+    prompt = np.array(draw(st.lists(st.integers(1, 400), min_size=n, max_size=n)), np.int64)
+    output = np.array(draw(st.lists(st.integers(1, 60), min_size=n, max_size=n)), np.int64)
+    n_classes = draw(st.integers(1, 3))
+    prio = np.array(draw(st.lists(st.integers(0, n_classes - 1), min_size=n, max_size=n)), np.int64)
+    need = int(((prompt + output + KV_BLOCK_TOKENS - 1) // KV_BLOCK_TOKENS).max())
+    params = dict(
+        n_classes=n_classes, mode=eng.MODE_CONTINUOUS, max_batch=1, max_wait_s=0.0,
+        max_seqs=draw(st.integers(2, 16)), budget=draw(st.integers(16, 256)), chunked=True,
+        use_prio=draw(st.booleans()), preempt=preempt, swap_cap_tokens=draw(st.sampled_from([10**6, 200])),
+        watermark_blocks=draw(st.integers(0, 1)), kv_blocks=draw(st.integers(need, 2 * need)),
+    )
+    return arrival, prompt, output, prio, params
+
+
+@settings(max_examples=max(50, EXAMPLES // 2), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pressured(eng.PREEMPT_RECOMPUTE))
+def test_no_admission_in_a_step_that_preempted(case):
+    """vLLM V0 and V1 admit no waiting request in a step in which they preempted: a victim is
+    never evicted and readmitted in one step (the old engine did, in most of these runs)."""
+    arrival, prompt, output, prio, p = case
+    si = simulate(arrival, prompt, output, prio, p).steps_i
+    assert not ((si[:, eng.S_PREEMPTED] > 0) & (si[:, eng.S_ADMITTED] > 0)).any()
+
+
+@settings(max_examples=max(50, EXAMPLES // 2), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pressured(eng.PREEMPT_SWAP))
+def test_no_decode_is_skipped_while_a_prefill_chunk_runs(case):
+    """Decodes first, swapped-in sequences included: no sequence past its prefill waits in a step
+    that runs a prompt chunk (the old engine queued swapped-in sequences behind prompts still
+    being chunked, whose chunks could take the whole budget)."""
+    arrival, prompt, output, prio, p = case
+    out = simulate(arrival, prompt, output, prio, p)
+    si = out.steps_i
+    assert not ((si[:, eng.S_PREFILL] > 0) & (si[:, eng.S_STALLED] > 0)).any()
+    assert si[:, eng.S_LM].sum() == output.sum()
+
+
+def test_policy_codes_are_the_engine_enums():
+    """policy.MODE_CODE / PREEMPTION_CODE and the engine's constants name the same integers, and
+    every engine mode and preemption kind has a policy name."""
+    for name in MODES:
+        assert MODE_CODE[name] == getattr(engine_state, f"MODE_{name.upper()}") == getattr(eng, f"MODE_{name.upper()}")
+    for name in PREEMPTION_MODES:
+        assert PREEMPTION_CODE[name] == getattr(engine_state, f"PREEMPT_{name.upper()}")
+    engine_modes = {v for k, v in vars(engine_state).items() if k.startswith("MODE_")}
+    engine_preempt = {v for k, v in vars(engine_state).items() if k.startswith("PREEMPT_")}
+    assert set(MODE_CODE.values()) == engine_modes and len(engine_modes) == len(MODES)
+    assert set(PREEMPTION_CODE.values()) == engine_preempt and len(engine_preempt) == len(PREEMPTION_MODES)

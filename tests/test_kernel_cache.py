@@ -21,6 +21,26 @@ def test_digest_follows_the_kernel_sources(tmp_path):
     assert kernel_cache.sources_digest(pkg) != before
 
 
+def test_every_kernel_module_is_hashed(tmp_path):
+    """Each module with jitted code, and the engine's constants (engine_state: numba freezes them
+    into the compiled code), keys the cache: an edit to any of them must not be served stale."""
+    sim = ROOT / "batching" / "sim"
+    jitted = {p.name for p in sim.glob("*.py") if "@njit" in p.read_text()}
+    assert {"costmodel.py", "engine.py", "engine_stages.py"} <= jitted
+    assert jitted | {"engine_state.py"} <= set(kernel_cache.KERNEL_SOURCES)
+    pkg = tmp_path / "sim"
+    pkg.mkdir()
+    for name in kernel_cache.KERNEL_SOURCES:
+        shutil.copy(sim / name, pkg / name)
+    before = kernel_cache.sources_digest(pkg)
+    for name in ("engine_state.py", "engine_stages.py"):
+        text = (pkg / name).read_text()
+        (pkg / name).write_text(text + "\n# edited\n")
+        assert kernel_cache.sources_digest(pkg) != before
+        (pkg / name).write_text(text)
+    assert kernel_cache.sources_digest(pkg) == before
+
+
 def test_numba_cache_dir_is_honoured(tmp_path):
     code = ("from batching.sim.simulate import Scenario, simulate; from batching.sim.workload import workload_preset;"
             "import numba; print(numba.config.CACHE_DIR);"

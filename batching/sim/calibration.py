@@ -65,17 +65,6 @@ def load_linear_ops() -> pd.DataFrame:
         return pd.read_csv(f)
 
 
-def load_allreduce(impl: str) -> pd.DataFrame:
-    """num_gpus, message_bytes, latency_us: the measured table behind an all-reduce choice
-    (medians per size; Vidur's raw NCCL rows binned to half-octave medians)."""
-    x = {}
-    for tp in (2, 4, 8):
-        lb, s = cm.allreduce_table(impl, tp)
-        x[tp] = pd.DataFrame({"num_gpus": tp, "message_bytes": np.exp(lb).round().astype(np.int64),
-                              "latency_us": s * 1e6})
-    return pd.concat(x.values(), ignore_index=True)
-
-
 def load_allreduce_raw(impl: str) -> pd.DataFrame:
     """Every measured row of the table behind an all-reduce choice (num_gpus, message_bytes, latency_us)."""
     if impl not in cm.ALLREDUCE_IMPLS:

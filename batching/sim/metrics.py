@@ -1,4 +1,4 @@
-"""Every metric, defined once (DESIGN §4). Times in seconds, rates per second."""
+"""Every metric, defined once (docs/ARCHITECTURE.md "Metrics"). Times in seconds, rates per second."""
 from __future__ import annotations
 
 import numpy as np
@@ -108,13 +108,19 @@ def node_summary(steps: pd.DataFrame, wall_s: float, replicas: int, batch_cap: i
     if denom <= 0 or len(steps) == 0:
         return {"busy": float("nan"), "gpu_util": float("nan"), "mfu": float("nan"), "mbu": float("nan"),
                 "batch_efficiency": float("nan"), "num_steps": int(len(steps))}
-    roofline = np.maximum(steps["useful_flops"] / peak_flops, steps["useful_bytes"] / peak_bw)
+    dur = steps["duration_s"].to_numpy(dtype=float)
+    # Steps never overlap, so their time is at most the wall time, and useful work at most its
+    # step's time; float sums can still land an ulp or so above (busy 1.0000000000000078 in a
+    # saturated run), so the shares are clamped: busy <= 1, the others <= busy.
+    t_flops = np.minimum(steps["useful_flops"].to_numpy(dtype=float) / peak_flops, dur)
+    t_bytes = np.minimum(steps["useful_bytes"].to_numpy(dtype=float) / peak_bw, dur)
+    busy = min(1.0, float(dur.sum() / denom))
     return {
         "num_steps": int(len(steps)),
-        "busy": float(steps["duration_s"].sum() / denom),
-        "gpu_util": float(roofline.sum() / denom),
-        "mfu": float(steps["useful_flops"].sum() / (peak_flops * denom)),
-        "mbu": float(steps["useful_bytes"].sum() / (peak_bw * denom)),
+        "busy": busy,
+        "gpu_util": min(busy, float(np.maximum(t_flops, t_bytes).sum() / denom)),
+        "mfu": min(busy, float(t_flops.sum() / denom)),
+        "mbu": min(busy, float(t_bytes.sum() / denom)),
         "batch_efficiency": float(steps["running"].mean() / batch_cap),
         "mean_running": float(steps["running"].mean()),
         "max_kv_blocks": int(steps["kv_blocks"].max()),

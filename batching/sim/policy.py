@@ -3,11 +3,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-MODES = ("static", "dynamic", "continuous")
-PREEMPTION_MODES = ("off", "recompute", "swap")
-# integer codes the engine uses
-MODE_CODE = {m: i for i, m in enumerate(MODES)}
-PREEMPTION_CODE = {m: i for i, m in enumerate(PREEMPTION_MODES)}
+from batching.sim.engine_state import (
+    MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP,
+)
+
+# names -> the engine's integer codes (engine_state holds the enums)
+MODE_CODE = {"static": MODE_STATIC, "dynamic": MODE_DYNAMIC, "continuous": MODE_CONTINUOUS}
+PREEMPTION_CODE = {"off": PREEMPT_OFF, "recompute": PREEMPT_RECOMPUTE, "swap": PREEMPT_SWAP}
+MODES = tuple(MODE_CODE)
+PREEMPTION_MODES = tuple(PREEMPTION_CODE)
+# knob -> (lowest, highest) value a policy accepts: validate() checks them, the CLI's options, the dashboard's
+# widgets and links, and sweep ranges read them (the one place they are defined)
+KNOB_LIMITS: dict[str, tuple[float, float]] = {
+    "max_batch_size": (1, 4096),
+    "max_wait_s": (0.0, 3600.0),
+    "max_num_seqs": (1, 4096),
+    "max_num_batched_tokens": (16, 1_048_576),
+    "swap_space_gib": (0.0, 4096.0),
+    "watermark": (0.0, 0.5),
+}
 
 
 def _check(name: str, value, low, high) -> None:
@@ -38,12 +52,8 @@ class BatchingPolicy:
             raise ValueError(
                 f"preemption={self.preemption!r} is not allowed; allowed: {', '.join(PREEMPTION_MODES)}"
             )
-        _check("max_batch_size", self.max_batch_size, 1, 4096)
-        _check("max_wait_s", self.max_wait_s, 0.0, 3600.0)
-        _check("max_num_seqs", self.max_num_seqs, 1, 4096)
-        _check("max_num_batched_tokens", self.max_num_batched_tokens, 16, 1_048_576)
-        _check("swap_space_gib", self.swap_space_gib, 0.0, 4096.0)
-        _check("watermark", self.watermark, 0.0, 0.5)
+        for name, (low, high) in KNOB_LIMITS.items():
+            _check(name, getattr(self, name), low, high)
         if self.mode != "continuous" and (self.chunked_prefill or self.priority):
             raise ValueError(
                 f"chunked_prefill and priority need mode='continuous' (mode={self.mode!r})"

@@ -57,7 +57,7 @@ class SimResult:
         return summarize(self)
 
     def summary(self) -> dict:
-        """Flat dict of the DESIGN §4 metrics, with ``by_priority`` per class."""
+        """Flat dict of the metrics (docs/ARCHITECTURE.md "Metrics"), with ``by_priority`` per class."""
         s = dict(self._summary)
         s["by_priority"] = {k: dict(v) for k, v in s["by_priority"].items()}
         return s
@@ -187,6 +187,8 @@ def _steps_frame(out: eng.EngineOutput, replica: int, cm: CostModel) -> pd.DataF
         "swapped": si[:, eng.S_SWAPPED],
         "swap_tokens": si[:, eng.S_SWAP_TOKENS],
         "preempted": si[:, eng.S_PREEMPTED],
+        "admitted": si[:, eng.S_ADMITTED],  # taken from the waiting queue: first time, or again after a recompute
+        "stalled": si[:, eng.S_STALLED],  # past their prefill, no token in this step (generation stalls)
         "useful_flops": flops,
         "useful_bytes": nbytes,
     })

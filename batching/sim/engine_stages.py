@@ -1,0 +1,520 @@
+"""Stage helpers of the token-step engine (DESIGN §2), ``*_nb`` functions on the NamedTuples of
+engine_state, changed in place: waiting queues, recording a step, the stages of one
+continuous-batching step in the order vLLM's scheduler runs them (running decodes, swapped
+sequences coming back, prefill chunks under way, waiting requests), preemption, and applying a
+step once its tokens exist.
+
+The running list keeps the sequences past their prefill first and the prefills under way after
+them, each group in admission order: prefill chunks are handed out in list order, so prefills
+complete in that order, and a sequence swapped back in joins the end of the decodes.
+
+Speed: every array handed to a function is reference-counted (two atomic operations), which
+would cost more than a step's work; LLVM's pruning pass removes those counts only over simple
+control flow. So the per-step stages are inlined into the engine loop (``inline="always"``) and
+written for that pass: loops with one exit (a ``going`` flag, no ``break``/``continue``/``return``
+inside them), no call that can raise (no integer ``%``; preemption is not called from a stage:
+the stage stops and returns, the engine loop calls ``make_room_nb`` or ``evict_for_nb`` and
+resumes it). The preemption helpers run rarely and are ordinary functions.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from batching.sim.engine_state import (
+    B_FREE, B_RUNNING, B_SWAP_USED, B_SWAPPED, B_WAITING, F_ATTN_WORK, F_DECODE_CTX, F_DURATION, F_START,
+    ITL_BINS, ITL_BINS_PER_LOG, ITL_LO_S, ITL_LOG_LO, PREEMPT_OFF, PREEMPT_SWAP, R_FINISH,
+    R_FIRST_SCHED, R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_DECODE, S_KV_BLOCKS, S_LM, S_PADDED,
+    S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING,
+)
+from batching.sim.specs import KV_BLOCK_TOKENS
+
+
+@njit(cache=True, nogil=True, inline="always")
+def blocks_for_nb(tokens):
+    return (tokens + KV_BLOCK_TOKENS - 1) // KV_BLOCK_TOKENS
+
+
+@njit(cache=True, nogil=True, inline="always")
+def itl_record_nb(hist, cls, gap):
+    if gap <= ITL_LO_S:
+        b = 0
+    else:
+        b = int((np.log(gap) - ITL_LOG_LO) * ITL_BINS_PER_LOG)
+        if b >= ITL_BINS:
+            b = ITL_BINS - 1
+    hist[cls, b] += 1
+
+
+# --- recording a step: row ``step`` of out.steps_i / out.steps_f ---------------------------
+@njit(cache=True, nogil=True, inline="always")
+def begin_step_nb(out, step, t):
+    """Start step ``step`` at ``t``: zero the columns that its stages add to (``end_step_nb``
+    writes the others)."""
+    si, sf = out.steps_i, out.steps_f
+    si[step, S_PREFILL] = 0
+    si[step, S_DECODE] = 0
+    si[step, S_PADDED] = 0
+    si[step, S_LM] = 0
+    si[step, S_SWAP_TOKENS] = 0
+    si[step, S_PREEMPTED] = 0
+    si[step, S_ADMITTED] = 0
+    si[step, S_STALLED] = 0
+    sf[step, F_START] = t
+    sf[step, F_ATTN_WORK] = 0.0
+    sf[step, F_DECODE_CTX] = 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def end_step_nb(out, step, duration, running, waiting, kv_blocks, swapped):
+    """Complete a step's rows: its duration, the sequences it ran, the queue and cache after it."""
+    si = out.steps_i
+    out.steps_f[step, F_DURATION] = duration
+    si[step, S_RUNNING] = running
+    si[step, S_WAITING] = waiting
+    si[step, S_KV_BLOCKS] = kv_blocks
+    si[step, S_SWAPPED] = swapped
+
+
+# --- waiting queues: per-class FIFOs in one flat ring buffer (wrapped without %) -----------
+@njit(cache=True, nogil=True, inline="always")
+def q_push_back_nb(q, k, x):
+    j = q.head[k] + q.len[k]
+    if j >= q.cap[k]:
+        j -= q.cap[k]
+    q.buf[q.off[k] + j] = x
+    q.len[k] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def q_push_front_nb(q, k, x):
+    j = q.head[k] - 1
+    if j < 0:
+        j += q.cap[k]
+    q.head[k] = j
+    q.buf[q.off[k] + j] = x
+    q.len[k] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def q_first_class_nb(q):
+    """The highest class with a waiting request; -1 if none."""
+    nq = q.len.shape[0]
+    k = 0
+    while k < nq and q.len[k] == 0:
+        k += 1
+    return k if k < nq else -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def q_peek_nb(q, k):
+    return q.buf[q.off[k] + q.head[k]]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def q_pop_front_nb(q, k):
+    x = q.buf[q.off[k] + q.head[k]]
+    j = q.head[k] + 1
+    q.head[k] = 0 if j == q.cap[k] else j
+    q.len[k] -= 1
+    return x
+
+
+@njit(cache=True, nogil=True, inline="always")
+def arrive_nb(inp, seqs, q, b, a, t):
+    """Requests arrived by ``t`` join the back of their class's queue; returns the next to arrive."""
+    arrival, cls = inp.arrival, seqs.cls
+    n = arrival.shape[0]
+    a0 = a
+    while a < n and arrival[a] <= t:
+        q_push_back_nb(q, cls[a], a)
+        a += 1
+    b.n[B_WAITING] += a - a0
+    return a
+
+
+# --- preemption (rare: called by the engine loop, between stages) -------------------------
+@njit(cache=True, nogil=True)
+def pick_victim_nb(run, lo, hi, cls, arrival, above):
+    """Index in run[lo:hi] of the lowest-class, latest-arrived sequence of class > ``above``
+    (any class when above < 0); -1 if none."""
+    best = -1
+    for i in range(lo, hi):
+        r = run[i]
+        c = cls[r]
+        if c <= above:
+            continue
+        if best < 0:
+            best = i
+            continue
+        rb = run[best]
+        if c > cls[rb] or (c == cls[rb] and arrival[r] > arrival[rb]):
+            best = i
+    return best
+
+
+@njit(cache=True, nogil=True)
+def preempt_nb(v, inp, seqs, q, b, knobs, out, step):
+    """Preempt run[v]: it leaves the running list and frees its GPU blocks; its KV is copied to
+    host memory (swap, while host space lasts; the copy is this step's) or dropped, the request
+    rejoining the front of its class to prefill prompt + generated tokens again (recompute).
+    Work scheduled for it in this step is taken back out first."""
+    run, cnt, si = b.run, b.n, out.steps_i
+    r = run[v]
+    nr = cnt[B_RUNNING]
+    for j in range(v, nr - 1):
+        run[j] = run[j + 1]
+    cnt[B_RUNNING] = nr - 1
+    unschedule_nb(r, seqs, out, step)
+    cnt[B_FREE] += seqs.blocks[r]
+    seqs.blocks[r] = 0
+    out.req_pre[r] += 1
+    si[step, S_PREEMPTED] += 1
+    kv = seqs.kv[r]
+    if knobs.preempt == PREEMPT_SWAP and cnt[B_SWAP_USED] + kv <= knobs.swap_cap_tokens:
+        si[step, S_SWAP_TOKENS] += kv
+        cnt[B_SWAP_USED] += kv
+        b.swapped[cnt[B_SWAPPED]] = r
+        cnt[B_SWAPPED] += 1
+    else:
+        seqs.kv[r] = 0
+        seqs.target[r] = inp.prompt[r] + seqs.gen[r]
+        q_push_front_nb(q, seqs.cls[r], r)
+        cnt[B_WAITING] += 1
+
+
+@njit(cache=True, nogil=True)
+def unschedule_nb(r, seqs, out, step):
+    """Take the work scheduled for ``r`` in this step back out of the step."""
+    c = seqs.sched[r]
+    if c == 0:
+        return
+    si, sf = out.steps_i, out.steps_f
+    kv = seqs.kv[r]
+    if kv >= seqs.target[r]:
+        si[step, S_DECODE] -= 1
+        si[step, S_LM] -= 1
+        sf[step, F_DECODE_CTX] -= kv + 1
+    else:
+        si[step, S_PREFILL] -= c
+        sf[step, F_ATTN_WORK] -= c * (kv + 0.5 * c)
+        if kv + c == seqs.target[r]:
+            si[step, S_LM] -= 1
+    seqs.sched[r] = 0
+
+
+@njit(cache=True, nogil=True)
+def make_room_nb(i, need, inp, seqs, q, b, knobs, out, step):
+    """KV ran out for run[i]'s next tokens: preempt the sequences behind it (lowest class, latest
+    arrival first) until ``need`` blocks are free, or run[i] itself when none is left behind it."""
+    while need > b.n[B_FREE]:
+        v = pick_victim_nb(b.run, i + 1, b.n[B_RUNNING], seqs.cls, inp.arrival, -1)
+        if v < 0:
+            preempt_nb(i, inp, seqs, q, b, knobs, out, step)
+            return
+        preempt_nb(v, inp, seqs, q, b, knobs, out, step)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def fits_nb(need, cnt, knobs):
+    """A sequence slot and ``need`` blocks are free, keeping the watermark once something runs."""
+    nr = cnt[B_RUNNING]
+    return nr < knobs.max_seqs and cnt[B_FREE] - need >= (knobs.watermark_blocks if nr > 0 else 0)
+
+
+@njit(cache=True, nogil=True)
+def evict_for_nb(h, need, inp, seqs, q, b, knobs, out, step):
+    """Priority: preempt running sequences of a class below waiting request ``h``'s (lowest class,
+    latest arrival first) until a slot and ``need`` blocks would be free for it, or none is left."""
+    while not fits_nb(need, b.n, knobs):
+        v = pick_victim_nb(b.run, 0, b.n[B_RUNNING], seqs.cls, inp.arrival, seqs.cls[h])
+        if v < 0:
+            return
+        preempt_nb(v, inp, seqs, q, b, knobs, out, step)
+
+
+# --- the scheduling stages of a continuous-batching step ------------------------------------
+@njit(cache=True, nogil=True, inline="always")
+def schedule_decodes_nb(i, seqs, b, knobs, out, step):
+    """(1) Running: one decode token for each sequence past its prefill (they lead the running
+    list), from run[i] on, while the token budget lasts.
+
+    Returns (index where the prefills under way begin, 0), or, when run[i] needs more KV blocks
+    than are free, (i, blocks it needs): the caller makes room (``make_room_nb``) and resumes."""
+    run, cnt = b.run, b.n
+    kv, target, blocks, sched = seqs.kv, seqs.target, seqs.blocks, seqs.sched
+    si = out.steps_i
+    room = knobs.budget - si[step, S_PREFILL] - si[step, S_DECODE]
+    free = cnt[B_FREE]
+    nr = cnt[B_RUNNING]
+    n_dec = 0
+    stalled = 0
+    ctx = 0.0
+    short = 0
+    going = True
+    while going and i < nr:
+        r = run[i]
+        if kv[r] < target[r]:
+            going = False  # the prefills under way begin here
+        elif n_dec >= room:
+            stalled += 1  # the budget is spent: no token for it in this step
+            i += 1
+        else:
+            need = blocks_for_nb(kv[r] + 1) - blocks[r]
+            if need > free:
+                short = need  # KV ran out: the caller makes room
+                going = False
+            else:
+                if need > 0:
+                    free -= need
+                    blocks[r] += need
+                sched[r] = 1
+                n_dec += 1
+                ctx += kv[r] + 1
+                i += 1
+    cnt[B_FREE] = free
+    si[step, S_DECODE] += n_dec
+    si[step, S_LM] += n_dec
+    si[step, S_STALLED] += stalled
+    out.steps_f[step, F_DECODE_CTX] += ctx
+    return i, short
+
+
+@njit(cache=True, nogil=True, inline="always")
+def best_swapped_nb(b, cls, arrival):
+    """Index in the swapped list of the first to come back: highest class, then earliest arrival."""
+    sw = b.swapped
+    best = 0
+    for j in range(1, b.n[B_SWAPPED]):
+        s, sb = sw[j], sw[best]
+        if cls[s] < cls[sb] or (cls[s] == cls[sb] and arrival[s] < arrival[sb]):
+            best = j
+    return best
+
+
+@njit(cache=True, nogil=True, inline="always")
+def schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step):
+    """(1b) Swapped sequences come back (highest class, then earliest first) while sequence slots,
+    the budget and free blocks allow, their KV copied in over PCIe in this step; one past its
+    prefill decodes in this step, placed at the end of the decodes (index ``nd``), so before any
+    prefill chunk. A swapped sequence of a class below the waiting queue's head waits for it.
+    Not run in a step that preempted. Returns the new end of the decodes."""
+    cnt, swapped, cls = b.n, b.swapped, seqs.cls
+    kv, target = seqs.kv, seqs.target
+    si = out.steps_i
+    going = True
+    while going and cnt[B_SWAPPED] > 0 and cnt[B_RUNNING] < knobs.max_seqs:
+        j = best_swapped_nb(b, cls, inp.arrival)
+        s = swapped[j]
+        decoding = kv[s] >= target[s]
+        need = blocks_for_nb(kv[s] + 1)
+        if cnt[B_WAITING] > 0 and cls[s] > q_first_class_nb(q):
+            going = False  # a waiting request of a higher class goes first
+        elif decoding and si[step, S_PREFILL] + si[step, S_DECODE] >= knobs.budget:
+            going = False
+        elif need > cnt[B_FREE]:
+            going = False
+        else:
+            _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step)
+            if decoding:
+                nd += 1
+    return nd
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
+    """Swapped[j] = ``s`` back into the running list at index ``nd``, its KV copied in; one past
+    its prefill decodes in this step."""
+    run, cnt, swapped = b.run, b.n, b.swapped
+    kv = seqs.kv
+    si = out.steps_i
+    nsw = cnt[B_SWAPPED] - 1
+    swapped[j] = swapped[nsw]
+    cnt[B_SWAPPED] = nsw
+    cnt[B_SWAP_USED] -= kv[s]
+    si[step, S_SWAP_TOKENS] += kv[s]
+    cnt[B_FREE] -= need
+    seqs.blocks[s] = need
+    nr = cnt[B_RUNNING]
+    for i in range(nr, nd, -1):
+        run[i] = run[i - 1]
+    run[nd] = s
+    cnt[B_RUNNING] = nr + 1
+    if decoding:
+        seqs.sched[s] = 1
+        si[step, S_DECODE] += 1
+        si[step, S_LM] += 1
+        out.steps_f[step, F_DECODE_CTX] += kv[s] + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def schedule_chunks_nb(i, seqs, b, knobs, out, step):
+    """(2) Prefills under way, from run[i] on: the next chunk of each, in order, from what the
+    decodes left of the budget. A sequence past its prefill found here (none should be) counts
+    as stalled.
+
+    Returns 0, or, when run[i] needs more KV blocks than are free, (i, blocks it needs): the
+    caller makes room (``make_room_nb``) and resumes."""
+    run, cnt = b.run, b.n
+    kv, target, blocks, sched = seqs.kv, seqs.target, seqs.blocks, seqs.sched
+    si = out.steps_i
+    room = knobs.budget - si[step, S_PREFILL] - si[step, S_DECODE]
+    free = cnt[B_FREE]
+    nr = cnt[B_RUNNING]
+    n_pre = 0
+    n_lm = 0
+    stalled = 0
+    attn = 0.0
+    short = 0
+    going = True
+    while going and i < nr:
+        r = run[i]
+        left = target[r] - kv[r]
+        c = min(left, room - n_pre)
+        if left <= 0:
+            stalled += 1
+            i += 1
+        elif c <= 0:
+            i += 1  # the budget is spent
+        else:
+            need = blocks_for_nb(kv[r] + c) - blocks[r]
+            if need > free:
+                short = need  # KV ran out: the caller makes room
+                going = False
+            else:
+                if need > 0:
+                    free -= need
+                    blocks[r] += need
+                sched[r] = c
+                n_pre += c
+                attn += c * (kv[r] + 0.5 * c)
+                if c == left:
+                    n_lm += 1
+                i += 1
+    cnt[B_FREE] = free
+    si[step, S_PREFILL] += n_pre
+    si[step, S_LM] += n_lm
+    si[step, S_STALLED] += stalled
+    out.steps_f[step, F_ATTN_WORK] += attn
+    return i, short
+
+
+@njit(cache=True, nogil=True, inline="always")
+def schedule_waiting_nb(t, whole, inp, seqs, q, b, knobs, out, step):
+    """(3) Waiting requests in (class,) arrival order: whole prompts (``whole``: vLLM V0 without
+    chunked prefill) or a first chunk of what the budget has left, while sequence slots, the
+    budget and free KV blocks (less the watermark once something runs) allow; without preemption
+    a request reserves blocks for prompt + output. Swapped sequences of the head's class or a
+    higher one come back first: nobody is admitted past them.
+
+    The first request that does not fit ends admission. Returns (-1, 0), or, with priority and
+    preemption in a step that has admitted nobody, (that request, the blocks it needs): the caller
+    evicts lower classes for it (``evict_for_nb``) and admits nobody in this step, since a step
+    that preempted admits no one (vLLM V0 and V1)."""
+    run, cnt, cls = b.run, b.n, seqs.cls
+    kv, target, blocks, sched = seqs.kv, seqs.target, seqs.blocks, seqs.sched
+    si = out.steps_i
+    req_f = out.req_f
+    sw_cls = q.len.shape[0]  # the highest class in host memory (none: above every class)
+    for j in range(cnt[B_SWAPPED]):
+        sw_cls = min(sw_cls, cls[b.swapped[j]])
+    evict_for = -1
+    evict_need = 0
+    going = True
+    while going and cnt[B_WAITING] > 0:
+        k = q_first_class_nb(q)
+        h = q_peek_nb(q, k)
+        tokens = si[step, S_PREFILL] + si[step, S_DECODE]
+        left = target[h] - kv[h]
+        c = left if whole else min(left, knobs.budget - tokens)
+        if knobs.preempt == PREEMPT_OFF:
+            need = blocks_for_nb(target[h] + inp.output[h] - seqs.gen[h])
+        else:
+            need = blocks_for_nb(kv[h] + c)
+        spent = (tokens > 0 and tokens + c > knobs.budget) if whole else c <= 0
+        if sw_cls <= k:
+            going = False  # swapped sequences of its class or above come back first
+        elif spent:
+            going = False  # the budget is spent
+        elif not fits_nb(need, cnt, knobs):
+            going = False
+            if knobs.use_prio and knobs.preempt != PREEMPT_OFF and si[step, S_ADMITTED] == 0:
+                evict_for = h
+                evict_need = need
+        else:
+            q_pop_front_nb(q, k)
+            cnt[B_WAITING] -= 1
+            if req_f[h, R_FIRST_SCHED] < 0:
+                req_f[h, R_FIRST_SCHED] = t
+            nr = cnt[B_RUNNING]
+            run[nr] = h
+            cnt[B_RUNNING] = nr + 1
+            cnt[B_FREE] -= need
+            blocks[h] = need
+            sched[h] = c
+            si[step, S_PREFILL] += c
+            out.steps_f[step, F_ATTN_WORK] += c * (kv[h] + 0.5 * c)
+            if c == left:
+                si[step, S_LM] += 1
+            si[step, S_ADMITTED] += 1
+    return evict_for, evict_need
+
+
+@njit(cache=True, nogil=True, inline="always")
+def count_decoding_nb(b, seqs, hi):
+    """Sequences past their prefill in run[:hi]."""
+    run, kv, target = b.run, seqs.kv, seqs.target
+    m = 0
+    for i in range(hi):
+        r = run[i]
+        if kv[r] >= target[r]:
+            m += 1
+    return m
+
+
+# --- applying a step ----------------------------------------------------------------------
+@njit(cache=True, nogil=True, inline="always")
+def apply_step_nb(t, inp, seqs, b, out):
+    """The step ended at ``t`` and its tokens exist: chunks advance the prefills, decodes and
+    completed prefills emit a token (its gap recorded), finished sequences leave at once and free
+    their blocks. Returns how many finished."""
+    run, cnt = b.run, b.n
+    kv, target, gen, sched, blocks, last_tok = seqs.kv, seqs.target, seqs.gen, seqs.sched, seqs.blocks, seqs.last_tok
+    prio, output = inp.prio, inp.output
+    req_f, hist = out.req_f, out.hist
+    keep = 0
+    done = 0
+    for i in range(cnt[B_RUNNING]):
+        r = run[i]
+        c = sched[r]
+        finished = False
+        if c > 0:
+            sched[r] = 0
+            if kv[r] >= target[r]:
+                kv[r] += 1
+                emits = True
+            else:
+                kv[r] += c
+                emits = kv[r] == target[r]
+            if emits:
+                gen[r] += 1
+                if gen[r] == 1:
+                    req_f[r, R_FIRST_TOKEN] = t
+                else:
+                    gap = t - last_tok[r]
+                    itl_record_nb(hist, prio[r], gap)
+                    if gap > req_f[r, R_MAX_ITL]:
+                        req_f[r, R_MAX_ITL] = gap
+                last_tok[r] = t
+                finished = gen[r] == output[r]
+        if finished:
+            cnt[B_FREE] += blocks[r]
+            blocks[r] = 0
+            req_f[r, R_FINISH] = t
+            req_f[r, R_RELEASE] = t
+            done += 1
+        else:
+            run[keep] = r
+            keep += 1
+    cnt[B_RUNNING] = keep
+    return done

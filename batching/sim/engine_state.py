@@ -1,0 +1,150 @@
+"""The engine's vocabulary (DESIGN §2): its integer enums and table columns, in one place, and
+the NamedTuples its stages share instead of long argument lists.
+
+Everything here is plain data: the jitted code in engine.py and engine_stages.py reads these
+constants at compile time (so this file is one of kernel_cache.KERNEL_SOURCES), and
+policy.py names the mode and preemption codes from them.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+# --- enums ----------------------------------------------------------------------------
+# batching modes (policy.MODE_CODE names them)
+MODE_STATIC = 0
+MODE_DYNAMIC = 1
+MODE_CONTINUOUS = 2
+# preemption kinds (policy.PREEMPTION_CODE names them)
+PREEMPT_OFF = 0
+PREEMPT_RECOMPUTE = 1
+PREEMPT_SWAP = 2
+# return codes of run_nb
+OK = 0
+OUT_OF_STEPS = -1
+DEADLOCK = -2
+
+# --- per-step output columns: int64 table (steps_i) and float64 table (steps_f) -------
+S_PREFILL = 0  # useful prompt tokens computed
+S_DECODE = 1  # useful decode tokens computed
+S_PADDED = 2  # padded / finished slots computed for nothing
+S_RUNNING = 3  # sequences in the batch
+S_WAITING = 4  # arrived requests not yet admitted (after the step)
+S_KV_BLOCKS = 5  # KV blocks held (reserved, for request-level modes), after the step
+S_SWAPPED = 6  # sequences whose KV sits in host memory, after the step
+S_LM = 7  # sequences that emitted a useful token
+S_SWAP_TOKENS = 8  # KV tokens copied over PCIe in this step (out and in)
+S_PREEMPTED = 9  # sequences preempted in this step
+S_ADMITTED = 10  # requests taken from the waiting queue into the batch (first time, or again after recompute)
+S_STALLED = 11  # sequences past their prefill that got no token in this step (generation stalls)
+NUM_SI = 12
+F_START = 0
+F_DURATION = 1
+F_ATTN_WORK = 2  # useful sum of chunk * (context + chunk / 2)
+F_DECODE_CTX = 3  # useful sum of decode contexts read
+NUM_SF = 4
+
+# --- per-request output columns (float64 table) -----------------------------------------
+R_FIRST_SCHED = 0
+R_FIRST_TOKEN = 1
+R_FINISH = 2
+R_RELEASE = 3
+R_MAX_ITL = 4
+NUM_RF = 5
+
+# --- inter-token-latency histogram: fixed log-spaced bins --------------------------------
+ITL_BINS = 120
+ITL_LO_S = 1e-3
+ITL_HI_S = 1e2
+# bin of a gap = (log(gap) - ITL_LOG_LO) * ITL_BINS_PER_LOG (compile-time constants)
+ITL_LOG_LO = float(np.log(ITL_LO_S))
+ITL_BINS_PER_LOG = float(ITL_BINS / (np.log(ITL_HI_S) - np.log(ITL_LO_S)))
+
+# --- counters of the continuous engine's batch (Batch.n) ---------------------------------
+B_RUNNING = 0  # sequences in the running list, run[:n[B_RUNNING]]
+B_SWAPPED = 1  # sequences whose KV sits in host memory, swapped[:n[B_SWAPPED]]
+B_WAITING = 2  # requests in the waiting queues
+B_FREE = 3  # free GPU KV blocks
+B_SWAP_USED = 4  # KV tokens held in host memory
+NUM_B = 5
+
+
+def itl_bin_edges() -> np.ndarray:
+    """Edges of the inter-token-latency histogram (s); gaps outside fall in the end bins."""
+    return np.logspace(np.log10(ITL_LO_S), np.log10(ITL_HI_S), ITL_BINS + 1)
+
+
+# --- NamedTuples (numba passes them to jitted functions as typed tuples) -------------------
+class Inputs(NamedTuple):
+    """Per-request inputs, sorted by arrival."""
+
+    arrival: np.ndarray  # float64, seconds
+    prompt: np.ndarray  # int64 tokens
+    output: np.ndarray  # int64 tokens
+    prio: np.ndarray  # int64 class, 0 highest
+
+
+class Knobs(NamedTuple):
+    """The policy and the cache, as scalars."""
+
+    mode: int  # MODE_*
+    n_classes: int
+    max_batch: int  # static / dynamic
+    max_wait_s: float  # dynamic
+    max_seqs: int  # continuous: sequences per step
+    budget: int  # continuous: tokens per step
+    chunked: bool
+    use_prio: bool
+    preempt: int  # PREEMPT_*
+    swap_cap_tokens: int  # host swap space, in KV tokens
+    watermark_blocks: int  # blocks kept free when admitting
+    kv_blocks: int  # GPU KV capacity
+
+
+class Cost(NamedTuple):
+    """Cost-model coefficients and the all-reduce table (costmodel.CostModel)."""
+
+    coef: np.ndarray
+    ar_x: np.ndarray
+    ar_y: np.ndarray
+
+
+class Outputs(NamedTuple):
+    """What the engine writes: preallocated by engine.run, trimmed after."""
+
+    req_f: np.ndarray  # (n, NUM_RF) seconds; R_FIRST_SCHED .. R_RELEASE start at -1
+    req_pre: np.ndarray  # (n,) preemptions per request
+    steps_i: np.ndarray  # (room, NUM_SI)
+    steps_f: np.ndarray  # (room, NUM_SF)
+    hist: np.ndarray  # (classes, ITL_BINS) inter-token gaps
+
+
+class Seqs(NamedTuple):
+    """Working state per request (continuous batching)."""
+
+    cls: np.ndarray  # queue class: the priority class with priority on, else 0
+    kv: np.ndarray  # tokens whose KV is stored (GPU or host)
+    target: np.ndarray  # tokens to prefill before decoding (prompt, + generated after a recompute)
+    gen: np.ndarray  # output tokens produced
+    blocks: np.ndarray  # GPU blocks held
+    sched: np.ndarray  # tokens scheduled in the current step
+    last_tok: np.ndarray  # time of the last token (float64)
+
+
+class Queues(NamedTuple):
+    """Waiting requests: one FIFO per class (one in all without priority), ring buffers in one array."""
+
+    buf: np.ndarray
+    off: np.ndarray  # start of class k's ring in buf
+    cap: np.ndarray  # its size
+    head: np.ndarray
+    len: np.ndarray
+
+
+class Batch(NamedTuple):
+    """The running and swapped sequences, and the counters of the KV cache (B_*)."""
+
+    run: np.ndarray  # running list: past their prefill first, then prefills under way; each in admission order
+    swapped: np.ndarray  # sequences whose KV sits in host memory (unordered)
+    n: np.ndarray  # int64 counters, indexed by B_*
