@@ -1,5 +1,6 @@
 """Tune a knob: sweep one knob of a policy (or the traffic mix, the rate, the KV cache), see where it stops
-paying, and read the three classic batching pitfalls off the sweep's own numbers."""
+paying within the SLOs (the Capacity page's, one shared default), and read the three classic batching pitfalls
+off the sweep's own numbers at the configured values."""
 import json
 
 import pandas as pd
@@ -9,24 +10,31 @@ from batching.charts import policy as charts
 
 from batching import report
 from batching.charts import planning as cp
-from batching.studies.sweeps import KNOBS
-from batching.studies.knee import sweep_knee
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.ui import cache, knobs, page, planning, state, widgets
+from batching.studies import planning as sp
+from batching.studies.capacity import class_names
+from batching.studies.knee import DEFAULT_SHARE, SHARE_LIMITS
+from batching.studies.sweeps import KNOBS
+from batching.ui import cache, knobs, nav, page, planning, state, widgets
 from batching.ui.params import Param
+from batching.ui.safe import plain
 
 PREFIX = "t_"  # the fixed knobs' URL keys (t_seqs, t_budget, ...), apart from Explore's
 DEFAULT_PRESET = "continuous"
 LAST = "tune_last"
 SEEN = "tune_seen"  # (preset, knob) of the previous run: when either changes the range resets to its defaults
-SPACINGS = ("log", "linear")
 UNITS = {"max_batch_size": "requests", "max_num_seqs": "seqs", "max_wait_s": "s", "max_num_batched_tokens": "tokens",
          "high_share": "0-1", "rate_req_s": "req/s", "kv_cache_tokens": "tokens"}
 FRONTIER_LABELS = {"tpot_cap": "P99 TPOT at capacity", "tpot": "P99 TPOT at the offered load",
                    "ttft": "P99 TTFT at the offered load"}
 # table columns: sweep column -> (header with unit, factor, format, tooltip)
 TABLE = {
+    "max_rate_req_s": ("Rate within SLOs (req/s)", 1, "%.3g", "Capacity within the SLOs: the highest request rate "
+                       "per node at which the attainment target is met (a capacity search per value); the knee is "
+                       "read on it."),
+    "slo_attainment": ("SLO attainment (%)", 100, "%.1f", "Share of requests meeting the SLOs of their class at the "
+                       "offered load."),
     "throughput_output_tok_s": ("Throughput (tok/s)", 1, "%.0f", "Output tokens/s at the offered load."),
     "capacity_output_tok_s": ("Capacity (tok/s)", 1, "%.0f", "Output tokens/s with every request queued at t = 0."),
     "offered_output_tok_s": ("Offered (tok/s)", 1, "%.0f", "Output tokens/s the traffic brings: mean rate × mean "
@@ -43,7 +51,7 @@ TABLE = {
 }
 
 scenario = page.setup(
-    "Tune a knob", ":material/show_chart:",
+    nav.TUNE,
     "Sweep one knob over a range on the sidebar's scenario: throughput, capacity, latency and memory against it, "
     "the knee where it stops paying, and three guided checks for the classic batching pitfalls.")
 
@@ -55,13 +63,18 @@ def _range_params(knob: str, sc: Scenario) -> list[Param]:
             cap_rate = cache.capacity_summary(sc)["throughput_req_s"]
         except (ValueError, RuntimeError):
             cap_rate = None  # the default range falls back to the sidebar's rate; the sweep reports the error
-    start, stop, points, spacing = planning.default_range(knob, sc, cap_rate)
-    low, high = planning.bounds(knob, sc)
-    kind = int if knob in planning.INT_KNOBS else float
+    start, stop, points, spacing = sp.default_range(knob, sc, cap_rate)
+    low, high = sp.bounds(knob, sc)
+    kind = int if knob in sp.INT_KNOBS else float
     return [Param("from", kind(start), kind(low), kind(high), label="sweep start"),
             Param("to", kind(stop), kind(low), kind(high), label="sweep stop"),
-            Param("points", int(points), 2, planning.MAX_POINTS, label="points"),
-            Param("spacing", spacing, choices=SPACINGS, label="spacing")]
+            Param("points", int(points), 2, sp.MAX_POINTS, label="points"),
+            Param("spacing", spacing, choices=sp.SPACINGS, label="spacing")]
+
+
+def _share_param() -> Param:
+    low, high = SHARE_LIMITS
+    return Param("share", DEFAULT_SHARE * 100, low * 100, high * 100, label="knee share (%)")
 
 
 def _frontier_param(knob: str) -> Param:
@@ -71,14 +84,14 @@ def _frontier_param(knob: str) -> Param:
 
 def _number_kwargs(knob: str, p: Param) -> dict:
     if p.kind is int:
-        return {"min_value": int(p.low), "max_value": int(p.high), "step": 1, "format": "%d"}
+        return {**p.widget_range(), "step": 1, "format": "%d"}
     step = {"max_wait_s": 0.01, "high_share": 0.05, "rate_req_s": 0.5}.get(knob, 0.1)
-    return {"min_value": float(p.low), "max_value": float(p.high), "step": step, "format": "%.4g"}
+    return {**p.widget_range(), "step": step, "format": "%.4g"}
 
 
-def _sweep_other(sc: Scenario, knob: str, values: list[float]) -> pd.DataFrame | str:
+def _sweep_other(sc: Scenario, knob: str, values: list[float], slo) -> pd.DataFrame | str:
     try:
-        return planning.sweep_cached(sc, knob, values)
+        return planning.sweep_cached(sc, knob, values, slo)
     except ValueError as exc:  # this preset cannot run this range: say why, keep the others
         return str(exc)
 
@@ -97,7 +110,7 @@ def tune(base: Scenario) -> None:
     policy = choice.policy or PRESETS[preset]
     run = sc.with_policy(policy)
 
-    kp = Param("knob", planning.default_knob(policy), choices=tuple(planning.knobs_for(policy, run)), label="knob")
+    kp = Param("knob", sp.default_knob(policy), choices=tuple(sp.knobs_for(policy, run)), label="knob")
     state.load_with_notices([kp])
     with cols[1]:
         st.selectbox("Knob to sweep", list(kp.choices), format_func=lambda k: KNOBS[k],
@@ -109,8 +122,7 @@ def tune(base: Scenario) -> None:
     rps = widgets.guarded(lambda: _range_params(knob, run), "The default range")
     if rps is None:
         return
-    extra = [Param("share", 5.0, 0.5, 50.0, label="knee share (%)"), Param("others", True, label="other presets"),
-             _frontier_param(knob)]
+    extra = [_share_param(), Param("others", True, label="other presets"), _frontier_param(knob)]
     seen = st.session_state.get(SEEN)
     if seen is not None and seen != (preset, knob):
         for p in [*rps, extra[2]]:  # a new knob or preset: its own sensible range
@@ -127,19 +139,20 @@ def tune(base: Scenario) -> None:
         st.number_input(f"To ({unit})", help=f"Last value of the sweep: {cp.knob_axis(knob)}.",
                         **_number_kwargs(knob, rps[1]), **state.bind("to"))
     with cols[4]:
-        st.number_input("Points", min_value=2, max_value=planning.MAX_POINTS, step=1,
-                        help=f"Values between From and To (2 to {planning.MAX_POINTS}); each is two simulations, one "
-                             "at the offered load and one for capacity.", **state.bind("points"))
+        st.number_input("Points", **rps[2].widget_range(), step=1,
+                        help=f"Values between From and To (2 to {sp.MAX_POINTS}); each is two simulations, one "
+                             "at the offered load and one for capacity, and a capacity search within the SLOs "
+                             "(about ten more).", **state.bind("points"))
     with cols[5]:
-        st.radio("Spacing", list(SPACINGS), horizontal=True, help="Log spacing (powers of two for counts) suits "
+        st.radio("Spacing", list(sp.SPACINGS), horizontal=True, help="Log spacing (powers of two for counts) suits "
                  "caps and memory; linear suits shares and rates.", **state.bind("spacing"))
     c1, c2, c3 = st.columns([1.1, 2.2, 3.2], gap="medium")
     with c1:
-        st.number_input("Knee threshold (%)", step=0.5, format="%.1f", min_value=0.5, max_value=50.0,
-                        help="The knee is the smallest value past which capacity (throughput, for the request rate) "
-                             "grows by less than this share while P99 TTFT or TPOT still rises.",
+        st.number_input("Knee threshold (%)", step=0.5, format="%.1f", **extra[0].widget_range(),
+                        help="The knee is the smallest value past which the capacity within the SLOs (for the "
+                             "request rate: the goodput within them) grows by less than this share.",
                         **state.bind("share"))
-    others_ok = [n for n, p in PRESETS.items() if planning.knob_applies(knob, p, run)
+    others_ok = [n for n, p in PRESETS.items() if sp.knob_applies(knob, p, run)
                  and not (n == preset and not choice.customised)]
     with c2:
         st.toggle(f"Add the other presets to the frontier ({len(others_ok)})" if others_ok else
@@ -150,24 +163,41 @@ def tune(base: Scenario) -> None:
         st.selectbox("Frontier latency axis", list(FRONTIER_LABELS), format_func=FRONTIER_LABELS.get,
                      help="Which P99 latency the frontier plots against throughput (capacity for every knob but the "
                           "request rate, where it is the throughput at the offered load).", **state.bind("frontier"))
-    state.publish([pp, *kps, *sps, kp, *rps, *extra])
+    names = widgets.guarded(lambda: class_names(run), "The workload's classes")
+    if names is None:
+        return
+    slo_ps = planning.load_slo_params(names)
+    with st.expander("Service-level objectives: the knee is where the capacity within them stops growing (shared "
+                     "with Capacity planning)"):
+        st.caption("One value for every class, or one per class separated by commas, class 0 first: " +
+                   "; ".join(f"{i} = {plain(n)}" for i, n in enumerate(names)) + ".")
+        planning.slo_inputs(names)
+    state.publish([pp, *kps, *sps, kp, *rps, *extra, *slo_ps])
 
     if choice.error:
-        st.error(f"**These knobs cannot run:** {choice.error}", icon=":material/error:")
+        st.error(f"**These knobs cannot run:** {plain(choice.error)}", icon=":material/error:")
         _show_last()
         return
-    values = widgets.guarded(lambda: planning.knob_values(knob, state.value("from"), state.value("to"),
-                                                          int(state.value("points")), state.value("spacing")),
+    slo, problem = planning.slo_from_state(names)
+    if slo is None:
+        st.error(f"**These SLOs cannot be read:** {plain(problem)}. Set the TTFT, TPOT or E2E SLO above 0: one "
+                 "value, or one per class.", icon=":material/error:")
+        _show_last()
+        return
+    slo_default = all(state.value(p.key) == p.default for p in slo_ps)
+    values = widgets.guarded(lambda: sp.knob_values(knob, state.value("from"), state.value("to"),
+                                                    int(state.value("points")), state.value("spacing")),
                              "The range")
     if values is None:
         _show_last()
         return
     label = choice.label
-    tasks = [(f"{label}", lambda: planning.sweep_cached(run, knob, values))]
+    tasks = [(f"{label}", lambda: planning.sweep_cached(run, knob, values, slo))]
     others = others_ok if state.value("others") else []
     for name in others:
-        tasks.append((name, lambda name=name: _sweep_other(sc.with_policy(PRESETS[name]), knob, values)))
-    done = widgets.guarded(lambda: cache.run_with_progress(tasks, f"Sweeping {len(values)} values"), "The sweep")
+        tasks.append((name, lambda name=name: _sweep_other(sc.with_policy(PRESETS[name]), knob, values, slo)))
+    done = widgets.guarded(lambda: cache.run_with_progress(tasks, f"Sweeping {len(values)} values, each with a "
+                                                                  "capacity search within the SLOs"), "The sweep")
     if done is None:
         _show_last()
         return
@@ -179,64 +209,32 @@ def tune(base: Scenario) -> None:
             skipped[name] = out
         else:
             dfs[name] = out
-    knees = {name: sweep_knee(df, knob, share) for name, df in dfs.items()}
-    res = {"label": label, "knob": knob, "values": values, "dfs": dfs, "knees": knees, "skipped": skipped,
-           "scenario": run, "share": share, "log_x": state.value("spacing") == "log",
-           "frontier": state.value("frontier"),
-           "cards": planning.cards(dfs[label], knob, run, knees[label], share),
-           "policies": {label: policy, **{n: PRESETS[n] for n in dfs if n != label}}}
-    st.session_state[LAST] = res
-    _results(res)
+    study = sp.read_sweeps(run, knob, values, dfs, share, label,
+                           policies={n: PRESETS[n] for n in dfs if n != label}, skipped=skipped, slo=slo,
+                           slo_is_default=slo_default)
+    view = planning.TuneView(study, log_x=state.value("spacing") == "log", frontier=state.value("frontier"))
+    st.session_state[LAST] = view
+    _results(view)
 
 
 def _show_last() -> None:
-    res = st.session_state.get(LAST)
-    if res is not None:
+    view = st.session_state.get(LAST)
+    if view is not None:
         st.caption("Showing the last sweep that ran.")
-        _results(res)
+        _results(view)
 
 
-def _card_markdown(card: planning.Card) -> str:
-    lines = [f"**{card.number} · {card.title}.** {card.text}", "", "Triggered by:"]
-    lines += [f"- {t}" for t in card.triggers]
-    return "\n".join(lines)
-
-
-def _results(res: dict) -> None:
-    knob, label, df = res["knob"], res["label"], res["dfs"][res["label"]]
-    knee, share, log_x, run = res["knees"][label], res["share"], res["log_x"], res["scenario"]
+def _results(view: planning.TuneView) -> None:
+    study, log_x = view.study, view.log_x
+    knob, label, df, knee, run = study.knob, study.label, study.frame, study.knee, study.scenario
     st.subheader(f"Results: {label}, {KNOBS[knob].split(' (')[0].lower()} from "
-                 f"{planning.fmt_value(knob, res['values'][0])} to {planning.fmt_value(knob, res['values'][-1])}",
+                 f"{sp.fmt_value(knob, study.values[0])} to {sp.fmt_value(knob, study.values[-1])}",
                  divider="gray")
-    st.info(planning.knee_sentence(df, knob, knee, share), icon=":material/ssid_chart:")
-
-    st.markdown("#### Guided checks")
-    fired = [c for c in res["cards"] if c.fired]
-    for card in fired:
-        st.warning(_card_markdown(card), icon=":material/lightbulb:")
-    if not fired:
-        st.success("None of the three pitfalls shows in this sweep: no batch cap past its knee filling the KV "
-                   "cache, no full batch with a queue and idle GPUs, no request-level batch running under half "
-                   "full while the node keeps up.", icon=":material/check_circle:")
-    with st.expander("How the three checks read this sweep"):
-        st.markdown(
-            f"1. **Batch cap too large** (a sweep of {', '.join(planning.CAP_KNOBS)} with a knee): past the knee "
-            f"capacity grows by less than the knee share while peak KV use rises by ≥ {planning.KV_RISE * 100:.0f} "
-            "points of the cache or preemptions rise. Suggests the knee.\n"
-            f"2. **Batch cap too small**: batch efficiency ≥ {planning.FULL_BATCH * 100:.0f} % at the offered load "
-            f"while requests queue (offered load ≥ {planning.AT_CAPACITY * 100:.0f} % of capacity, TTFT P99 ≥ "
-            f"{planning.TAIL_RATIO:.0f} × P50, or TTFT P99 ≥ {planning.SWEEP_TAIL_RATIO:.0f} × the sweep's lowest) "
-            f"and the GPU has room (gpu_util < {planning.ROOM_GPU_UTIL * 100:.0f} %, and in a sweep of the cap a "
-            f"larger value adds ≥ {planning.ROOM_CAPACITY_GAIN * 100:.0f} % capacity). Suggests the smallest larger "
-            "value that stops the queue.\n"
-            f"3. **Batch efficiency below {planning.LOW_EFFICIENCY * 100:.0f} %** (static and dynamic batching): "
-            f"batches run under half full while the node keeps up (offered load < "
-            f"{planning.AT_CAPACITY * 100:.0f} % of capacity). Suggests a smaller cap or a longer wait.")
-        for card in res["cards"]:
-            status = "fired" if card.fired else "did not fire"
-            st.markdown(f"**{card.number} · {card.title}: {status}.** " + ("" if card.fired else card.text))
-            if card.triggers:
-                st.markdown("\n".join(f"- {t}" for t in card.triggers))
+    st.info(study.knee_sentence(), icon=":material/ssid_chart:")
+    if study.slo is not None:
+        st.caption(plain(study.slo_text()) + (" Set them under Service-level objectives above, or on Capacity "
+                                              "planning." if study.slo_is_default else ""))
+    planning.guided_checks(study)
 
     name = charts.slug("tune", label.replace("*", "-custom"), knob, report.scenario_slug(run))
     figures = []
@@ -248,13 +246,13 @@ def _results(res: dict) -> None:
                       f"{name}_throughput")
         figures.append((thr, "Throughput and capacity against the knob."))
     with c2:
-        frontier = cp.sweep_frontier(res["dfs"], knob, res["frontier"], res["knees"])
+        frontier = cp.sweep_frontier(study.frames, knob, view.frontier, study.knees)
         widgets.chart(frontier, "Each line is a policy through its knob values (labels); a point up and to the "
                       "left serves more at lower latency; stars mark each policy's knee, the dashed line the best "
                       "trade-offs over every point.", f"{name}_frontier")
         figures.append((frontier, "Throughput against P99 latency across the values and policies."))
-    for name_, why in res["skipped"].items():
-        st.caption(f"'{name_}' is not on the frontier: {why}")
+    for name_, why in study.skipped.items():
+        st.caption(f"'{name_}' is not on the frontier: {plain(why)}")
     lat = cp.sweep_latency(df, knob, knee, log_x)
     widgets.chart(lat, "Left: time to first token, P50 and P99, queueing included. Right: time per output token; "
                   "dotted is P99 TPOT with the batch full, what a larger batch costs every token.", f"{name}_latency")
@@ -274,24 +272,22 @@ def _results(res: dict) -> None:
                "t = 0). Hover a header for its definition.")
 
     link = state.current_link()
-    points = pd.concat([d.assign(policy=n) for n, d in res["dfs"].items()], ignore_index=True)
-    points = points[["policy", *[c for c in points.columns if c != "policy"]]]
+    points = study.points()
 
     def _json() -> bytes:
-        doc = {"knob": knob, "values": res["values"], "knee_share": share,
-               "knees": res["knees"], "scenario": dict(report.scenario_rows(run)),
-               "policies": {n: p.describe() for n, p in res["policies"].items()},
-               "cards": [{"number": c.number, "title": c.title, "fired": c.fired, "text": c.text,
-                          "triggers": list(c.triggers), "suggestion": c.suggestion, "knob": c.knob}
-                         for c in res["cards"]],
+        doc = {"knob": knob, "values": list(study.values), "knee_share": study.share,
+               "knees": study.knees, "slo": study.slo.to_dict() if study.slo is not None else None,
+               "slo_default": study.slo_is_default, "scenario": dict(report.scenario_rows(run)),
+               "policies": {n: p.describe() for n, p in study.policies.items()},
+               "cards": [c.to_dict() for c in study.cards],
                "points": points.to_dict(orient="records")}
         return json.dumps(report.jsonable(doc), indent=2, allow_nan=False).encode()
 
     def _html() -> str:
-        notes = [planning.knee_sentence(df, knob, knee, share)]
-        notes += [f"{c.number} · {c.title}: {c.text}" for c in res["cards"] if c.fired]
+        notes = [study.slo_text(), study.knee_sentence()] if study.slo is not None else [study.knee_sentence()]
+        notes += [f"{c.number} · {c.title}: {c.text}" for c in study.fired]
         return report.html_report(f"Tune a knob: {KNOBS[knob]} ({label})", run, figures=figures,
-                                  tables=[(f"Every point ({label})", table.round(4))], policies=res["policies"],
+                                  tables=[(f"Every point ({label})", table.round(4))], policies=study.policies,
                                   link=link, notes=notes)
 
     planning.download_row(name, [

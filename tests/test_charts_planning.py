@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from batching.charts import planning as cp
+from batching.charts import policy as charts
+from batching.charts.colors import POLICY_COLORS
 from batching.charts.policy import TEMPLATE
 from batching.studies.capacity import SLO, capacity
 from batching.sim.policy import PRESETS
@@ -51,11 +53,11 @@ def test_knob_labels_carry_units():
 
 
 def test_log_ticks_are_one_two_five_or_decades():
-    assert cp.log_ticks([0.015, 0.9]) == pytest.approx([0.02, 0.05, 0.1, 0.2, 0.5])
-    wide = cp.log_ticks([0.05, 300.0])
+    assert charts.log_ticks([0.015, 0.9]) == pytest.approx([0.02, 0.05, 0.1, 0.2, 0.5])
+    wide = charts.log_ticks([0.05, 300.0])
     assert wide == pytest.approx([0.1, 1.0, 10.0, 100.0])  # 1-2-5 would be more than 8 ticks
-    assert len(cp.log_ticks([20.0, 35.0])) >= 3  # a narrow range still gets ticks
-    assert cp.log_ticks([0.0, float("nan")]) is None
+    assert len(charts.log_ticks([20.0, 35.0])) >= 3  # a narrow range still gets ticks
+    assert charts.log_ticks([0.0, float("nan")]) is None
 
 
 def test_throughput_chart_marks_the_knee():
@@ -158,7 +160,8 @@ def test_capacity_bars(capacities):
     fig = cp.capacity_bars(plans, 20.0, 2.5)
     assert fig.layout.title.text == "Capacity per policy within the SLOs"
     assert [a.text for a in fig.layout.annotations][:3] == [
-        "Sustainable rate per node", "Nodes for 20 req/s", "Cost per million output tokens at $2.5/GPU-hour"]
+        "Sustainable rate per node", "Nodes for 20 req/s", "Cost per M output tokens"]
+    assert fig.layout.title.subtitle.text.endswith("cost at $2.5 per GPU-hour")
     rate, nodes, usd = fig.data
     assert list(rate.x) == ["static", "chunked"]
     assert rate.y[1] == pytest.approx(capacities["chunked"].max_rate_req_s)
@@ -168,9 +171,17 @@ def test_capacity_bars(capacities):
     # static meets no rate: a zero rate, no nodes, no cost (missing bars, "n/a" labels)
     assert capacities["static"].max_rate_req_s == 0.0
     assert nodes.y[0] is None and usd.text[0] == "n/a"
-    assert fig.layout.yaxis.title.text == "Requests per second per node (req/s)"
+    # short axis titles: a rotated one longer than the panel is tall ran into the subtitle
+    assert fig.layout.yaxis.title.text == "Rate per node (req/s)"
     assert fig.layout.yaxis2.title.text == "Nodes (count)"
-    assert fig.layout.yaxis3.title.text == "US dollars per million output tokens ($)"
+    assert fig.layout.yaxis3.title.text == "$ per M output tokens ($)"
+    # one colour per policy (charts.colors), whatever its place
+    assert list(rate.marker.color) == [POLICY_COLORS["static"], POLICY_COLORS["chunked"]]
+    # the Capacity page passes the results themselves (studies.planning.CapacityPlan.results): the same figure
+    typed = cp.capacity_bars(capacities, 20.0, 2.5)
+    for a, b in zip(typed.data, fig.data):
+        assert list(a.x) == list(b.x) and list(a.text) == list(b.text)
+        assert [None if v is None else pytest.approx(v) for v in a.y] == list(b.y)
 
 
 def test_goodput_curves(capacities):
@@ -181,6 +192,8 @@ def test_goodput_curves(capacities):
     assert fig.layout.yaxis.title.text == "Goodput (req/s)"
     assert fig.layout.yaxis2.title.text == "Within every SLO (%)"
     assert fig.layout.xaxis2.title.text == "Request rate offered to one node (req/s)"
+    assert not fig.layout.xaxis.title.text and fig.layout.xaxis.showticklabels  # nothing between the panels
+    assert {t.line.color for t in fig.data if t.name == "chunked"} == {POLICY_COLORS["chunked"]}
     chunked = [t for t in fig.data if t.name == "chunked"]
     assert len(chunked) == 2  # goodput and attainment
     assert list(chunked[0].x) == pytest.approx(sorted(points["chunked"]["rate_req_s"]))
@@ -206,4 +219,6 @@ def test_every_figure_uses_the_shared_template(capacities):
         assert fig.layout.template.layout.font.family == shared
         assert fig.layout.title.text
         for axis in ("xaxis", "yaxis"):
-            assert fig.layout[axis].title.text, (fig.layout.title.text, axis)
+            matches = fig.layout[axis].matches  # panels sharing an x axis: its title once, under the bottom one
+            named = fig.layout[matches.replace("x", "xaxis")] if matches else fig.layout[axis]
+            assert named.title.text, (fig.layout.title.text, axis)

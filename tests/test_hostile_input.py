@@ -153,20 +153,26 @@ def test_trace_workload_generate_is_valid_or_a_clear_error(rows, speedup, max_re
     n = len(reqs)
     assert 1 <= n <= len(rows) and (max_requests is None or n <= max_requests)
     assert np.all(np.isfinite(reqs.arrival_s)) and np.all(np.diff(reqs.arrival_s) >= 0)
+    assert reqs.arrival_s[-1] <= MAX_ABS_TIME_S  # where float64 still resolves a millisecond
     assert reqs.prompt_tokens.tolist() == [p for _, p, _ in rows[:n]]
 
 
 def test_a_speedup_that_overflows_time_is_a_clear_error() -> None:
-    w = TraceWorkload(NATIVE + b"0,10,5\n1e15,10,5\n", speedup=1e-300)
-    with pytest.raises(ValueError, match=r"speedup=1e-300 stretches the trace's last arrival \(1e\+15 s\)"):
+    w = TraceWorkload(NATIVE + b"0,10,5\n8e12,10,5\n", speedup=1e-300)
+    with pytest.raises(ValueError, match=r"speedup=1e-300 \(the trace's last arrival at 8e\+12 s\) puts the last "
+                                         r"arrival at inf s; allowed up to 8\.796e\+12 s .* use a larger speedup"):
         w.generate()
+    # a finite stretch that float64 can no longer resolve to the millisecond is refused too
+    with pytest.raises(ValueError, match=r"puts the last arrival at 8e\+15 s; allowed up to 8\.796e\+12 s"):
+        TraceWorkload(NATIVE + b"0,10,5\n8e12,10,5\n", speedup=1e-3).generate()
 
 
 # ---------------------------------------------------------------- numbers and lengths
 
 
 @pytest.mark.parametrize("cell, column, message", [
-    ("1e308", "arrival_s", "'1e308' is out of range; allowed -1e+15 to 1e+15 seconds"),
+    ("1e308", "arrival_s", "'1e308' is out of range; allowed -8.796e+12 to 8.796e+12 seconds"),
+    ("1e15", "arrival_s", "'1e15' is out of range; allowed -8.796e+12 to 8.796e+12 seconds (2^43 s: beyond it"),
     ("1e309", "arrival_s", "'1e309' is out of range"),
     ("9" * 400, "arrival_s", "(400 characters)' is out of range"),
     (str(10**30), "prompt_tokens", "1000000000000000000000000000000 tokens is above the limit of 1,000,000"),
@@ -310,12 +316,6 @@ def test_csv_safe_leaves_numbers_and_plain_text_alone() -> None:
     assert text[1] == "-1.5,-3,chat," and text[2] == "2.0,4,'-2+3,'@x"
 
 
-def _cli_writes_safe_csv() -> bool:
-    return "requests_csv(" in (ROOT / "batching" / "cli" / "main.py").read_text()
-
-
-@pytest.mark.skipif(not _cli_writes_safe_csv(), reason="batching/__main__.py run --csv does not use "
-                    "report.requests_csv/steps_csv yet (the lead wires it)")
 def test_cli_csv_neutralises_formula_cells(tmp_path: Path) -> None:
     trace = tmp_path / "inj.csv"
     trace.write_bytes(_injected_trace())
@@ -423,3 +423,108 @@ def test_uploads_are_parsed_as_data_only() -> None:
     # the reader is pandas' CSV parser with every cell as text, or json
     src = (ROOT / "batching" / "sim" / "traces.py").read_text()
     assert "dtype=str" in src and "json.loads" in src
+
+
+# ---------------------------------------------------------------- wide headers: bounded time, short messages
+
+
+def _user_chars(msg: str) -> int:
+    """How many characters of a message come from the hostile input below (written with X and Q only; no
+    message of the parser's own uses those letters)."""
+    return msg.count("X") + msg.count("Q")
+
+
+WIDE = ",".join("X" * 6 + "Q" * 3 for _ in range(200_000)).encode()  # 200,000 columns, 2 MB
+
+
+@pytest.mark.parametrize("data", [
+    WIDE + b"\n1,2,3\n",
+    NATIVE.rstrip(b"\n") + b"," + WIDE + b"\n0,1,1" + b"," * 200_000 + b"\n",
+    b"\t".join(b"XXXXXXXXQ" for _ in range(200_000)) + b"\n1\t2\t3\n",
+    b"[{" + b",".join(b'"X%dQ": 1' % i for i in range(200_000)) + b"}]",
+    b"X" * 2_000_000 + b"\n1\n",  # one column, a 2 MB name
+    b'"' + b"XQ," * 700_000 + b'"\n1\n',  # one quoted column full of commas
+], ids=["csv", "native+wide", "tsv", "json", "one-2MB-name", "quoted-commas"])
+def test_a_two_megabyte_header_is_refused_in_bounded_time_with_a_short_message(data: bytes) -> None:
+    assert len(data) >= 2_000_000
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as info:
+        load_trace(data)
+    elapsed = time.perf_counter() - start
+    msg = str(info.value)
+    assert elapsed <= 1.0, f"{elapsed:.2f} s"  # was ~20 s per 50,000 columns, quadratic
+    assert _user_chars(msg) <= 200 and len(msg) < 1000, msg[:1000]
+    assert CLEAR.search(msg), msg
+
+
+def test_header_width_is_parsed_in_linear_time() -> None:
+    """Doubling a refused header's width about doubles the time (a quadratic parser quadruples it)."""
+    def seconds(n: int) -> float:
+        data = ",".join(f"c{i}" for i in range(n)).encode() + b"\n1\n"
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            with pytest.raises(ValueError, match=f"its header has {n:,} columns; allowed up to 1,000"):
+                load_trace(data)
+            best = min(best, time.perf_counter() - t)
+        return best
+
+    small, large = seconds(400_000), seconds(1_600_000)
+    assert large < 8 * small + 0.05, (small, large)
+
+
+def test_a_header_just_under_the_limit_still_reads() -> None:
+    extra = ",".join(f"extra{i}" for i in range(997)).encode()
+    t = load_trace(NATIVE.rstrip(b"\n") + b"," + extra + b"\n0,5,6" + b",x" * 997 + b"\n")
+    assert len(t) == 1 and t.prompt_tokens.tolist() == [5]
+    with pytest.raises(ValueError, match="its header has 1,001 columns; allowed up to 1,000"):
+        load_trace(NATIVE.rstrip(b"\n") + b"," + extra + b",one_more\n0,5,6" + b",x" * 998 + b"\n")
+
+
+# ---------------------------------------------------------------- the dashboard routes uploads through the same checks
+
+
+def _app(page: str, **query: str):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_dashboard_wide_trace_upload_is_a_short_st_error() -> None:
+    at = _app("pages/model_and_hardware.py", workload="trace", n="200")
+    start = time.perf_counter()
+    at.file_uploader(key="trace_file").set_value(("wide.csv", WIDE + b"\n1,2,3\n", "text/csv")).run()
+    elapsed = time.perf_counter() - start
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1, errors
+    assert "wide.csv" in errors[0] and "its header has 200,000 columns; allowed up to 1,000" in errors[0]
+    assert _user_chars(errors[0]) <= 200 and len(errors[0]) < 1000
+    assert elapsed < 15, f"{elapsed:.1f} s"  # the parse itself takes milliseconds; a rerun draws the page
+
+
+@pytest.mark.parametrize("data, message", [
+    (NATIVE + b"1e15,10,5\n", "'1e15' is out of range; allowed -8.796e+12 to 8.796e+12 seconds"),
+    (NATIVE + "0,１２,5\n".encode(), "its digits are not ASCII 0-9"),
+])
+def test_dashboard_trace_upload_errors_name_field_and_range(data: bytes, message: str) -> None:
+    at = _app("pages/model_and_hardware.py", workload="trace", n="200")
+    at.file_uploader(key="trace_file").set_value(("odd.csv", data, "text/csv")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(message in e.value and "odd.csv" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_dashboard_custom_model_form_quotes_at_most_200_characters() -> None:
+    at = _app("pages/model_and_hardware.py", n="200")
+    [t for t in at.text_input if t.label == "Model name"][0].set_value("X" * 10_000)
+    [b for b in at.button if "Use these specs" in b.label][0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "is not allowed; allowed 1 to 64 characters" in errors[0], errors
+    assert "(10,000 characters)" in errors[0] and _user_chars(errors[0]) <= 200

@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 
@@ -130,7 +131,7 @@ def test_custom_specs_errors_name_the_field():
         gpu_from_dict({"name": "x", "hbm_bandwidth_tb_s": 3, "peak_bf16_tflops": 900})
     with pytest.raises(ValueError, match="unknown GPU field.*tflops"):
         gpu_from_dict({**gpu_to_dict(GPUS["h100-sxm"]), "tflops": 1})
-    with pytest.raises(ValueError, match="hbm_bw_Bps"):
+    with pytest.raises(ValueError, match=r"hbm_bandwidth_tb_s=1000 is out of range; allowed 0\.1 to 100$"):
         gpu_from_dict({**gpu_to_dict(GPUS["h100-sxm"]), "hbm_bandwidth_tb_s": 1000})
     with pytest.raises(ValueError, match="hidden_size"):
         model_from_dict({**model_to_dict(MODELS["llama-3.1-8b"]), "hidden_size": "big"})
@@ -162,3 +163,140 @@ def test_json_files(tmp_path):
         load_json_spec(tmp_path / "nope.json", "gpu")
     dep = deployment(load_json_spec(good, "gpu"), "llama-3.1-70b")
     assert dep.node.gpu.name == "B200 180GB"
+
+
+# ---------------------------------------------------------------- hostile custom specs: one clear ValueError
+
+LLAMA_8B_HF = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
+               "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+               "vocab_size": 128256, "tie_word_embeddings": False, "_name_or_path": "meta-llama/Llama-3.1-8B"}
+
+
+def _spec_error(tmp_path, name: str, data: bytes, kind: str = "model") -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ValueError) as info:
+        load_json_spec(path, kind)
+    msg = str(info.value)
+    assert msg.startswith(f"{kind} file {path}: "), msg  # names the file
+    assert "\n" not in msg and len(msg) < 600
+    return msg
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("inf.json", json.dumps(model_to_dict(MODELS["llama-3.1-8b"])).replace('"num_layers": 32', '"num_layers": '
+                                                                             'Infinity').encode(),
+     "num_layers=Infinity is not a finite number"),
+    ("nan.json", json.dumps(LLAMA_8B_HF).replace("14336", "NaN").encode(), "intermediate_size=NaN is not a finite"),
+    ("heads0.json", json.dumps(LLAMA_8B_HF | {"num_attention_heads": 0}).encode(),
+     "num_attention_heads=0 is out of range; allowed 1 to 1024"),
+    ("kv0.json", json.dumps(LLAMA_8B_HF | {"num_key_value_heads": 0}).encode(),
+     "num_key_value_heads=0 is out of range; allowed 1 to 1024"),
+    ("kv_more.json", json.dumps(LLAMA_8B_HF | {"num_key_value_heads": 64}).encode(),
+     "num_key_value_heads=64 is out of range; allowed 1 to 32"),
+    ("list.json", json.dumps(LLAMA_8B_HF | {"hidden_size": [4096]}).encode(),
+     "hidden_size=<a JSON array> is not a number"),
+    ("object.json", json.dumps(LLAMA_8B_HF | {"hidden_size": {"a": 1}}).encode(),
+     "hidden_size=<a JSON object> is not a number"),
+    ("text.json", json.dumps(LLAMA_8B_HF | {"hidden_size": "４０９６"}, ensure_ascii=False).encode(),
+     "hidden_size='４０９６' is text, not a number (it has non-ASCII characters, e.g. full-width digits)"),
+    ("digits.json", json.dumps(LLAMA_8B_HF | {"vocab_size": int("9" * 400)}).encode(),
+     "vocab_size=<a 400-digit number> is out of range; allowed 1 to 4194304"),
+    ("digits5000.json", json.dumps(LLAMA_8B_HF).replace("128256", "9" * 5000).encode(),
+     "not valid JSON: a number has more than 4,300 digits"),
+    ("1e30.json", json.dumps(LLAMA_8B_HF | {"num_hidden_layers": 1e30}).encode(),
+     "num_hidden_layers=1e+30 is out of range; allowed 1 to 1000"),
+    ("half.json", json.dumps(LLAMA_8B_HF | {"num_hidden_layers": 2.5}).encode(),
+     "num_hidden_layers=2.5 is not a whole number; allowed 1 to 1000"),
+    ("nested.json", b"[" * 100_000 + b"]" * 100_000, "not valid JSON: arrays or objects nested too deeply"),
+    ("nested_obj.json", b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+    ("latin1.json", '{"name": "café", "num_layers": 2}'.encode("latin-1"),
+     "not UTF-8 text: byte 0xe9 at offset 13 cannot be decoded; save the file as UTF-8"),
+    ("broken.json", b'{"name": ', "not valid JSON: Expecting value at line 1 column 10"),
+    ("array.json", b"[1, 2]", "a model description must be a JSON object, not <a JSON array>"),
+    ("bias.json", json.dumps(LLAMA_8B_HF | {"attention_bias": [1]}).encode(), "attention_bias=<a JSON array> is not "
+                                                                             "true or false"),
+    ("unknown.json", json.dumps({f"k{i}": 1 for i in range(20_000)}).encode(), "unknown model field(s) k0, k1, k2"),
+    ("big.json", b" " * (1 << 20) + b"{}", "larger than 1,048,576 bytes, the most allowed"),
+    ("longname.json", json.dumps(model_to_dict(MODELS["llama-3.1-8b"]) | {"name": "n" * 100_000}).encode(),
+     "name='" + "n" * 200 + "'... (100,000 characters) is not allowed; allowed 1 to 64 characters"),
+], ids=lambda v: v if isinstance(v, str) and v.endswith(".json") else "")
+def test_hostile_model_files_are_one_clear_error(tmp_path, name, data, message):
+    assert message in _spec_error(tmp_path, name, data)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("memory_gib", math.inf, "memory_gib=Infinity is not a finite number"),
+    ("memory_gib", 10**400, "memory_gib=<a 401-digit number> is out of range; allowed 1 to 1024"),
+    ("memory_gib", 1e308, "memory_gib=1e+308 is out of range; allowed 1 to 1024"),
+    ("hbm_bandwidth_tb_s", [3.35], "hbm_bandwidth_tb_s=<a JSON array> is not a number"),
+    ("peak_bf16_tflops", "989", "peak_bf16_tflops='989' is text, not a number"),
+    ("name", ["H100"], "name=<a JSON array> is not text"),
+    ("name", "g" * 5000, "(5,000 characters) is not allowed; allowed 1 to 64 characters"),
+    ("arch", "x" * 5000, "(5,000 characters) is not allowed; allowed: '', 'hopper'"),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else "")
+def test_hostile_gpu_files_are_one_clear_error(tmp_path, field, value, message):
+    data = json.dumps(gpu_to_dict(GPUS["h100-sxm"]) | {field: value}).encode()
+    assert message in _spec_error(tmp_path, "gpu.json", data, "gpu")
+
+
+def test_name_or_path_of_any_length_is_accepted():
+    for path in ("m" * 100_000, "/home/me/" + "d" * 5000 + "/Llama-3.1-8B-Instruct", "   ", "x" * 64):
+        m = model_from_dict(LLAMA_8B_HF | {"_name_or_path": path})
+        assert 1 <= len(m.name) <= 64 and m.num_params == MODELS["llama-3.1-8b"].num_params
+    assert model_from_dict(LLAMA_8B_HF | {"_name_or_path": "/home/me/" + "d" * 5000 + "/Llama-3.1-8B"}).name == \
+        "Llama-3.1-8B"  # a long local path keeps its last part
+    assert model_from_dict(LLAMA_8B_HF | {"_name_or_path": "   "}).name == "llama"
+    assert model_from_dict(LLAMA_8B_HF | {"_name_or_path": ["x"] * 3}).name == "llama"
+    # other keys nested deep are ignored, not walked
+    deep = json.loads("[" * 900 + "]" * 900)
+    assert model_from_dict(LLAMA_8B_HF | {"rope_scaling": deep}).hidden_size == 4096
+
+
+SUPPORTED = ("LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+             "Qwen3MoeForCausalLM")
+
+
+@pytest.mark.parametrize("config, why", [
+    ({"architectures": ["MambaForCausalLM"], "model_type": "mamba", "num_hidden_layers": 64, "hidden_size": 2560,
+      "vocab_size": 50280, "intermediate_size": 5120, "state_size": 16}, "state-space or recurrent model"),
+    ({"architectures": ["JambaForCausalLM"], "model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 65536},
+     "state-space or recurrent model"),
+    ({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_hidden_layers": 61,
+      "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+      "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8, "vocab_size": 129280,
+      "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64}, "multi-head latent attention (MLA)"),
+    ({"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "text_config": LLAMA_8B_HF,
+      "vision_config": {"hidden_size": 1024}}, "multimodal wrapper"),
+    ({"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl", **{
+        k: v for k, v in LLAMA_8B_HF.items() if k not in ("architectures", "model_type")}}, "multimodal wrapper"),
+    ({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "num_hidden_layers": 24,
+      "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 5632,
+      "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts": 60,
+      "num_experts_per_tok": 4, "vocab_size": 151936}, "not known to match"),
+    ({"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096,
+      **{k: v for k, v in LLAMA_8B_HF.items() if k not in ("architectures", "model_type")}}, "sliding-window"),
+    ({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 14336,
+      "vocab_size": 32000}, "names neither its architectures nor its model_type"),
+])
+def test_unknown_architectures_are_refused_with_the_supported_list(config, why):
+    with pytest.raises(ValueError) as info:
+        model_from_dict(config)
+    msg = str(info.value)
+    assert why in msg and SUPPORTED in msg, msg
+
+
+def test_supported_architectures_read_exactly():
+    assert model_from_dict(LLAMA_8B_HF, name="Llama-3.1-8B") == MODELS["llama-3.1-8b"]
+    qwen3_moe = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 48,
+                 "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                 "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+                 "num_experts_per_tok": 8, "vocab_size": 151936, "tie_word_embeddings": False,
+                 "attention_bias": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                 "sliding_window": None, "use_sliding_window": False}
+    assert model_from_dict(qwen3_moe, name="Qwen3-30B-A3B") == MODELS["qwen3-30b-a3b"]
+    qwen2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8192,
+             "intermediate_size": 29568, "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8,
+             "vocab_size": 152064, "tie_word_embeddings": False, "sliding_window": 131072, "use_sliding_window": False}
+    assert model_from_dict(qwen2, name="Qwen2.5-72B") == MODELS["qwen2.5-72b"]

@@ -1,14 +1,16 @@
 import json
 import math
+import re
 
 import numpy as np
 import pytest
 
 from batching.cli.main import main
-from batching.studies.capacity import SLO, capacity, slo_point
+from batching.studies.capacity import (HEADROOM_RANGE, HEADROOM_SUGGESTED, SLO, TPOT_UNDERESTIMATE, capacity,
+                                       default_slo, per_class_values, plan_costs, slo_point)
 from batching.studies.sweeps import apply_knob, sweep
-from batching.studies.knee import find_knee, sweep_knee
-from batching.sim.policy import PRESETS
+from batching.studies.knee import capacity_knee, find_knee, sweep_knee
+from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario
 from batching.sim.workload import workload_preset
 
@@ -142,6 +144,45 @@ def test_cli_sweep_and_capacity_json(tmp_path):
     assert c["nodes_needed"] >= 1
 
 
+def test_cli_sweep_prints_the_guided_checks_after_its_table(tmp_path):
+    """``python -m batching sweep`` says which SLOs its knee is read on (the default ones here), and prints the Tune
+    page's checks (studies.planning), read off its own sweep at the configured max_num_seqs."""
+    import subprocess
+    import sys
+
+    from batching.studies import planning as sp
+
+    args = ["sweep", "--knob", "max_num_seqs", "--values", "1,2,4,8", "--rate", "10", "--requests", "200",
+            "--max-num-seqs", "4"]
+    out = tmp_path / "s.json"
+    run = subprocess.run([sys.executable, "-m", "batching", *args, "--json", str(out)], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    table, checks = run.stdout.split("\nGuided checks:\n")
+    lines = table.splitlines()
+    assert lines[0] == ("SLOs: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; TPOT ≤ 100 ms for 99 % "
+                        "of requests (the default SLOs: none were given). Set --slo-ttft-ms, --slo-tpot-ms or "
+                        "--slo-e2e-s to change them.")
+    assert lines[1].split()[:3] == ["max_num_seqs", "max_rate_req_s", "slo_attainment"]
+    assert "knee: none (capacity within the SLOs still growing by 5 % or more)" in table
+    sc = Scenario(workload=workload_preset("mixed", 10.0, 200, 0),
+                  policy=with_knobs(PRESETS["continuous"], max_num_seqs=4))  # what the CLI builds
+    study = sp.sweep_study(sc, "max_num_seqs", [1, 2, 4, 8])
+    assert study.slo_is_default and study.slo == default_slo(2)
+    assert study.checks_text().split("Guided checks:\n")[1] == checks.rstrip("\n")
+    assert checks.splitlines()[2] == "2 · Batch cap too small (max_num_seqs / max_batch_size): FIRED"
+    doc = json.loads(out.read_text())
+    assert set(doc) == {"knob", "knee", "knee_basis", "slo", "slo_default", "points"}
+    assert doc["knee"] is None and doc["knee_basis"] == "max_rate_req_s" and doc["slo_default"] is True
+    assert doc["slo"] == {"ttft_s": [1.0, 30.0], "tpot_s": 0.1, "e2e_s": None, "attainment": 0.99}
+    assert [p["max_rate_req_s"] for p in doc["points"]] == pytest.approx(study.frame["max_rate_req_s"].tolist())
+    # a knee share out of range is refused before anything runs
+    bad = subprocess.run([sys.executable, "-m", "batching", *args, "--knee-share", "0.9"], capture_output=True,
+                         text=True, timeout=600)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "knee share=0.9 is out of range; allowed 0.005 to 0.5" in bad.stderr
+
+
 def test_cli_bad_values_exit_2(capsys):
     assert main(["capacity", "--requests", "50"]) == 2
     assert "SLO" in capsys.readouterr().err
@@ -151,3 +192,168 @@ def test_sweep_rows_carry_mfu_and_mbu():
     df = sweep(scenario("continuous", n=100), "max_num_seqs", [4, 64], with_capacity=False)
     assert (df.mfu > 0).all() and (df.mbu > 0).all()
     assert df.mfu.iloc[1] >= df.mfu.iloc[0]  # a bigger batch does at least as much useful compute per second
+
+
+# --- per-class SLOs ------------------------------------------------------------------------------
+PER_CLASS = SLO(ttft_s=(1.0, 30.0), tpot_s=0.1)  # chat first token within 1 s, batch analysis within 30 s
+
+
+def test_slo_holds_one_value_or_one_per_class():
+    assert SLO(ttft_s=[2.0]) == SLO(ttft_s=2.0) and SLO(ttft_s=[1, 30]).ttft_s == (1.0, 30.0)
+    assert not SLO(ttft_s=2.0, tpot_s=0.1).per_class and PER_CLASS.per_class
+    assert PER_CLASS.for_class(1) == {"ttft_s": 30.0, "tpot_s": 0.1}
+    assert PER_CLASS.limits("ttft_s", 2).tolist() == [1.0, 30.0] and PER_CLASS.limits("tpot_s", 2).tolist() == [0.1] * 2
+    assert PER_CLASS.limits("e2e_s", 2) is None
+    assert PER_CLASS.to_dict() == {"ttft_s": [1.0, 30.0], "tpot_s": 0.1, "e2e_s": None, "attainment": 0.99}
+    assert PER_CLASS.describe(["interactive chat", "batch analysis"]) == (
+        "TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; TPOT ≤ 100 ms for 99 % of requests")
+    assert default_slo(2) == PER_CLASS and default_slo(1) == SLO(ttft_s=1.0, tpot_s=0.1)
+
+
+@pytest.mark.parametrize("slo, classes, needle", [
+    (SLO(ttft_s=(1.0, 30.0, 5.0)), 2, r"slo ttft_s has 3 values for 2 classes; give one value \(every class\) or "
+                                      "2, class 0 first"),
+    (SLO(ttft_s=(1.0, 30.0)), 1, "slo ttft_s has 2 values for 1 class; give one value"),
+    (SLO(tpot_s=(0.1, 0.0)), 2, r"slo tpot_s\[1\]=0.0 is out of range; allowed > 0 to 3600"),
+    (SLO(e2e_s=(5.0, float("nan"))), 2, r"slo e2e_s\[1\]=nan is out of range"),
+    (SLO(ttft_s=(1.0, 4000.0)), None, r"slo ttft_s\[1\]=4000.0 is out of range; allowed > 0 to 3600"),
+])
+def test_per_class_slo_validation(slo, classes, needle):
+    with pytest.raises(ValueError, match=needle):
+        slo.validate(classes)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("", "it is empty"), ("1000,", "an empty value in '1000,'"), ("1000,abc", "'abc' is not a number; allowed > 0 to "
+                                                                            "3,600,000"),
+    ("0", "0 is out of range; allowed > 0 to 3,600,000"), ("5,inf", "'inf' is not a finite number"),
+    ("１０００", "characters other than ASCII"), (",".join(["1"] * 9), "9 values; allowed 1 to 8"),
+])
+def test_per_class_values_parsing(text, needle):
+    assert per_class_values(" 1000, 30000 ", 3.6e6) == (1000.0, 30000.0)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        per_class_values(text, 3.6e6)
+
+
+@pytest.fixture(scope="module")
+def per_class_cap():
+    return capacity(scenario("priority", n=600), PER_CLASS)
+
+
+def test_a_request_meets_the_slo_of_its_own_class(per_class_cap):
+    """At the rate found each class is read against its own targets: the library's by_priority equals the
+    attainment and goodput computed by hand from the per-request table."""
+    from batching.sim.metrics import wall_time
+    from batching.sim.simulate import simulate
+
+    r = per_class_cap
+    assert r.max_rate_req_s > 0 and set(r.by_priority) == {"0", "1"}
+    sc = scenario("priority", n=600)
+    res = simulate(sc.with_workload(sc.workload.with_rate(r.max_rate_req_s)))
+    req = res.requests
+    ttft_limit = np.where(req.priority == 0, 1.0, 30.0)
+    ok = (req.ttft_s.to_numpy() <= ttft_limit) & (req.tpot_s.isna() | (req.tpot_s <= 0.1)).to_numpy()
+    wall = wall_time(req)
+    for level, cls in r.by_priority.items():
+        m = (req.priority == int(level)).to_numpy()
+        assert cls["class_name"] == ("interactive chat", "batch analysis")[int(level)]
+        assert cls["attainment"] == pytest.approx(ok[m].mean())
+        assert cls["goodput_req_s"] == pytest.approx(ok[m].sum() / wall)
+        assert cls["slo"] == PER_CLASS.for_class(int(level))
+        assert cls["ttft_p99_s"] == pytest.approx(res.summary()["by_priority"][level]["ttft_p99_s"])
+    assert ok.mean() >= 0.99
+    assert r.goodput_req_s == pytest.approx(sum(c["goodput_req_s"] for c in r.by_priority.values()))
+    # the batch class's 30 s target is what lets the chat class's 1 s hold: one 1 s TTFT for both sustains less
+    strict = capacity(scenario("priority", n=600), SLO(ttft_s=1.0, tpot_s=0.1))
+    assert strict.max_rate_req_s < r.max_rate_req_s
+    assert r.to_dict()["by_priority"] is r.by_priority and r.binding_class in ("interactive chat", "batch analysis")
+
+
+def test_one_value_for_every_class_is_todays_slo():
+    sc = scenario(n=300)
+    one = capacity(sc, SLO(ttft_s=2.0, tpot_s=0.1))
+    listed = capacity(sc, SLO(ttft_s=(2.0, 2.0), tpot_s=(0.1, 0.1)))
+    assert listed.max_rate_req_s == one.max_rate_req_s and listed.points.equals(one.points)
+    assert list(one.to_dict())[:6] == ["max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "binding_slo",
+                                       "nodes_needed", "usd_per_million_output_tokens"]
+    with pytest.raises(ValueError, match="slo ttft_s has 3 values for 2 classes"):
+        capacity(sc, SLO(ttft_s=(1.0, 2.0, 3.0)))
+
+
+# --- headroom for the cost model's known error ------------------------------------------------------
+def test_headroom_multiplies_nodes_and_cost():
+    r = capacity(scenario(n=300), SLO(ttft_s=2.0), target_rate_req_s=50.0, gpu_hour_usd=3.0, headroom=1.25)
+    assert r.headroom == 1.25
+    assert r.nodes_needed == math.ceil(50.0 * 1.25 / r.max_rate_req_s - 1e-9)
+    assert r.usd_per_million_output_tokens == pytest.approx(1.25 * 8 * 3.0 / 3600 / r.throughput_output_tok_s * 1e6)
+    bare = r.with_plan(8, 50.0, 3.0)
+    assert bare.headroom == 1.0 and bare.nodes_needed == math.ceil(50.0 / r.max_rate_req_s - 1e-9)
+    assert r.usd_per_million_output_tokens == pytest.approx(1.25 * bare.usd_per_million_output_tokens)
+    for bad in (0.9, 3.5, float("nan")):
+        with pytest.raises(ValueError, match="headroom=.* is out of range; allowed 1 to 3"):
+            plan_costs(1.0, 1.0, 8, 10.0, 2.5, bad)
+
+
+def test_headroom_range_is_the_end_to_end_check():
+    """HEADROOM_RANGE comes from the documented TPOT error (docs/CALIBRATION.md): recompute that error."""
+    from batching.sim.calibration import end_to_end
+
+    tpot = [r for r in end_to_end() if r.metric.startswith("median TPOT")]
+    under = [-e for r in tpot for e in (r.error_sglang, r.error_vllm)]
+    assert min(under) == pytest.approx(TPOT_UNDERESTIMATE[0], abs=0.01)
+    assert max(under) == pytest.approx(TPOT_UNDERESTIMATE[1], abs=0.01)
+    assert HEADROOM_RANGE == (1.16, 1.33) and HEADROOM_RANGE[0] <= HEADROOM_SUGGESTED <= HEADROOM_RANGE[1]
+
+
+# --- the knee within the SLOs ------------------------------------------------------------------------
+def test_capacity_knee_rule():
+    x = [8, 16, 32, 64, 128, 256]
+    y = [1.0, 2.0, 4.0, 5.8, 7.3, 7.28]
+    assert capacity_knee(x, y) == 128
+    assert capacity_knee(x, y, share=0.3) == 64  # 5.8 → at most 7.3: +26 %
+    assert capacity_knee(x, [1, 2, 3, 4, 5, 6]) is None  # still growing at the end of the range
+    assert capacity_knee(x, [0.0] * 6) is None  # nothing meets the SLOs
+    # widening the range past the knee with points that add less than the share leaves it where it is
+    assert capacity_knee(x + [512, 1024], y + [7.29, 7.1]) == 128
+    # a point beyond that still adds more than the share: the old knee was not one, and the end keeps growing
+    assert capacity_knee(x + [512], y + [9.0]) is None
+
+
+@pytest.fixture(scope="module")
+def slo_sweeps():
+    sc = scenario("chunked", n=400)
+    narrow = sweep(sc, "max_num_seqs", [8, 16, 32, 64, 128, 256], slo=PER_CLASS)
+    wide = sweep(sc, "max_num_seqs", [8, 16, 32, 64, 128, 256, 1024, 4096], slo=PER_CLASS)
+    return sc, narrow, wide
+
+
+def test_the_knee_is_where_capacity_within_the_slos_stops_growing(slo_sweeps):
+    sc, narrow, wide = slo_sweeps
+    knee = sweep_knee(narrow, "max_num_seqs")
+    assert knee is not None and knee < 256
+    y = narrow.set_index("max_num_seqs")["max_rate_req_s"]
+    assert y[y.index > knee].max() < 1.05 * y[knee]
+    before = y[y.index < knee]
+    assert (y[y.index > before.index.max()].max() >= 1.05 * before.iloc[-1])  # one step earlier it still paid
+    # each point's capacity within the SLOs is the capacity search's figure for that value
+    at = capacity(apply_knob(sc, "max_num_seqs", knee), PER_CLASS)
+    assert y[knee] == pytest.approx(at.max_rate_req_s)
+    assert set(narrow.columns) >= {"max_rate_req_s", "slo_attainment", "slo_met", "goodput_req_s", "binding_slo"}
+
+
+def test_widening_the_range_beyond_the_knee_keeps_it(slo_sweeps):
+    _, narrow, wide = slo_sweeps
+    assert sweep_knee(wide, "max_num_seqs") == sweep_knee(narrow, "max_num_seqs")
+    shared = wide[wide.max_num_seqs <= 256].reset_index(drop=True)
+    assert shared["max_rate_req_s"].tolist() == narrow["max_rate_req_s"].tolist()
+
+
+def test_a_rate_sweep_reads_goodput_within_the_slos():
+    sc = scenario("chunked", n=300)
+    df = sweep(sc, "rate_req_s", [1.0, 3.0, 6.0, 12.0, 24.0], slo=PER_CLASS)
+    cap = capacity(sc, PER_CLASS)
+    assert df["max_rate_req_s"].tolist() == [cap.max_rate_req_s] * 5  # one search: the rate does not move it
+    assert df["slo_met"].tolist() == (df["slo_attainment"] >= 0.99).tolist()
+    knee = sweep_knee(df, "rate_req_s")
+    met = df[df.slo_met]
+    assert knee == met["rate_req_s"].max() and knee <= cap.max_rate_req_s * 1.05

@@ -183,7 +183,7 @@ JSON_ROW_1 = b'{"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}\n'
         ),
         (
             _rows(GOOD, "1e300,10,5"),
-            "row 2, column arrival_s: '1e300' is out of range; allowed -1e+15 to 1e+15 seconds",
+            "row 2, column arrival_s: '1e300' is out of range; allowed -8.796e+12 to 8.796e+12 seconds",
         ),
         (
             _rows(GOOD, "1,2000000,5"),
@@ -390,3 +390,46 @@ def test_random_rows_give_valid_traces_or_value_error(
     assert len(t) + t.skipped_rows == len(rows)
     assert t.arrival_s[0] == 0 and np.all(np.diff(t.arrival_s) >= 0)
     assert np.all(t.prompt_tokens >= 1) and np.all(t.output_tokens <= 1_000_000)
+
+
+# ---------------------------------------------------------------- times float64 cannot resolve, odd digits
+
+
+def test_arrival_times_beyond_millisecond_resolution_are_refused_with_the_limit() -> None:
+    """At 1e15 s float64's spacing is 0.125 s: two arrivals 1 ms apart would merge and latencies read 0."""
+    from batching.sim.traces import MAX_ABS_TIME_S
+
+    below = np.nextafter(MAX_ABS_TIME_S, 0)
+    assert MAX_ABS_TIME_S == 2.0**43 and np.spacing(below) < 1e-3 <= np.spacing(MAX_ABS_TIME_S)
+    with pytest.raises(ValueError) as info:
+        load_trace(NATIVE + b"1e15,10,5\n1000000000000000.001,10,5\n")
+    assert str(info.value) == ("row 1, column arrival_s: '1e15' is out of range; allowed -8.796e+12 to 8.796e+12 "
+                               "seconds (2^43 s: beyond it float64 cannot tell arrivals 1 ms apart)")
+    # just inside the limit a millisecond survives the shift to 0
+    t = load_trace(NATIVE + b"8700000000000,10,5\n8700000000000.001,10,5\n8700000000000.002,10,5\n")
+    np.testing.assert_allclose(np.diff(t.arrival_s), [1e-3, 1e-3], atol=5e-4)
+    # negative and positive times within the limit whose span is beyond it
+    with pytest.raises(ValueError, match=r"column arrival_s: the arrivals span 1\.6e\+13 seconds; allowed up to "
+                                         r"8\.796e\+12"):
+        load_trace(NATIVE + b"-8e12,10,5\n8e12,10,5\n")
+    # the same limit holds for the requests a workload replays or generates
+    with pytest.raises(ValueError, match=r"puts the last arrival at 8\.6e\+15 s; allowed up to 8\.796e\+12 s"):
+        TraceWorkload(NATIVE + b"0,10,5\n8.6e12,10,5\n", speedup=1e-3).generate()
+    with pytest.raises(ValueError, match=r"rate_req_s=1e-12 with num_requests=100 puts the last arrival at "
+                                         r"[0-9.e+]+ s; allowed up to 8\.796e\+12 s .*higher rate"):
+        workload_preset("chat", 1e-12, 100).generate()
+
+
+@pytest.mark.parametrize("cell, message", [
+    ("１２", "'１２' is not a number (its digits are not ASCII 0-9, e.g. full-width digits)"),
+    ("٣", "'٣' is not a number (its digits are not ASCII 0-9"),
+    ("1e30", "1e30 tokens is above the limit of 1,000,000"),
+    ("2.5", "'2.5' is not a positive integer"),
+])
+def test_oddly_written_lengths_say_what_is_wrong(cell: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        load_trace(NATIVE + f"0,{cell},5\n".encode())
+    assert str(info.value) == f"row 1, column prompt_tokens: {message}" or \
+        str(info.value).startswith(f"row 1, column prompt_tokens: {message}")
+    with pytest.raises(ValueError, match=r"row 1, column arrival_s: '１' is not a number \(its digits are not ASCII"):
+        load_trace(NATIVE + "１,10,5\n".encode())

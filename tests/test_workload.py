@@ -170,8 +170,10 @@ def test_validate_names_field_value_and_range() -> None:
         LengthDist(low=8, high=4).validate()
     with pytest.raises(ValueError, match=r"mean=0 is out of range"):
         LengthDist("fixed", mean=0).validate()
-    with pytest.raises(ValueError, match=r"num_requests=0 is out of range; allowed 1 to 10000000"):
+    with pytest.raises(ValueError, match=r"num_requests=0 is out of range; allowed 1 to 1000000"):
         SyntheticWorkload(num_requests=0).validate()
+    with pytest.raises(ValueError, match=r"num_requests=10000000 is out of range; allowed 1 to 1000000"):
+        SyntheticWorkload(num_requests=10**7).validate()  # 10^7 needed ~58 GB (benchmarks/bench_memory.py)
     with pytest.raises(ValueError, match=r"num_requests=2.5 is not an integer"):
         SyntheticWorkload(num_requests=2.5).validate()
     with pytest.raises(ValueError, match=r"rate_req_s=nan is out of range"):

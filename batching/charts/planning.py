@@ -14,8 +14,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from batching.charts.policy import TEMPLATE, _no_data, _title, policy_color
-from batching.studies.sweeps import KNOBS
+from batching.charts.colors import policy_colors
+from batching.charts.policy import TEMPLATE, TOP_MARGIN_SUBPLOTS, _no_data, _title, log_axis
+from batching.studies.capacity import CapacityResult
+from batching.studies.sweeps import INT_KNOBS, KNOBS
 
 # knob -> axis title with its unit
 KNOB_AXIS = {
@@ -39,9 +41,21 @@ FRONTIER_LATENCY = {
 SLO_NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
 
-def knob_axis(knob: str, log: bool = False) -> str:
-    text = KNOB_AXIS.get(knob, KNOBS.get(knob, knob))
-    return text[:-1] + ", log scale)" if log and text.endswith(")") else text
+# the same, short enough for one panel of two side by side (the long titles of two panels ran into each other)
+KNOB_AXIS_SHORT = {
+    "max_batch_size": "Max batch size (requests)",
+    "max_num_seqs": "max_num_seqs (sequences)",
+    "max_wait_s": "Max wait (s)",
+    "max_num_batched_tokens": "Token budget (tokens)",
+    "high_share": "High-priority share (0-1)",
+    "rate_req_s": "Request rate (req/s)",
+    "kv_cache_tokens": "KV cache (tokens)",
+}
+
+
+def knob_axis(knob: str, log: bool = False, short: bool = False) -> str:
+    text = (KNOB_AXIS_SHORT if short else KNOB_AXIS).get(knob, KNOBS.get(knob, knob))
+    return text[:-1] + (", log)" if short else ", log scale)") if log and text.endswith(")") else text
 
 
 def knob_short(knob: str) -> str:
@@ -52,7 +66,7 @@ def value_text(knob: str, value: float) -> str:
     """A knob value for labels: whole numbers without decimals, the rest with up to 3 significant digits."""
     if not math.isfinite(value):
         return "n/a"
-    if knob in ("max_batch_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
+    if knob in INT_KNOBS:
         v = int(round(value))
         return f"{v // 1024}k" if v >= 16384 and v % 1024 == 0 else f"{v:,}"
     return f"{value:.3g}"
@@ -66,6 +80,8 @@ def _figure(title: str, subtitle: str | None, height: int, rows: int = 1, cols: 
         fig = make_subplots(rows=rows, cols=cols, subplot_titles=subplot_titles, **kw)
         fig.update_annotations(font_size=13)
     fig.update_layout(template=TEMPLATE, title=_title(title, subtitle), height=height)
+    if subplot_titles:
+        fig.update_layout(margin=dict(t=TOP_MARGIN_SUBPLOTS))
     return fig
 
 
@@ -107,41 +123,6 @@ def _line(x, y, name: str, color: str, unit: str, knob: str, dash: str | None = 
 
 def _x(df: pd.DataFrame, knob: str) -> np.ndarray:
     return df[knob].to_numpy(float)
-
-
-def log_ticks(values, most: int = 8) -> list[float] | None:
-    """Tick values for a log axis over these values: 1-2-5 steps, or decades when those are too many;
-    None (Plotly's own) when nothing is positive."""
-    v = np.asarray(values, float)
-    v = v[np.isfinite(v) & (v > 0)]
-    if not v.size:
-        return None
-    lo, hi = float(v.min()) / 1.05, float(v.max()) * 1.05  # about the range Plotly shows
-    for mantissas in ((1.0, 2.0, 5.0), (1.0,)):
-        ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-                 for m in mantissas]
-        ticks = [t for t in ticks if lo <= t <= hi]
-        if len(ticks) <= most:
-            break
-    if len(ticks) < 3:
-        ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-                 for m in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)]
-        ticks = [t for t in ticks if lo <= t <= hi]
-    return ticks or None
-
-
-def _tick_text(t: float) -> str:
-    return f"{t:,.0f}" if t >= 1 else f"{t:g}"
-
-
-def _log_axis(fig: go.Figure, axis: str, values, **where) -> None:
-    """Make an axis ("x" or "y") log with readable 1-2-5 ticks (no crowded minor digits)."""
-    ticks = log_ticks(values)
-    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
-    kw = {"type": "log"}
-    if ticks:
-        kw.update(tickvals=ticks, ticktext=[_tick_text(t) for t in ticks])
-    update(**kw, **where)
 
 
 def _knob_ticks(fig: go.Figure, df: pd.DataFrame, knob: str, log_x: bool) -> None:
@@ -187,7 +168,7 @@ def sweep_throughput(df: pd.DataFrame, knob: str, knee: float | None = None, log
 def sweep_latency(df: pd.DataFrame, knob: str, knee: float | None = None, log_x: bool = False) -> go.Figure:
     """TTFT P50/P99 (s) and TPOT P50/P99 plus P99 TPOT at capacity (ms) against the knob, log y axes."""
     fig = _figure(f"Latency vs {knob_short(knob)}", "P50 and P99 at the offered load; dotted: P99 TPOT with the "
-                  "batch full (capacity run)", 420, rows=1, cols=2, horizontal_spacing=0.1,
+                  "batch full (capacity run)", 420, rows=1, cols=2, horizontal_spacing=0.13,
                   subplot_titles=("TTFT (log scale)", "TPOT (log scale)"))
     if df.empty:
         return _no_data(fig)
@@ -199,12 +180,12 @@ def sweep_latency(df: pd.DataFrame, knob: str, knee: float | None = None, log_x:
     if "capacity_tpot_p99_s" in df:
         fig.add_trace(_line(x, df["capacity_tpot_p99_s"] * 1e3, "P99 at capacity", CAP_COLOR, "ms", knob,
                             dash="dot"), row=1, col=2)
-    _log_axis(fig, "y", np.r_[df["ttft_p50_s"], df["ttft_p99_s"]], row=1, col=1)
+    log_axis(fig, "y", np.r_[df["ttft_p50_s"], df["ttft_p99_s"]], row=1, col=1)
     tpot = [df["tpot_p50_s"], df["tpot_p99_s"]] + ([df["capacity_tpot_p99_s"]] if "capacity_tpot_p99_s" in df else [])
-    _log_axis(fig, "y", np.concatenate([np.asarray(t, float) for t in tpot]) * 1e3, row=1, col=2)
+    log_axis(fig, "y", np.concatenate([np.asarray(t, float) for t in tpot]) * 1e3, row=1, col=2)
     fig.update_yaxes(title_text="TTFT (s, log scale)", row=1, col=1)
     fig.update_yaxes(title_text="TPOT (ms, log scale)", row=1, col=2)
-    fig.update_xaxes(title_text=knob_axis(knob, log_x), type="log" if log_x else "linear")
+    fig.update_xaxes(title_text=knob_axis(knob, log_x, short=True), type="log" if log_x else "linear")
     _knob_ticks(fig, df, knob, log_x)
     add_knee(fig, knob, knee, ((1, 1), (1, 2)))
     return fig
@@ -213,7 +194,7 @@ def sweep_latency(df: pd.DataFrame, knob: str, knee: float | None = None, log_x:
 def sweep_utilisation(df: pd.DataFrame, knob: str, knee: float | None = None, log_x: bool = False) -> go.Figure:
     """GPU util, batch efficiency and peak KV use (%), and preemptions (count), against the knob."""
     fig = _figure(f"GPU use, batch fill, KV cache and preemptions vs {knob_short(knob)}", "At the offered load",
-                  420, rows=1, cols=2, horizontal_spacing=0.1,
+                  420, rows=1, cols=2, horizontal_spacing=0.13,
                   subplot_titles=("Shares (%)", "Preemptions (count)"))
     if df.empty:
         return _no_data(fig)
@@ -229,7 +210,7 @@ def sweep_utilisation(df: pd.DataFrame, knob: str, knee: float | None = None, lo
     top = float(np.nanmax(df["preemptions"].to_numpy(float), initial=0.0))
     fig.update_yaxes(title_text="Preemptions (count)", range=[0, max(5.0, top * 1.08)], tickformat=",d", row=1,
                      col=2)
-    fig.update_xaxes(title_text=knob_axis(knob, log_x), type="log" if log_x else "linear")
+    fig.update_xaxes(title_text=knob_axis(knob, log_x, short=True), type="log" if log_x else "linear")
     _knob_ticks(fig, df, knob, log_x)
     add_knee(fig, knob, knee, ((1, 1), (1, 2)))
     return fig
@@ -260,11 +241,12 @@ def sweep_frontier(sweeps: Mapping[str, pd.DataFrame], knob: str, latency: str =
     fig = _figure(f"Frontier: {thr_name.split(' at ')[0].lower()} vs {short}",
                   f"One point per {knob_short(knob)} value; up and to the left is better", 460)
     all_lat, all_thr = [], []
+    colors = policy_colors(sweeps)
     items = list(enumerate(sweeps.items()))
     for i, (name, df) in items[1:] + items[:1]:  # the first (chosen) policy drawn last, on top
         if df.empty:
             continue
-        color = policy_color(name, i)
+        color = colors[name]
         lat = df[col].to_numpy(float) * factor
         thr = df[thr_key].to_numpy(float)
         labels = [value_text(knob, v) for v in df[knob]]
@@ -298,47 +280,55 @@ def sweep_frontier(sweeps: Mapping[str, pd.DataFrame], knob: str, latency: str =
                                  marker=dict(symbol="star", size=13, color=KNEE_COLOR)))
     fig.update_layout(xaxis_title=f"{lat_name} ({unit}, log scale)", yaxis_title=f"{thr_name} (output tok/s)",
                       yaxis_rangemode="tozero", legend=BOTTOM_LEGEND, legend_traceorder="normal")
-    _log_axis(fig, "x", lat)
+    log_axis(fig, "x", lat)
     return fig
 
 
 # ---------------------------------------------------------------- Capacity planning
 
 
-def capacity_bars(plans: Mapping[str, Mapping], target_rate_req_s: float | None = None,
+def capacity_bars(plans: Mapping[str, CapacityResult | Mapping], target_rate_req_s: float | None = None,
                   gpu_hour_usd: float | None = None) -> go.Figure:
-    """Per policy: sustainable request rate per node, nodes needed for the target, $ per million output tokens."""
+    """Per policy: sustainable request rate per node, nodes needed for the target, $ per million output tokens.
+
+    ``plans``: name -> ``CapacityResult`` (as ``studies.planning.CapacityPlan.results`` holds them, priced) or
+    its ``to_dict()``."""
     target = f"{target_rate_req_s:,.4g} req/s" if target_rate_req_s else "the target"
-    price = f" at ${gpu_hour_usd:,.4g}/GPU-hour" if gpu_hour_usd else ""
-    fig = _figure("Capacity per policy within the SLOs", "Zero or missing: no rate tried met the SLOs", 430, rows=1,
-                  cols=3,
-                  horizontal_spacing=0.09,
-                  subplot_titles=("Sustainable rate per node", f"Nodes for {target}",
-                                  f"Cost per million output tokens{price}"))
+    price = f"; cost at ${gpu_hour_usd:,.4g} per GPU-hour" if gpu_hour_usd else ""
+    # short subplot and axis titles: a third of the width each, and a rotated y title must stay within the
+    # plot's height (longer ones ran into the subtitle)
+    fig = _figure("Capacity per policy within the SLOs", f"Zero or missing: no rate tried met the SLOs{price}", 440,
+                  rows=1, cols=3, horizontal_spacing=0.1,
+                  subplot_titles=("Sustainable rate per node", f"Nodes for {target}", "Cost per M output tokens"))
     names = list(plans)
     if not names:
         return _no_data(fig)
-    colors = [policy_color(n, i) for i, n in enumerate(names)]
+    cmap = policy_colors(names)
+    colors = [cmap[n] for n in names]
     series = (("max_rate_req_s", "req/s", ",.3g", 1), ("nodes_needed", "nodes", ",.0f", 2),
               ("usd_per_million_output_tokens", "$", ",.2f", 3))
     for key, unit, fmt, col in series:
-        y = [_num(plans[n].get(key)) for n in names]
+        y = [_num(_field(plans[n], key)) for n in names]
         text = [("n/a" if not math.isfinite(v) else (f"${v:{fmt}}" if unit == "$" else f"{v:{fmt}}")) for v in y]
         fig.add_trace(go.Bar(x=names, y=[v if math.isfinite(v) else None for v in y], marker_color=colors,
                              text=text, textposition="outside", cliponaxis=False, showlegend=False,
                              name=key, hovertemplate=f"%{{x}}: %{{y:{fmt}}} {unit}<extra></extra>"), row=1, col=col)
-    fig.update_yaxes(title_text="Requests per second per node (req/s)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="Rate per node (req/s)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="Nodes (count)", rangemode="tozero", row=1, col=2)
-    fig.update_yaxes(title_text="US dollars per million output tokens ($)", rangemode="tozero", row=1, col=3)
+    fig.update_yaxes(title_text="$ per M output tokens ($)", rangemode="tozero", row=1, col=3)
     fig.update_xaxes(title_text="Policy")
     for col in (1, 2, 3):  # room above the tallest bar for its label
-        ys = [_num(plans[n].get(series[col - 1][0])) for n in names]
+        ys = [_num(_field(plans[n], series[col - 1][0])) for n in names]
         top = max([v for v in ys if math.isfinite(v)], default=0.0)
         if top > 0:
             fig.update_yaxes(range=[0, top * 1.18], row=1, col=col)
         if col == 2 and top <= 10:
             fig.update_yaxes(dtick=1, row=1, col=col)  # whole nodes
     return fig
+
+
+def _field(plan: CapacityResult | Mapping, key: str):
+    return plan.get(key) if isinstance(plan, Mapping) else getattr(plan, key, None)
 
 
 def _num(value) -> float:
@@ -353,18 +343,19 @@ def goodput_curves(points: Mapping[str, pd.DataFrame], max_rates: Mapping[str, f
                    attainment: float) -> go.Figure:
     """Goodput (top) and SLO attainment (bottom) against the request rate, for every rate each search tried;
     the attainment target dashed, each policy's sustainable rate dotted."""
-    fig = _figure("Goodput and SLO attainment vs request rate", "Every rate the search simulated; dotted: each "
-                  "policy's sustainable rate; dashed: the attainment target", 680, rows=2, cols=1,
-                  shared_xaxes=True, vertical_spacing=0.16,
+    fig = _figure("Goodput and SLO attainment vs request rate", "Every rate the search tried; dotted: each "
+                  "policy's sustainable rate; dashed: the target", 680, rows=2, cols=1,
+                  shared_xaxes=True, vertical_spacing=0.14,
                   subplot_titles=("Goodput: requests per second within every SLO",
                                   f"Share of requests within every SLO (target {attainment * 100:.3g} %)"))
     shown = False
     all_rates = []
-    for i, (name, df) in enumerate(points.items()):
+    colors = policy_colors(points)
+    for name, df in points.items():
         if df is None or df.empty:
             continue
         shown = True
-        color = policy_color(name, i)
+        color = colors[name]
         df = df.sort_values("rate_req_s")
         x = df["rate_req_s"].to_numpy(float)
         all_rates.append(x)
@@ -390,8 +381,11 @@ def goodput_curves(points: Mapping[str, pd.DataFrame], max_rates: Mapping[str, f
     fig.add_trace(go.Scatter(x=ref, y=ref, mode="lines", name="All requests within the SLOs",
                              line=dict(color=GREY, width=1, dash="dash"), hoverinfo="skip"), row=1, col=1)
     fig.add_shape(type="line", xref="x2 domain", yref="y2", x0=0, x1=1, y0=attainment * 100, y1=attainment * 100,
-                  name="attainment target", line=dict(color=P99_COLOR, width=1.5, dash="dash"))
-    fig.update_xaxes(showticklabels=True, rangemode="tozero", title_text="Request rate offered to one node (req/s)")
+                  name="attainment target", line=dict(color=KNEE_COLOR, width=1.5, dash="dash"))
+    # tick labels under both panels, the axis title once (under the bottom one: nothing between a panel and the
+    # title of the one below it)
+    fig.update_xaxes(showticklabels=True, rangemode="tozero")
+    fig.update_xaxes(title_text="Request rate offered to one node (req/s)", row=2, col=1)
     fig.update_yaxes(title_text="Goodput (req/s)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="Within every SLO (%)", range=[0, 103], row=2, col=1)
     return fig

@@ -1,70 +1,31 @@
-"""``python -m batching calibrate [--report]`` and the custom GPU / model options of the CLI.
+"""``python -m batching calibrate [--report]``: the cost model's errors against the measured tables.
 
-* ``add_parser(subparsers)`` registers ``calibrate``: it prints the calibration errors (linear
-  layers per TP, all-reduce per GPU count, end to end against SGLang/vLLM); ``--report``
-  rewrites docs/CALIBRATION.md with every table, plus its figures (PNG) and full CSVs in
-  docs/calibration/.
-* ``add_spec_arguments(group)`` adds ``--model-json``, ``--gpu-json``, ``--kv-dtype`` and
-  ``--allreduce`` to a scenario's argument group; ``deployment_from_args(args)`` builds the Deployment from the
-  presets and those options (``apply_custom_specs(args, dep)`` applies them to an existing one).
+``add_parser(subparsers)`` registers ``calibrate``: it prints the calibration errors (linear layers per TP,
+all-reduce per GPU count, end to end against SGLang/vLLM); ``--report`` rewrites docs/CALIBRATION.md with every
+table, plus its figures (PNG) and full CSVs in docs/calibration/. The custom GPU / model flags every scenario
+takes (``--model-json``, ``--gpu-json``, ``--kv-dtype``, ``--allreduce``) live in ``batching.cli.args``.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from batching.cli.args import Parser, check_output_folder, dispatch
+# the scenario's custom-spec flags, defined in args.py (tests/test_calibration.py reaches them through here)
+from batching.cli.args import add_spec_arguments, apply_custom_specs, deployment_from_args
 from batching.sim import calibration as cal
 from batching.sim import costmodel as cm
-from batching.sim.specs import GPUS, KV_DTYPES, Deployment, deployment, load_json_spec
+from batching.sim.specs import GPUS
 from batching.sim.workload import WORKLOAD_PRESETS
 
+__all__ = ["add_parser", "cmd_calibrate", "write_report", "report_markdown", "main",
+           "add_spec_arguments", "apply_custom_specs", "deployment_from_args"]
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 FIG_DIR = "calibration"  # under the docs folder
-
-
-# --- custom GPU / model from JSON, FP8 KV cache ---------------------------------------------
-def add_spec_arguments(group) -> None:
-    """--model-json, --gpu-json, --kv-dtype (call on the scenario argument group of run/compare)."""
-    group.add_argument("--model-json", type=Path, default=None,
-                       help="a custom model: JSON with Model's fields, or a Hugging Face config.json "
-                            "(overrides --model)")
-    group.add_argument("--gpu-json", type=Path, default=None,
-                       help="a custom GPU: JSON with name, memory_gib, hbm_bandwidth_tb_s, peak_bf16_tflops "
-                            "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch] (overrides --gpu)")
-    group.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES),
-                       help="KV cache dtype: auto (= BF16 activations) or fp8 (half the bytes per token)")
-    group.add_argument("--allreduce", default=cm.DEFAULT_ALLREDUCE, choices=list(cm.ALLREDUCE_IMPLS),
-                       help="measured all-reduce table: vllm_graph (vLLM custom all-reduce in CUDA graphs, default), "
-                            "vllm_eager, nccl, trtllm, vidur_nccl (pass as Scenario(..., allreduce=args.allreduce))")
-
-
-def apply_custom_specs(args, dep: Deployment) -> Deployment:
-    """``dep`` with the GPU and model of --gpu-json / --model-json and --kv-dtype, validated
-    (a model too big for the node is a ValueError that says what would fit)."""
-    gpu_json = getattr(args, "gpu_json", None)
-    model_json = getattr(args, "model_json", None)
-    kv_dtype = getattr(args, "kv_dtype", None) or dep.kv_dtype
-    node = dep.node if gpu_json is None else replace(dep.node, gpu=load_json_spec(gpu_json, "gpu"))
-    model = dep.model if model_json is None else load_json_spec(model_json, "model")
-    out = replace(dep, node=node, model=model, kv_dtype=kv_dtype)
-    out.validate()
-    return out
-
-
-def deployment_from_args(args) -> Deployment:
-    """What ``deployment(args.gpu, args.model, args.tp, args.num_gpus, args.precision,
-    kv_cache_tokens=args.kv_cache_tokens)`` builds, with the custom specs applied before the
-    memory check (so a custom model replaces a preset that would not fit)."""
-    gpu = load_json_spec(args.gpu_json, "gpu") if getattr(args, "gpu_json", None) else args.gpu
-    model = load_json_spec(args.model_json, "model") if getattr(args, "model_json", None) else args.model
-    return deployment(gpu, model, args.tp, args.num_gpus, args.precision,
-                      kv_dtype=getattr(args, "kv_dtype", None) or "auto",
-                      kv_cache_tokens=getattr(args, "kv_cache_tokens", None))
 
 
 # --- the calibrate subcommand ---------------------------------------------------------
@@ -86,6 +47,8 @@ def _pct(v: float) -> str:
 
 
 def cmd_calibrate(args) -> int:
+    if args.report:
+        check_output_folder("--out", args.out)  # before the end-to-end simulations
     lin = cal.op_error_summary("linear")
     ar = cal.allreduce_error_summary()
     print("Linear layers (QKV + O + gate/up + down) per layer, model vs Vidur's H100 medians:")
@@ -387,16 +350,10 @@ of those shapes).
 
 
 def main(argv=None) -> int:
-    """Stand-alone entry (``python -m batching.cli.calibrate``) for use before the lead wires it in."""
-    parser = argparse.ArgumentParser(prog="python -m batching")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_parser(sub)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as exc:
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
-        return 2
+    """Stand-alone entry (``python -m batching.cli.calibrate calibrate ...``): only this command."""
+    parser = Parser(prog="python -m batching")
+    add_parser(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
+    return dispatch(parser, argv)
 
 
 if __name__ == "__main__":

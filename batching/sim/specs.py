@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -20,9 +22,49 @@ BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0}
 KV_DTYPES = ("auto", "fp8")
 
 
+MAX_SHOWN_CHARS = 200  # error messages quote at most this much of what a user wrote
+MAX_NAME_CHARS = 64
+
+
+def shown(value) -> str:
+    """A value as error messages quote it: JSON's spelling for true/false/null and non-finite numbers, huge
+    integers by their digit count, text cut to MAX_SHOWN_CHARS, arrays and objects by kind (never their
+    contents, which may be huge or nested 100,000 deep)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int):
+        if abs(value) < 10**15:
+            return str(value)
+        try:
+            digits = f"{len(str(abs(value)))}-digit"
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            digits = f"{int(abs(value).bit_length() * 0.30103) + 1:,}-digit"
+        return f"<a {'negative ' if value < 0 else ''}{digits} number>"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(value)
+    if isinstance(value, str):
+        if len(value) <= MAX_SHOWN_CHARS:
+            return repr(value)
+        return repr(value[:MAX_SHOWN_CHARS]) + f"... ({len(value):,} characters)"
+    if isinstance(value, (list, tuple)):
+        return "<a JSON array>"
+    if isinstance(value, dict):
+        return "<a JSON object>"
+    return f"<{type(value).__name__}>"
+
+
 def _check_range(name: str, value, low, high) -> None:
     if not (low <= value <= high):
-        raise ValueError(f"{name}={value!r} is out of range; allowed {low} to {high}")
+        raise ValueError(f"{name}={shown(value)} is out of range; allowed {low} to {high}")
+
+
+def _check_name(name) -> None:
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+        raise ValueError(f"name={shown(name)} is not allowed; allowed 1 to {MAX_NAME_CHARS} characters")
 
 
 @dataclass(frozen=True)
@@ -48,8 +90,7 @@ class GPU:
         return self.peak_bf16_flops
 
     def validate(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 64:
-            raise ValueError(f"name={self.name!r} is not allowed; allowed 1 to 64 characters")
+        _check_name(self.name)
         _check_range("memory_bytes", self.memory_bytes, 1 * GIB, 1024 * GIB)
         _check_range("hbm_bw_Bps", self.hbm_bw_Bps, 1e11, 1e14)
         _check_range("peak_bf16_flops", self.peak_bf16_flops, 1e12, 1e17)
@@ -83,8 +124,7 @@ class Model:
     experts_per_token: int = 0  # top-k routing (mixture of experts only)
 
     def validate(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 64:
-            raise ValueError(f"name={self.name!r} is not allowed; allowed 1 to 64 characters")
+        _check_name(self.name)
         _check_range("num_layers", self.num_layers, 1, 1000)
         _check_range("hidden_size", self.hidden_size, 64, 65536)
         _check_range("num_heads", self.num_heads, 1, 1024)
@@ -402,7 +442,30 @@ GPU_JSON_FIELDS = {
     "pcie_gb_s": (float, 55.0),  # usable host link, GB/s (PCIe Gen5 x16 by default)
     "arch": (str, ""),  # "hopper" applies the measured H100 GEMM tile factors; "" = smooth model only
 }
+# JSON field -> (GPU attribute, scale to SI units, lowest, highest in the JSON's units): the one place the
+# ranges are defined (GPU.validate checks the attributes against them; the dashboard's form uses the same)
+GPU_JSON_UNITS: dict[str, tuple[str, float, float, float]] = {
+    "memory_gib": ("memory_bytes", GIB, 1.0, 1024.0),
+    "hbm_bandwidth_tb_s": ("hbm_bw_Bps", 1e12, 0.1, 100.0),
+    "peak_bf16_tflops": ("peak_bf16_flops", 1e12, 1.0, 1e5),
+    "peak_fp8_tflops": ("peak_fp8_flops", 1e12, 1.0, 1e5),  # or 0 = no FP8
+    "nvlink_gb_s": ("nvlink_Bps", 1e9, 1.0, 1e4),
+    "pcie_gb_s": ("pcie_Bps", 1e9, 0.1, 1e3),
+}
 GPU_ARCHS = ("", "hopper", "blackwell", "ampere")
+# Model field -> (lowest, highest) for the integer fields (num_kv_heads is also held to num_heads, and
+# experts_per_token to num_experts, by Model.validate)
+MODEL_LIMITS: dict[str, tuple[int, int]] = {
+    "num_layers": (1, 1000),
+    "hidden_size": (64, 65536),
+    "num_heads": (1, 1024),
+    "num_kv_heads": (1, 1024),
+    "head_dim": (16, 1024),
+    "ffn_size": (64, 1 << 20),
+    "vocab_size": (1, 1 << 22),
+    "num_experts": (0, 1024),
+    "experts_per_token": (0, 1024),
+}
 MODEL_JSON_FIELDS = {f.name: f for f in fields(Model)}
 # Hugging Face config.json keys -> Model fields (first key found wins)
 HF_KEYS = {
@@ -417,27 +480,72 @@ HF_KEYS = {
     "experts_per_token": ("num_experts_per_tok",),
 }
 HF_QKV_BIAS_TYPES = ("qwen2",)  # architectures whose attention has q/k/v biases
+# Hugging Face architectures whose shapes Model describes exactly (decoder-only, multi-head or grouped-query
+# attention, a gated MLP or top-k experts without shared experts), with their model_type. Anything else is
+# refused rather than approximated: state-space models have no KV cache per token, DeepSeek's multi-head latent
+# attention caches a compressed latent (a KV cache 25x smaller than these shapes say), multimodal wrappers hold a
+# vision tower and keep the language model in text_config.
+HF_ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+}
+HF_MARKERS = ("architectures", "model_type", "num_hidden_layers", "text_config")  # keys that mark a config.json
+MAX_SPEC_BYTES = 1 << 20  # a config.json is a few KB
 
 
-def _number(name: str, value, kind):
+def _number(name: str, value, kind, low=None, high=None):
+    """``value`` as an int (``kind is int``) or a finite float, within [low, high] when given; errors name the
+    field as the user wrote it and quote at most MAX_SHOWN_CHARS of the value."""
+    if isinstance(value, str):
+        hint = ""
+        if value.strip() and not value.isascii():
+            hint = " (it has non-ASCII characters, e.g. full-width digits)"
+        raise ValueError(f"{name}={shown(value)} is text, not a number{hint}; write it as a JSON number")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name}={value!r} is not a number")
+        raise ValueError(f"{name}={shown(value)} is not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name}={shown(value)} is not a finite number")
+    allowed = "" if low is None else f"; allowed {low:g} to {high:g}" if kind is float else f"; allowed {low} to {high}"
+    if low is not None and not (low <= value <= high):  # before int(): 1e30 is a whole number, but far too big
+        raise ValueError(f"{name}={shown(value)} is out of range{allowed}")
     if kind is int:
-        if float(value) != int(value):
-            raise ValueError(f"{name}={value!r} is not an integer")
+        if value != int(value):
+            raise ValueError(f"{name}={shown(value)} is not a whole number{allowed}")
         return int(value)
-    if not math.isfinite(float(value)):
-        raise ValueError(f"{name}={value!r} is not finite")
     return float(value)
+
+
+def _text(name: str, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}={shown(value)} is not text; write it as a JSON string")
+    return value
+
+
+def _names(keys, limit: int = MAX_SHOWN_CHARS) -> str:
+    """Field names for a message: as many as fit in ``limit`` characters, then how many more."""
+    keys = [str(k) for k in keys]
+    out, used = [], 0
+    for k in keys:
+        k = k if len(k) <= 40 else k[:40] + "..."
+        if used + len(k) > limit and out:
+            break
+        out.append(k)
+        used += len(k) + 2
+    more = len(keys) - len(out)
+    return ", ".join(out) + (f" and {more:,} more" if more else "")
 
 
 def gpu_from_dict(d: dict) -> GPU:
     """A validated GPU from ``GPU_JSON_FIELDS`` (unknown keys are an error naming them)."""
     if not isinstance(d, dict):
-        raise ValueError("a GPU description must be a JSON object")
-    unknown = sorted(set(d) - set(GPU_JSON_FIELDS))
+        raise ValueError(f"a GPU description must be a JSON object, not {shown(d)}")
+    unknown = [k for k in d if k not in GPU_JSON_FIELDS]
     if unknown:
-        raise ValueError(f"unknown GPU field(s) {', '.join(unknown)}; allowed: {', '.join(GPU_JSON_FIELDS)}")
+        raise ValueError(f"unknown GPU field(s) {_names(unknown)}; allowed: {', '.join(GPU_JSON_FIELDS)}")
     v = {}
     for key, (kind, default) in GPU_JSON_FIELDS.items():
         if key not in d:
@@ -445,16 +553,23 @@ def gpu_from_dict(d: dict) -> GPU:
                 raise ValueError(f"GPU field {key} is missing; required: "
                                  + ", ".join(k for k, (_, dflt) in GPU_JSON_FIELDS.items() if dflt is None))
             v[key] = default
+        elif kind is str:
+            v[key] = _text(key, d[key])
         else:
-            v[key] = str(d[key]) if kind is str else _number(key, d[key], kind)
+            _, _, low, high = GPU_JSON_UNITS[key]
+            if key == "peak_fp8_tflops" and d[key] == 0 and not isinstance(d[key], bool):
+                v[key] = 0.0
+                continue
+            v[key] = _number(key, d[key], float, low, high)
+    _check_name(v["name"])
     if v["arch"] not in GPU_ARCHS:
-        raise ValueError(f"arch={v['arch']!r} is not allowed; allowed: {', '.join(repr(a) for a in GPU_ARCHS)}")
-    def whole(x: float) -> float:  # bytes, bytes/s and FLOP/s are whole numbers (exact JSON round trips)
-        return float(round(x))
+        raise ValueError(f"arch={shown(v['arch'])} is not allowed; allowed: {', '.join(repr(a) for a in GPU_ARCHS)}")
 
-    gpu = GPU(v["name"], whole(v["memory_gib"] * GIB), whole(v["hbm_bandwidth_tb_s"] * 1e12),
-              whole(v["peak_bf16_tflops"] * 1e12), whole(v["peak_fp8_tflops"] * 1e12), whole(v["nvlink_gb_s"] * 1e9),
-              whole(v["pcie_gb_s"] * 1e9), v["arch"])
+    def whole(key: str) -> float:  # bytes, bytes/s and FLOP/s are whole numbers (exact JSON round trips)
+        return float(round(v[key] * GPU_JSON_UNITS[key][1]))
+
+    gpu = GPU(v["name"], whole("memory_gib"), whole("hbm_bandwidth_tb_s"), whole("peak_bf16_tflops"),
+              whole("peak_fp8_tflops"), whole("nvlink_gb_s"), whole("pcie_gb_s"), v["arch"])
     gpu.validate()
     return gpu
 
@@ -466,31 +581,112 @@ def gpu_to_dict(gpu: GPU) -> dict:
             "nvlink_gb_s": gpu.nvlink_Bps / 1e9, "pcie_gb_s": gpu.pcie_Bps / 1e9, "arch": gpu.arch}
 
 
+def _supported_architectures() -> str:
+    return ", ".join(HF_ARCHITECTURES)
+
+
+def _check_architecture(d: dict) -> None:
+    """Refuse a config.json whose architecture Model cannot describe exactly, saying why and what is supported."""
+    archs = d.get("architectures")
+    if isinstance(archs, str):
+        archs = [archs]
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        raise ValueError(f"architectures={shown(d.get('architectures'))} is not a list of names; "
+                         f"supported architectures: {_supported_architectures()}")
+    model_type = d.get("model_type")
+    known_types = set(HF_ARCHITECTURES.values())
+    if archs:
+        what = f"architectures={_names(archs)}"
+        names = " ".join(archs).lower()
+        ok = all(a in HF_ARCHITECTURES for a in archs)
+    elif isinstance(model_type, str):
+        what = f"model_type={shown(model_type)}"
+        names = model_type.lower()
+        ok = model_type in known_types
+    else:
+        raise ValueError("config.json names neither its architectures nor its model_type; supported "
+                         f"architectures: {_supported_architectures()} (or write the model with Model's fields: "
+                         f"{', '.join(MODEL_JSON_FIELDS)})")
+    if ok and "text_config" not in d and "vision_config" not in d and "kv_lora_rank" not in d:
+        if d.get("use_sliding_window") is True or (
+                "mistral" in names and isinstance(d.get("sliding_window"), int) and d.get("sliding_window")):
+            why = "its sliding-window attention caches only the last window of tokens, which is not modelled"
+        elif d.get("mlp_only_layers") or d.get("decoder_sparse_step") not in (None, 1):
+            why = "it mixes dense and mixture-of-experts layers, which is not modelled"
+        else:
+            return
+    elif any(w in names for w in ("mamba", "jamba", "zamba", "rwkv", "recurrent", "ssm")) or "state_size" in d \
+            or "ssm_cfg" in d:
+        why = "a state-space or recurrent model (Mamba, Jamba, RWKV) keeps no per-token KV cache in those layers"
+    elif "kv_lora_rank" in d or "deepseekv2" in names or "deepseekv3" in names or "deepseek_v" in names:
+        why = ("its multi-head latent attention (MLA) caches a compressed latent per token, which is not "
+               "modelled yet")
+    elif "text_config" in d or "vision_config" in d or "forconditionalgeneration" in names:
+        why = "a multimodal wrapper holds a vision or audio model besides the language model"
+    else:
+        why = "its layers are not known to match the shapes the simulator models"
+    raise ValueError(f"{what} is not supported: {why}; supported architectures: {_supported_architectures()}")
+
+
+def _hf_name(d: dict) -> str:
+    """The model's name from ``_name_or_path`` (any length: a long local path keeps its last part, cut to
+    MAX_NAME_CHARS), else its model_type."""
+    for key in ("_name_or_path", "model_type"):
+        name = d.get(key)
+        if isinstance(name, str) and name.strip():
+            name = name.strip()
+            if len(name) > MAX_NAME_CHARS:
+                name = name.rstrip("/").rsplit("/", 1)[-1] or name
+            if len(name) > MAX_NAME_CHARS:
+                name = name[: MAX_NAME_CHARS - 3] + "..."
+            return name
+    return "custom model"
+
+
+def _from_hf_config(d: dict) -> tuple[dict, dict[str, str]]:
+    """Model fields from a Hugging Face config.json, and the config key each came from (for messages)."""
+    _check_architecture(d)
+    v: dict = {}
+    source: dict[str, str] = {}
+    for fname, keys in HF_KEYS.items():
+        for k in keys:
+            if d.get(k) is not None:
+                v[fname], source[fname] = d[k], k
+                break
+    missing = [f for f in ("num_layers", "hidden_size", "num_heads", "ffn_size", "vocab_size") if f not in v]
+    if missing:
+        raise ValueError(f"config.json lacks {', '.join(HF_KEYS[f][0] for f in missing)}")
+    for fname in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "vocab_size",
+                  "num_experts", "experts_per_token"):
+        if fname in v:
+            v[fname] = _number(source[fname], v[fname], int, *MODEL_LIMITS[fname])
+    if d.get("head_dim") is not None:
+        v["head_dim"], source["head_dim"] = _number("head_dim", d["head_dim"], int, *MODEL_LIMITS["head_dim"]), "head_dim"
+    else:
+        v["head_dim"], source["head_dim"] = v["hidden_size"] // v["num_heads"], "hidden_size / num_attention_heads"
+    bias = d.get("attention_bias", d.get("model_type") in HF_QKV_BIAS_TYPES)
+    if not isinstance(bias, bool):
+        raise ValueError(f"attention_bias={shown(bias)} is not true or false")
+    v["qkv_bias"] = bias
+    if not v.get("num_experts"):
+        v.pop("experts_per_token", None)
+        v.pop("num_experts", None)
+    v["name"] = _hf_name(d)
+    return v, source
+
+
 def model_from_dict(d: dict, name: str | None = None) -> Model:
     """A validated Model from its fields (``Model``'s names) or from a Hugging Face config.json
-    (recognised by ``num_hidden_layers``; its other keys are ignored)."""
+    (recognised by ``architectures``, ``model_type`` or ``num_hidden_layers``; its other keys are ignored;
+    architectures other than ``HF_ARCHITECTURES`` are refused). Errors name the field as the file spells it."""
     if not isinstance(d, dict):
-        raise ValueError("a model description must be a JSON object")
-    if "num_hidden_layers" in d:
-        v = {}
-        for fname, keys in HF_KEYS.items():
-            for k in keys:
-                if d.get(k) is not None:
-                    v[fname] = d[k]
-                    break
-        missing = [f for f in ("num_layers", "hidden_size", "num_heads", "ffn_size", "vocab_size") if f not in v]
-        if missing:
-            raise ValueError(f"config.json lacks {', '.join(HF_KEYS[f][0] for f in missing)}")
-        v["head_dim"] = d.get("head_dim") or (int(v["hidden_size"]) // int(v["num_heads"]))
-        v["qkv_bias"] = bool(d.get("attention_bias", d.get("model_type") in HF_QKV_BIAS_TYPES))
-        if not v.get("num_experts"):
-            v.pop("experts_per_token", None)
-            v.pop("num_experts", None)
-        v["name"] = name or d.get("_name_or_path") or d.get("model_type") or "custom model"
-        d = v
-    unknown = sorted(set(d) - set(MODEL_JSON_FIELDS))
+        raise ValueError(f"a model description must be a JSON object, not {shown(d)}")
+    source: dict[str, str] = {}
+    if any(k in d for k in HF_MARKERS):
+        d, source = _from_hf_config(d)
+    unknown = [k for k in d if k not in MODEL_JSON_FIELDS]
     if unknown:
-        raise ValueError(f"unknown model field(s) {', '.join(unknown)}; allowed: {', '.join(MODEL_JSON_FIELDS)}")
+        raise ValueError(f"unknown model field(s) {_names(unknown)}; allowed: {', '.join(MODEL_JSON_FIELDS)}")
     required = [f.name for f in fields(Model) if f.default is MISSING]
     missing = [k for k in required if k not in d and not (k == "name" and name)]
     if missing:
@@ -499,18 +695,26 @@ def model_from_dict(d: dict, name: str | None = None) -> Model:
     for key, f in MODEL_JSON_FIELDS.items():
         if key not in d:
             continue
+        label = source.get(key, key)
         if key == "name":
-            kw[key] = str(d[key])
+            kw[key] = _text(label, d[key])
         elif f.type in ("bool", bool):
             if not isinstance(d[key], bool):
-                raise ValueError(f"{key}={d[key]!r} is not true or false")
+                raise ValueError(f"{label}={shown(d[key])} is not true or false")
             kw[key] = d[key]
         else:
-            kw[key] = _number(key, d[key], int)
+            kw[key] = _number(label, d[key], int, *MODEL_LIMITS[key])
     if name:
         kw["name"] = name
     m = Model(**kw)
-    m.validate()
+    try:
+        m.validate()
+    except ValueError as exc:  # say it with the config's keys: num_key_value_heads=16, not num_kv_heads=16
+        msg = str(exc)
+        for fname, key in source.items():
+            if key != fname and "/" not in key:
+                msg = re.sub(rf"\b{fname}=", f"{key}=", msg)
+        raise ValueError(msg) from None
     return m
 
 
@@ -518,16 +722,53 @@ def model_to_dict(model: Model) -> dict:
     return {f.name: getattr(model, f.name) for f in fields(Model)}
 
 
+def _shown_path(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS] + f"... ({len(text):,} characters)"
+
+
+def parse_json_spec(data: bytes, kind: str) -> GPU | Model:
+    """A GPU (``kind='gpu'``) or model (``kind='model'``) from the bytes of a JSON file: UTF-8 (with or without a
+    byte-order mark) and at most MAX_SPEC_BYTES; any problem is a ValueError naming the field or the byte."""
+    if kind not in ("gpu", "model"):
+        raise ValueError(f"kind={shown(kind)} is not allowed; allowed: 'gpu', 'model'")
+    if len(data) > MAX_SPEC_BYTES:
+        raise ValueError(f"larger than {MAX_SPEC_BYTES:,} bytes, the most allowed (a config.json is a few KB)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text: byte 0x{data[exc.start:exc.start + 1].hex()} at offset {exc.start} "
+                         "cannot be decoded; save the file as UTF-8") from None
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise ValueError("not valid JSON: arrays or objects nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # Python's guard against integer literals of more than 4,300 digits
+        if "integer string conversion" in str(exc):
+            raise ValueError(f"not valid JSON: a number has more than {sys.get_int_max_str_digits():,} "
+                             "digits") from None
+        raise ValueError(f"not valid JSON: {str(exc)[:MAX_SHOWN_CHARS]}") from None
+    return gpu_from_dict(obj) if kind == "gpu" else model_from_dict(obj)
+
+
 def load_json_spec(path: str | Path, kind: str) -> GPU | Model:
-    """Read a GPU (``kind='gpu'``) or model (``kind='model'``) JSON file; errors name the file."""
+    """Read a GPU (``kind='gpu'``) or model (``kind='model'``) JSON file; errors name the file and the field."""
     path = Path(path)
+    label = f"{kind} file {_shown_path(path)}"
     try:
-        data = json.loads(path.read_text())
+        if path.is_dir():
+            raise ValueError(f"{label}: a folder, not a JSON file")
+        with path.open("rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
-        raise ValueError(f"{kind} file {path}: no such file") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{kind} file {path}: not valid JSON ({exc})") from None
+        raise ValueError(f"{label}: no such file") from None
+    except PermissionError:
+        raise ValueError(f"{label}: cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise ValueError(f"{label}: cannot be read ({exc.strerror or type(exc).__name__})") from None
     try:
-        return gpu_from_dict(data) if kind == "gpu" else model_from_dict(data)
+        return parse_json_spec(data, kind)
     except ValueError as exc:
-        raise ValueError(f"{kind} file {path}: {exc}") from None
+        raise ValueError(f"{label}: {exc}") from None

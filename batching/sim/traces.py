@@ -14,7 +14,11 @@ integer``. With ``skip_bad_rows=True`` bad rows are dropped and counted in
 spaces and tabs, are not rows). Every line is held to the header's width: a line with more
 fields is an error naming the line, never shifted columns. Duplicate timestamps are valid
 (arrivals must be non-decreasing); negative ones are shifted with the rest so the first
-arrival is at 0. Size: a 10^7-row CSV (about 200 MB) parses in about 20 s and 4.7 GB of
+arrival is at 0. Numeric times are seconds within ±2^43 s (8.8e12 s): beyond that float64
+cannot tell two arrivals a millisecond apart, so they are refused rather than turned into
+latencies of 0. A header may have up to 1,000 columns (a wider one is refused in time linear
+in its length, before pandas builds a frame for it), and error messages quote at most 200
+characters of the file. Size: a 10^7-row CSV (about 200 MB) parses in about 20 s and 4.7 GB of
 memory on a 2-core machine; the dashboard's upload cap (``server.maxUploadSize``, 50 MB)
 keeps uploads to about 2.5 million rows.
 """
@@ -46,7 +50,11 @@ _FORMAT_COLUMNS: dict[str, tuple[str, str, str]] = {
 _DATETIME_FORMATS = ("azure", "burstgpt")  # time column may be wall-clock date-times
 _NON_FINITE = {"nan", "inf", "infinity"}
 _JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
-MAX_ABS_TIME_S = 1e15  # numeric arrival times beyond this are refused (epoch ms still fit)
+# numeric arrival times beyond ±2^43 s are refused: float64's spacing there is 2^-10 s (under a millisecond), and
+# twice that beyond (epoch seconds and epoch milliseconds still fit; epoch microseconds do not)
+MAX_ABS_TIME_S = float(2**43)
+MAX_COLUMNS = 1000  # header fields; real traces have 3 to 12
+MAX_SHOWN_CHARS = 200  # of the file's text an error message quotes
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,8 +154,11 @@ def _decode(data: bytes) -> str:
 
 
 def _read_csv(text: str, skip_bad_rows: bool) -> tuple[pd.DataFrame, dict[int, str]]:
-    header = text.lstrip().split("\n", 1)[0]
+    start = len(text) - len(text.lstrip())
+    end = text.find("\n", start)
+    header = text[start:] if end < 0 else text[start:end]
     sep = "\t" if "\t" in header and "," not in header else ","
+    _check_width(header, sep)
     # header=None: the header line is read as data, so its width is the width every line is held to (with
     # a header, pandas would silently turn extra leading fields into an index and shift the columns)
     options = dict(sep=sep, dtype=str, keep_default_na=False, skipinitialspace=True, header=None,
@@ -164,18 +175,34 @@ def _read_csv(text: str, skip_bad_rows: bool) -> tuple[pd.DataFrame, dict[int, s
     return _with_header(frame.fillna("")), {}
 
 
+_QUOTED = re.compile(r'"[^"]*"')
+
+
+def _check_width(header: str, sep: str) -> None:
+    """Refuse a header of more than MAX_COLUMNS fields, in time linear in its length (pandas would build a
+    column per field: about 20 s for 200,000 of them)."""
+    if header.count(sep) < MAX_COLUMNS:  # fields <= separators + 1, quoted separators included
+        return
+    width = _QUOTED.sub("", header).count(sep) + 1  # separators outside quotes (one regex pass)
+    if width > MAX_COLUMNS:
+        raise ValueError(f"cannot read the trace as CSV: its header has {width:,} columns; allowed up to "
+                         f"{MAX_COLUMNS:,} (a trace needs 3 to 5: {_describe_formats()})")
+
+
 def _with_header(frame: pd.DataFrame) -> pd.DataFrame:
     """The first row as column names (blank ones named by position, repeats numbered as pandas does)."""
     if len(frame) == 0:
         raise ValueError("trace is empty")
     names: list[str] = []
+    taken: set[str] = set()
     for i, cell in enumerate(frame.iloc[0]):
         name = str(cell).strip() or f"Unnamed: {i}"
         base, k = name, 0
-        while name in names:
+        while name in taken:
             k += 1
             name = f"{base}.{k}"
         names.append(name)
+        taken.add(name)
     body = frame.iloc[1:].reset_index(drop=True)
     body.columns = names
     return body
@@ -232,14 +259,23 @@ def _read_json(text: str) -> tuple[pd.DataFrame, dict[int, str]]:
         if not isinstance(item, dict):
             row_errors.setdefault(i, f"expected a JSON object, got {type(item).__name__}")
             item = {}
+        if len(item) > MAX_COLUMNS:  # before converting 200,000 cells of one row
+            _too_many_keys(len(item))
         records.append({str(k).strip(): _json_cell(v) for k, v in item.items()})
     if items and len(row_errors) == len(items):  # no row to take columns from: say why, not "no columns"
         first = min(row_errors)
         more = f" (and all {len(items):,} rows are bad)" if len(items) > 1 else ""
         raise ValueError(f"row {first + 1}: {row_errors[first]}{more}")
     columns = list(dict.fromkeys(k for r in records for k in r))
+    if len(columns) > MAX_COLUMNS:
+        _too_many_keys(len(columns))
     frame = pd.DataFrame.from_records(records, columns=columns)
     return frame.astype(object).where(frame.notna(), "").astype(str), row_errors
+
+
+def _too_many_keys(count: int) -> None:
+    raise ValueError(f"cannot read the trace as JSON: its objects have {count:,} different keys; allowed up to "
+                     f"{MAX_COLUMNS:,} (a trace needs 3 to 5: {_describe_formats()})")
 
 
 def _json_error(exc: Exception) -> str:
@@ -272,6 +308,19 @@ def _describe_formats() -> str:
     return "; ".join(parts)
 
 
+def _columns_text(columns: list[str]) -> str:
+    """The trace's columns for a message: as many as fit in MAX_SHOWN_CHARS characters, then how many there are."""
+    out, used = [], 0
+    for c in columns:
+        c = repr(str(_Shown(c)))
+        if out and used + len(c) > MAX_SHOWN_CHARS:
+            break
+        out.append(c)
+        used += len(c) + 2
+    rest = f", ... ({len(columns):,} columns)" if len(out) < len(columns) else ""
+    return f"[{', '.join(out)}{rest}]"
+
+
 def _detect_format(columns: list[str], fmt: str) -> str:
     lower = {c.lower() for c in columns}
     if fmt != "auto":
@@ -279,7 +328,7 @@ def _detect_format(columns: list[str], fmt: str) -> str:
         if missing:
             raise ValueError(
                 f"missing column {missing[0]!r} for the {fmt} format; the trace has "
-                f"columns {columns}; {fmt} needs {', '.join(_FORMAT_COLUMNS[fmt])}"
+                f"columns {_columns_text(columns)}; {fmt} needs {', '.join(_FORMAT_COLUMNS[fmt])}"
             )
         return fmt
     scores = {name: sum(c.lower() in lower for c in cols) for name, cols in _FORMAT_COLUMNS.items()}
@@ -289,7 +338,7 @@ def _detect_format(columns: list[str], fmt: str) -> str:
     if scores[best] == 2:  # one column short of a known format: say which
         return _detect_format(columns, best)
     raise ValueError(
-        f"cannot recognise the trace format: columns {columns}; "
+        f"cannot recognise the trace format: columns {_columns_text(columns)}; "
         f"expected one of {_describe_formats()}"
     )
 
@@ -304,7 +353,7 @@ def _column(frame: pd.DataFrame, wanted: str) -> str | None:
 # ---------------------------------------------------------------- value checks
 
 
-_PLAIN_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_PLAIN_NUMBER = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
 
 
 class _Shown(str):
@@ -354,7 +403,10 @@ class _Checked:
             v = -np.inf if full.startswith("-") else np.inf
         if np.isnan(v):
             kind = "a number or a date-time" if self.why == "datetime" else "a number"
-            return f"column {self.name}: {cell!r} is not {kind}"
+            hint = ""
+            if not full.isascii() and any(ch.isdigit() for ch in full):
+                hint = " (its digits are not ASCII 0-9, e.g. full-width digits)"
+            return f"column {self.name}: {cell!r} is not {kind}{hint}"
         if self.why == "length":
             if v > MAX_TOKENS and v == np.floor(v):
                 return f"column {self.name}: {cell} tokens is above the limit of {MAX_TOKENS:,}"
@@ -366,8 +418,8 @@ class _Checked:
             )
         if self.why == "time" and (np.isfinite(v) or huge):
             return (
-                f"column {self.name}: {cell!r} is out of range; "
-                f"allowed -{MAX_ABS_TIME_S:g} to {MAX_ABS_TIME_S:g} seconds"
+                f"column {self.name}: {cell!r} is out of range; allowed -{MAX_ABS_TIME_S:.4g} to "
+                f"{MAX_ABS_TIME_S:.4g} seconds (2^43 s: beyond it float64 cannot tell arrivals 1 ms apart)"
             )
         return f"column {self.name}: {cell!r} is not a finite number"
 
@@ -493,6 +545,11 @@ def _parse(
         raise ValueError(
             f"row {rows[j] + 1}, column {time_col}: {_Shown(raw[rows[j]])} is earlier than the "
             f"previous row's {_Shown(raw[rows[j - 1]])}; sort the trace by arrival"
+        )
+    if arrival[-1] - arrival[0] > MAX_ABS_TIME_S:
+        raise ValueError(
+            f"column {time_col}: the arrivals span {arrival[-1] - arrival[0]:.4g} seconds; allowed up to "
+            f"{MAX_ABS_TIME_S:.4g} (2^43 s: beyond it float64 cannot tell arrivals 1 ms apart)"
         )
     if priority is None:
         priority = np.zeros(n, dtype=np.int64)

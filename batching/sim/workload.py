@@ -16,13 +16,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from batching.sim.traces import FORMATS, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
+from batching.sim.traces import FORMATS, MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "onoff")
 DEFAULT_RATE_REQ_S = 3.0
 MAX_RATE_REQ_S = 10_000.0
-MAX_NUM_REQUESTS = 10_000_000
+# Requests one simulation may take. Memory grows with requests and with simulated steps (benchmarks/
+# bench_memory.py: ~0.2 KB per request + ~0.3 KB per step): about 1 KB per request on a saturated node (~2
+# steps per request), 6.5 KB at the default scenario (~21 steps), ~63 KB when every request runs alone (one
+# step per output token). 10^6 requests of the default scenario peak at 6.3 GiB, which leaves room on the
+# documented 2-core, 24 GiB host; 10^7 (the old cap) would need ~65 GB.
+MAX_NUM_REQUESTS = 1_000_000
 MAX_SPEEDUP = 1000.0
 MAX_PERIOD_S = 86_400.0  # on/off period lengths up to a day
 MAX_CV = 20.0
@@ -53,6 +58,17 @@ def _check_int(name: str, value: object, low: int, high: int) -> None:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise ValueError(f"{name}={_show(value)} is not an integer; allowed {low} to {high}")
     _check(name, value, low, high)
+
+
+def _check_arrivals(arrival_s: np.ndarray, cause: str, fix: str) -> None:
+    """Refuse arrivals beyond MAX_ABS_TIME_S, where float64 cannot tell two events 1 ms apart (the engine's
+    latencies would come out as 0)."""
+    last = float(arrival_s[-1]) if arrival_s.size else 0.0
+    if not last <= MAX_ABS_TIME_S:
+        raise ValueError(
+            f"{cause} puts the last arrival at {last:.4g} s; allowed up to {MAX_ABS_TIME_S:.4g} s (2^43 s: "
+            f"beyond it float64 cannot tell events 1 ms apart); {fix}"
+        )
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -430,6 +446,8 @@ class SyntheticWorkload:
         n = self.num_requests
         streams = np.random.SeedSequence(self.seed).spawn(2 + MAX_PRIORITY_LEVELS)
         arrival_s = self.arrivals.times(np.random.default_rng(streams[0]), n)
+        _check_arrivals(arrival_s, f"rate_req_s={_show(self.rate_req_s)} with num_requests={n}",
+                        "use a higher rate or fewer requests")
         classes = sorted(self.classes, key=lambda c: c.priority)
         shares = np.array([c.share for c in classes])
         level = np.random.default_rng(streams[1]).choice(
@@ -527,13 +545,15 @@ class TraceWorkload:
     def generate(self) -> Requests:
         trace = self.load()
         m = self._kept(trace)
+        if m > MAX_NUM_REQUESTS:
+            raise ValueError(
+                f"the trace has {m:,} requests; allowed up to {MAX_NUM_REQUESTS:,} per simulation: set "
+                f"max_requests (--requests) to replay its first {MAX_NUM_REQUESTS:,} or fewer"
+            )
         with np.errstate(over="ignore"):
             arrival_s = trace.arrival_s[:m] / self.speedup
-        if not np.isfinite(arrival_s[-1]):
-            raise ValueError(
-                f"speedup={_show(self.speedup)} stretches the trace's last arrival "
-                f"({_show(float(trace.arrival_s[m - 1]))} s) beyond any finite time; use a larger speedup"
-            )
+        _check_arrivals(arrival_s, f"speedup={_show(self.speedup)} (the trace's last arrival at "
+                                   f"{_show(float(trace.arrival_s[m - 1]))} s)", "use a larger speedup")
         return Requests(
             arrival_s,
             trace.prompt_tokens[:m].copy(),

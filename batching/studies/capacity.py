@@ -1,67 +1,257 @@
-"""SLO-driven capacity: the highest request rate per node that meets the SLOs, and what it costs."""
+"""SLO-driven capacity: the highest request rate per node that meets the SLOs, and what it costs.
+
+An SLO gives each latency target (TTFT, TPOT, E2E) either one value for every priority class or one value per
+class, class 0 (the highest priority) first; a request meets the targets of its own class. The attainment is
+the share of all requests that meet theirs (``by_priority`` reports each class's own share and goodput).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
+from batching.sim.traces import MAX_PRIORITY_LEVELS
+from batching.sim.workload import INTERACTIVE_CHAT
 from batching.studies.compare import Progress
+
+SLO_MAX_S = 3600.0  # the longest latency an SLO may set (the CLI's and the dashboard's inputs read it)
+ATTAINMENT_DEFAULT = 0.99
+SLO_NAMES = ("ttft_s", "tpot_s", "e2e_s")
+SLO_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+
+# The default SLOs (the Capacity and Tune pages, ``sweep`` without SLO flags): the mixed workload's chat
+# targets (workload.INTERACTIVE_CHAT: first token within 1 s, 100 ms per output token) for class 0, and a
+# first token within 30 s for every lower class (background work such as batch analysis), 100 ms per token.
+DEFAULT_TOP_TTFT_S = float(INTERACTIVE_CHAT.slo_ttft_s)
+DEFAULT_LOWER_TTFT_S = 30.0
+DEFAULT_TPOT_S = float(INTERACTIVE_CHAT.slo_tpot_s)
+
+# The cost model's known error (docs/CALIBRATION.md, "End to end"; ``calibration.end_to_end()``): the simulated
+# median TPOT of Llama-3.1-70B on 4xH100 is 14 % to 25 % below the published vLLM v0.6.0 and SGLang v0.3.0
+# runs (-14.2 % / -19.1 % at 4 req/s, -14.7 % / -24.8 % at 8 req/s). A real node is that much slower per token,
+# so it sustains about (1 - error) of the simulated rate: plan for 1 / (1 - error) the nodes and the cost.
+TPOT_UNDERESTIMATE = (0.14, 0.25)
+HEADROOM_RANGE = tuple(round(1.0 / (1.0 - e), 2) for e in TPOT_UNDERESTIMATE)  # (1.16, 1.33)
+HEADROOM_SUGGESTED = round(20 * sum(HEADROOM_RANGE) / 2) / 20  # 1.25, the middle of the range
+HEADROOM_LIMITS = (1.0, 3.0)  # 1 = trust the simulator
+
+PerClass = float | tuple[float, ...] | None
+
+
+def _fmt_latency(name: str, v: float) -> str:
+    if name == "e2e_s" or v >= 10:
+        return f"{v:,.3g} s"
+    return f"{v * 1e3:,.0f} ms"
+
 
 @dataclass(frozen=True)
 class SLO:
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-    attainment: float = 0.99  # share of requests that must meet every SLO
+    """Latency targets (seconds) and the share of requests that must meet them. Each target is None (no such
+    SLO), one value (every class) or a tuple with one value per priority class, class 0 first."""
 
-    def validate(self) -> None:
+    ttft_s: PerClass = None
+    tpot_s: PerClass = None
+    e2e_s: PerClass = None
+    attainment: float = ATTAINMENT_DEFAULT  # share of requests that must meet every SLO of their class (> 0 to 1)
+
+    def __post_init__(self) -> None:
+        for name in SLO_NAMES:
+            v = getattr(self, name)
+            if isinstance(v, (list, tuple, np.ndarray)):
+                v = tuple(float(x) if isinstance(x, (int, float, np.number)) else x for x in v)
+                object.__setattr__(self, name, v[0] if len(v) == 1 else v)
+
+    def validate(self, num_classes: int | None = None) -> None:
+        """ValueError naming the target, its value and the allowed range; with ``num_classes``, a per-class
+        target must have one value per class."""
         if self.ttft_s is None and self.tpot_s is None and self.e2e_s is None:
             raise ValueError("give at least one SLO: ttft_s, tpot_s or e2e_s")
-        for name in ("ttft_s", "tpot_s", "e2e_s"):
+        for name in SLO_NAMES:
             v = getattr(self, name)
-            if v is not None and not (0 < v <= 3600):
-                raise ValueError(f"slo {name}={v!r} is out of range; allowed > 0 to 3600")
+            if v is None:
+                continue
+            values = v if isinstance(v, tuple) else (v,)
+            if not values:
+                raise ValueError(f"slo {name} is empty; give one value (every class) or one per class")
+            if len(values) > MAX_PRIORITY_LEVELS:
+                raise ValueError(f"slo {name} has {len(values)} values; allowed 1 to {MAX_PRIORITY_LEVELS}")
+            for i, x in enumerate(values):
+                where = f"{name}[{i}]" if isinstance(v, tuple) else name
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0 < x <= SLO_MAX_S):
+                    raise ValueError(f"slo {where}={x!r} is out of range; allowed > 0 to {SLO_MAX_S:g}")
+            if num_classes is not None and isinstance(v, tuple) and len(v) != num_classes:
+                want = "one value" if num_classes == 1 else \
+                    f"one value (every class) or {num_classes}, class 0 first"
+                raise ValueError(f"slo {name} has {len(v)} values for {num_classes} "
+                                 f"class{'es' if num_classes != 1 else ''}; give {want}")
         if not (0 < self.attainment <= 1):
             raise ValueError(f"attainment={self.attainment!r} is out of range; allowed > 0 to 1")
 
+    @property
+    def per_class(self) -> bool:
+        """Whether any target differs by class."""
+        return any(isinstance(getattr(self, n), tuple) for n in SLO_NAMES)
+
     def items(self):
-        return [(k, getattr(self, k)) for k in ("ttft_s", "tpot_s", "e2e_s") if getattr(self, k) is not None]
+        """(name, value) of the targets given; a value is a float or a tuple per class."""
+        return [(k, getattr(self, k)) for k in SLO_NAMES if getattr(self, k) is not None]
+
+    def limits(self, name: str, num_classes: int) -> np.ndarray | None:
+        """One threshold per class (seconds), or None when there is no such SLO."""
+        v = getattr(self, name)
+        if v is None:
+            return None
+        out = np.asarray(v if isinstance(v, tuple) else (v,) * num_classes, float)
+        if len(out) != num_classes:
+            self.validate(num_classes)
+        return out
+
+    def for_class(self, level: int) -> dict[str, float]:
+        """The targets of one class: name -> seconds."""
+        return {k: (v[level] if isinstance(v, tuple) else v) for k, v in self.items()}
+
+    def describe(self, class_names: Sequence[str] | None = None) -> str:
+        """'TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis, TPOT ≤ 100 ms for 99 % of requests'."""
+        parts = []
+        for name, v in self.items():
+            if isinstance(v, tuple):
+                names = list(class_names) if class_names is not None and len(class_names) == len(v) else \
+                    [f"class {i}" for i in range(len(v))]
+                each = ", ".join(f"{_fmt_latency(name, x)} for {n}" for x, n in zip(v, names))
+                parts.append(f"{SLO_LABELS[name]} ≤ {each}")
+            else:
+                parts.append(f"{SLO_LABELS[name]} ≤ {_fmt_latency(name, v)}")
+        return "; ".join(parts) + f" for {self.attainment * 100:.3g} % of requests"
+
+    def to_dict(self) -> dict:
+        """JSON-ready: each target a number, a list per class or None."""
+        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in
+               ((n, getattr(self, n)) for n in SLO_NAMES)}
+        return out | {"attainment": self.attainment}
+
+
+def default_slo(num_classes: int, attainment: float = ATTAINMENT_DEFAULT) -> SLO:
+    """The SLOs the pages and ``sweep`` use unless told otherwise: TTFT ≤ 1 s for class 0 and ≤ 30 s for every
+    lower class, TPOT ≤ 100 ms for every class, no E2E target."""
+    if not isinstance(num_classes, int) or not 1 <= num_classes <= MAX_PRIORITY_LEVELS:
+        raise ValueError(f"num_classes={num_classes!r} is out of range; allowed 1 to {MAX_PRIORITY_LEVELS}")
+    ttft = (DEFAULT_TOP_TTFT_S,) + (DEFAULT_LOWER_TTFT_S,) * (num_classes - 1)
+    return SLO(ttft_s=ttft, tpot_s=DEFAULT_TPOT_S, attainment=attainment)
+
+
+def class_names(scenario: Scenario) -> tuple[str, ...]:
+    """The scenario's priority classes by level (class 0 first)."""
+    wl = scenario.workload
+    classes = getattr(wl, "classes", None)
+    if classes is not None:
+        return tuple(c.name for c in sorted(classes, key=lambda c: c.priority))
+    return tuple(wl.generate().class_names)
+
+
+def per_class_values(text: str, high: float) -> tuple[float, ...]:
+    """A comma list of targets as typed (in the input's own unit: ms or s), class 0 first, each above 0 and at
+    most ``high``; ValueError with a one-line reason (the caller names the input)."""
+    allowed = f"allowed > 0 to {high:,.10g}"
+    text = str(text)
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise ValueError("it is empty; give one value (every class) or one per class, class 0 first, e.g. "
+                         "1000,30000")
+    if len(parts) > MAX_PRIORITY_LEVELS:
+        raise ValueError(f"{len(parts):,} values; allowed 1 to {MAX_PRIORITY_LEVELS} (one per class)")
+    out = []
+    for p in parts:
+        shown = repr(p if len(p) <= 40 else p[:40] + "...")
+        if not p:
+            raise ValueError(f"an empty value in {text.strip()[:80]!r}; give numbers separated by commas, "
+                             "e.g. 1000,30000")
+        if not p.isascii():
+            raise ValueError(f"{shown} has characters other than ASCII (full-width digits?); write it with 0-9")
+        try:
+            v = float(p)
+        except ValueError:
+            raise ValueError(f"{shown} is not a number; {allowed}") from None
+        if not math.isfinite(v):
+            raise ValueError(f"{shown} is not a finite number; {allowed}")
+        if not 0 < v <= high:
+            raise ValueError(f"{p} is out of range; {allowed}")
+        out.append(v)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- one rate
+
+
+def slo_reading(res, slo: SLO) -> dict:
+    """What a run (``SimResult``) gives against the SLOs: attainment overall, per SLO and per class
+    (``by_priority``: each class's attainment, goodput and latency percentiles), goodput, throughput."""
+    from batching.sim.metrics import slo_mask, wall_time
+
+    req = res.requests
+    names = tuple(res.class_names)
+    k = len(names)
+    slo.validate(k)
+    level = req["priority"].to_numpy()
+    masks = {name: slo_mask(req, **{f"slo_{name}": slo.limits(name, k)[level]}) for name, _ in slo.items()}
+    ok = np.logical_and.reduce(list(masks.values()))
+    wall = wall_time(req)
+    s = res.summary()
+    by = {}
+    for lvl, cls in enumerate(names):
+        m = level == lvl
+        if not m.any():
+            continue
+        lat = s["by_priority"].get(str(lvl), {})
+        by[str(lvl)] = {"class_name": cls, "num_requests": int(m.sum()), "slo": slo.for_class(lvl),
+                        "attainment": float(ok[m].mean()),
+                        "goodput_req_s": float(ok[m].sum()) / wall if wall > 0 else float("nan"),
+                        "per_slo": {n: float(mask[m].mean()) for n, mask in masks.items()},
+                        **{key: lat.get(key, float("nan")) for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+                                                                       "tpot_p99_s")}}
+    return {"rate_req_s": res.scenario.workload.rate_req_s, "attainment": float(ok.mean()),
+            "per_slo": {n: float(mask.mean()) for n, mask in masks.items()},
+            "goodput_req_s": float(ok.sum()) / wall if wall > 0 else float("nan"),
+            "throughput_output_tok_s": s["throughput_output_tok_s"], "ttft_p99_s": s["ttft_p99_s"],
+            "tpot_p99_s": s["tpot_p99_s"], "by_priority": by}
 
 
 def slo_point(sc: Scenario, slo: SLO) -> dict:
-    """Simulate at the scenario's rate: attainment overall and per SLO, goodput, throughput."""
-    from batching.sim.metrics import slo_mask, wall_time
+    """Simulate at the scenario's rate and read it against the SLOs (``slo_reading``)."""
+    return slo_reading(simulate(sc), slo)
 
-    res = simulate(sc)
-    req = res.requests
-    wall = wall_time(req)
-    ok = slo_mask(req, slo.ttft_s, slo.tpot_s, slo.e2e_s)
-    per = {k: float(slo_mask(req, **{f"slo_{k}": v}).mean()) for k, v in slo.items()}
-    s = res.summary()
-    return {"rate_req_s": sc.workload.rate_req_s, "attainment": float(ok.mean()), "per_slo": per,
-            "goodput_req_s": float(ok.sum()) / wall if wall > 0 else float("nan"),
-            "throughput_output_tok_s": s["throughput_output_tok_s"], "ttft_p99_s": s["ttft_p99_s"],
-            "tpot_p99_s": s["tpot_p99_s"]}
+
+# ---------------------------------------------------------------- cost
+
+
+def check_headroom(headroom: float) -> float:
+    """The headroom factor as a float, or ValueError naming the allowed range."""
+    low, high = HEADROOM_LIMITS
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not low <= headroom <= high:
+        raise ValueError(f"headroom={headroom!r} is out of range; allowed {low:g} to {high:g}")
+    return float(headroom)
 
 
 def plan_costs(rate_req_s: float, throughput_output_tok_s: float, num_gpus: int,
-               target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None):
-    """(nodes needed for the target rate, $ per million output tokens at that throughput);
-    None where not asked for or not defined (no sustainable rate)."""
-    import math
-
+               target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None, headroom: float = 1.0):
+    """(nodes needed for the target rate, $ per million output tokens at that throughput), both with the
+    headroom factor (a node sustains 1 / headroom of the simulated rate); None where not asked for or not
+    defined (no sustainable rate)."""
+    headroom = check_headroom(headroom)
     nodes = usd = None
     if target_rate_req_s is not None:
         if not target_rate_req_s > 0:
             raise ValueError(f"target_rate_req_s={target_rate_req_s!r} is out of range; allowed > 0")
-        nodes = math.ceil(target_rate_req_s / rate_req_s - 1e-9) if rate_req_s > 0 else None
+        nodes = math.ceil(target_rate_req_s * headroom / rate_req_s - 1e-9) if rate_req_s > 0 else None
     if gpu_hour_usd is not None:
         if not gpu_hour_usd > 0:
             raise ValueError(f"gpu_hour_usd={gpu_hour_usd!r} is out of range; allowed > 0")
         if throughput_output_tok_s > 0:
-            usd = num_gpus * gpu_hour_usd / 3600.0 / throughput_output_tok_s * 1e6
+            usd = num_gpus * gpu_hour_usd / 3600.0 / throughput_output_tok_s * 1e6 * headroom
     return nodes, usd
 
 
@@ -74,31 +264,56 @@ class CapacityResult:
     nodes_needed: int | None
     usd_per_million_output_tokens: float | None
     points: pd.DataFrame  # every rate tried: rate, attainment, goodput, throughput
+    # per class at the rate found (or, when none met the SLOs, at the lowest rate tried): class_name, slo,
+    # attainment, goodput_req_s, per_slo, TTFT and TPOT P50/P99
+    by_priority: dict = field(default_factory=dict)
+    binding_class: str | None = None  # the class with the lowest attainment at the first rate that fails
+    headroom: float = 1.0  # the factor nodes_needed and usd_per_million_output_tokens include
+
+    @property
+    def rates_tried(self) -> int:
+        """Request rates the search simulated (one run each)."""
+        return len(self.points)
+
+    def with_plan(self, num_gpus: int, target_rate_req_s: float | None,
+                  gpu_hour_usd: float | None, headroom: float = 1.0) -> CapacityResult:
+        """The same search with nodes needed and $ per million output tokens for this target, price and
+        headroom (``plan_costs``): changing them runs nothing."""
+        nodes, usd = plan_costs(self.max_rate_req_s, self.throughput_output_tok_s, num_gpus, target_rate_req_s,
+                                gpu_hour_usd, headroom)
+        return replace(self, nodes_needed=nodes, usd_per_million_output_tokens=usd, headroom=float(headroom))
 
     def to_dict(self) -> dict:
         return {"max_rate_req_s": self.max_rate_req_s, "throughput_output_tok_s": self.throughput_output_tok_s,
                 "goodput_req_s": self.goodput_req_s, "binding_slo": self.binding_slo,
                 "nodes_needed": self.nodes_needed,
-                "usd_per_million_output_tokens": self.usd_per_million_output_tokens}
+                "usd_per_million_output_tokens": self.usd_per_million_output_tokens,
+                "binding_class": self.binding_class, "headroom": self.headroom, "by_priority": self.by_priority}
+
+
+def ceiling_req_s(scenario: Scenario) -> float:
+    """Requests/s the node serves flat out: every request at t = 0 (no policy sustains more)."""
+    s = simulate(scenario, saturated=True).summary()
+    return s["num_requests"] / max(s["duration_s"], 1e-9)
 
 
 def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None, target_rate_req_s: float | None = None,
              gpu_hour_usd: float | None = None, rel_tol: float = 0.01, progress: Progress | None = None,
-             max_iter: int = 20) -> CapacityResult:
-    """Highest request rate per node at which ``slo.attainment`` of requests meet every SLO,
-    by bracketing then bisecting on the rate (the same requests, arrivals rescaled)."""
-    import math
-
+             max_iter: int = 20, headroom: float = 1.0, ceiling: float | None = None) -> CapacityResult:
+    """Highest request rate per node at which ``slo.attainment`` of requests meet the SLOs of their class,
+    by bracketing then bisecting on the rate (the same requests, arrivals rescaled). ``ceiling``: the
+    requests/s of the saturated run (``ceiling_req_s``) when already known; otherwise it is simulated."""
     slo.validate()
     if policy is not None:
         scenario = scenario.with_policy(policy)
-    plan_costs(1.0, 1.0, 1, target_rate_req_s, gpu_hour_usd)  # validates target and price before searching
+    plan_costs(1.0, 1.0, 1, target_rate_req_s, gpu_hour_usd, headroom)  # validates before searching
     scenario.validate()
+    names = class_names(scenario)
+    slo.validate(len(names))
     wl = scenario.workload
     # the saturated run bounds the rate: no policy sustains more requests/s than it serves flat out
-    sat = simulate(scenario, saturated=True)
-    n = sat.summary()["num_requests"]
-    ceiling = n / max(sat.summary()["duration_s"], 1e-9)
+    if ceiling is None:
+        ceiling = ceiling_req_s(scenario)
     points: list[dict] = []
     step = [0]
 
@@ -110,41 +325,61 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
         points.append(p)
         return p
 
-    hi = ceiling * 1.05
-    lo = ceiling / 64
+    def meets(p: dict) -> bool:
+        return p["attainment"] >= slo.attainment
+
+    def bisect(lo: float, hi: float, best: dict) -> tuple[float, dict]:
+        while hi - lo > rel_tol * hi and step[0] < max_iter:
+            mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
+            p = probe(mid)
+            if meets(p):
+                lo, best = mid, p
+            else:
+                hi = mid
+        return lo, best
+
+    # the lower bracket: a quarter of the ceiling, and only if that fails a 64th (a run that slow is long:
+    # every request decodes nearly alone)
+    lo = ceiling / 4
     p_lo = probe(lo)
-    best = p_lo if p_lo["attainment"] >= slo.attainment else None
+    best: dict | None = p_lo if meets(p_lo) else None
     if best is None:
-        lo = 0.0
+        hi, lo = lo, ceiling / 64
+        p_lo = probe(lo)
+        if meets(p_lo):
+            lo, best = bisect(lo, hi, p_lo)
+        else:
+            lo = 0.0
     else:
+        hi = ceiling * 1.05
         p_hi = probe(hi)
         # a short run's saturated throughput understates the node (its tail drains with a thin
         # batch): while the upper rate still meets the SLOs, double it
-        while p_hi["attainment"] >= slo.attainment and step[0] < max_iter // 2:
+        while meets(p_hi) and step[0] < max_iter // 2:
             best, lo = p_hi, hi
             hi *= 2.0
             p_hi = probe(hi)
-        if p_hi["attainment"] >= slo.attainment:
+        if meets(p_hi):
             best, lo = p_hi, hi
         else:
-            while hi - lo > rel_tol * hi and step[0] < max_iter:
-                mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
-                p = probe(mid)
-                if p["attainment"] >= slo.attainment:
-                    lo, best = mid, p
-                else:
-                    hi = mid
+            lo, best = bisect(lo, hi, best)
     if progress:
         progress(max_iter, max_iter, "done")
-    # the binding SLO: the one with the lowest attainment at the first rate that fails
+    # the binding SLO: the one with the lowest attainment at the first rate that fails; the binding class,
+    # the class with the lowest attainment there
     failing = [p for p in points if p["attainment"] < slo.attainment]
-    binding = None
+    binding = binding_class = None
     if failing:
         first_fail = min(failing, key=lambda p: p["rate_req_s"])
         binding = min(first_fail["per_slo"], key=first_fail["per_slo"].get)
+        if len(first_fail["by_priority"]) > 1:
+            worst = min(first_fail["by_priority"].values(), key=lambda c: c["attainment"])
+            binding_class = worst["class_name"]
     rate = lo if best is not None else 0.0
     thr = best["throughput_output_tok_s"] if best else 0.0
-    nodes, usd = plan_costs(rate, thr, scenario.deployment.node.num_gpus, target_rate_req_s, gpu_hour_usd)
-    df = pd.DataFrame([{k: v for k, v in p.items() if k != "per_slo"} for p in points]).sort_values("rate_req_s")
-    return CapacityResult(rate, thr, best["goodput_req_s"] if best else 0.0, binding, nodes, usd,
-                          df.reset_index(drop=True))
+    nodes, usd = plan_costs(rate, thr, scenario.deployment.node.num_gpus, target_rate_req_s, gpu_hour_usd, headroom)
+    at = best if best is not None else p_lo
+    df = pd.DataFrame([{k: v for k, v in p.items() if k not in ("per_slo", "by_priority")} for p in points])
+    df = df.sort_values("rate_req_s").reset_index(drop=True)
+    return CapacityResult(rate, thr, best["goodput_req_s"] if best else 0.0, binding, nodes, usd, df,
+                          at["by_priority"], binding_class, float(headroom))

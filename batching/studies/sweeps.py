@@ -1,10 +1,12 @@
-"""Knob sweeps: one simulation per value of one knob (plus a saturated run for capacity)."""
+"""Knob sweeps: one simulation per value of one knob (plus a saturated run for capacity and, with SLOs, a
+capacity search within them)."""
 from __future__ import annotations
 
 import pandas as pd
 
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
+from batching.studies.capacity import SLO, capacity, class_names, slo_reading
 from batching.studies.compare import Progress
 
 # knob name -> (label with unit, how to apply a value to a scenario)
@@ -17,7 +19,8 @@ KNOBS: dict[str, str] = {
     "rate_req_s": "Request rate (req/s)",
     "kv_cache_tokens": "KV cache (tokens)",
 }
-_INT_KNOBS = {"max_batch_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"}
+# knobs that take whole numbers
+INT_KNOBS = frozenset({"max_batch_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"})
 SWEEP_METRICS = ("throughput_output_tok_s", "capacity_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
                  "tpot_p99_s", "e2e_p99_s", "itl_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
                  "preemptions", "mean_running", "max_kv_blocks", "kv_capacity_tokens", "capacity_tpot_p99_s")
@@ -27,7 +30,7 @@ def apply_knob(scenario: Scenario, knob: str, value) -> Scenario:
     """The scenario with one knob set (policy knobs, traffic mix, rate or KV cache size)."""
     if knob not in KNOBS:
         raise ValueError(f"knob={knob!r} is unknown; allowed: {', '.join(KNOBS)}")
-    if knob in _INT_KNOBS:
+    if knob in INT_KNOBS:
         if float(value) != int(float(value)):
             raise ValueError(f"{knob}={value!r} must be a whole number")
         value = int(float(value))
@@ -47,21 +50,40 @@ def apply_knob(scenario: Scenario, knob: str, value) -> Scenario:
     return scenario.with_policy(with_knobs(scenario.policy, **{knob: value}))
 
 
-def _run_point(sc: Scenario, with_capacity: bool) -> dict:
-    s = simulate(sc).summary()
-    if with_capacity:
+# with SLOs, each point also carries: its SLO attainment at the offered load, whether that meets the target
+# (``slo_met``) and its goodput there, and its capacity within the SLOs (``studies.capacity.capacity``: the
+# highest rate per node at which they hold) with the SLO that binds there
+SLO_METRICS = ("slo_attainment", "slo_met", "goodput_req_s", "max_rate_req_s", "binding_slo")
+
+
+def _run_point(sc: Scenario, with_capacity: bool, slo: SLO | None = None, search: bool = True) -> dict:
+    res = simulate(sc)
+    s = res.summary()
+    if slo is not None:
+        at = slo_reading(res, slo)
+        s["slo_attainment"], s["goodput_req_s"] = at["attainment"], at["goodput_req_s"]
+        s["slo_met"] = at["attainment"] >= slo.attainment
+    if with_capacity or (slo is not None and search):
         sat = simulate(sc, saturated=True).summary()
         s["capacity_output_tok_s"] = sat["throughput_output_tok_s"]
         s["capacity_tpot_p99_s"] = sat["tpot_p99_s"]  # per-token latency with the batch full
+        if slo is not None and search:
+            cap = capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9))
+            s["max_rate_req_s"], s["binding_slo"] = cap.max_rate_req_s, cap.binding_slo
     return s
 
 
 def sweep(scenario: Scenario, knob: str, values, policy: BatchingPolicy | None = None,
-          progress: Progress | None = None, with_capacity: bool = True, workers: int | None = None) -> pd.DataFrame:
+          progress: Progress | None = None, with_capacity: bool = True, workers: int | None = None,
+          slo: SLO | None = None) -> pd.DataFrame:
     """One simulation per knob value (plus a saturated one for capacity), run on threads (the
-    kernel releases the GIL). Returns one row per value with every summary metric."""
+    kernel releases the GIL). Returns one row per value with every summary metric.
+
+    With ``slo``, each row also holds ``SLO_METRICS``: the attainment and goodput at the offered load and
+    ``max_rate_req_s``, the value's capacity within the SLOs (a capacity search, about ten simulations, per
+    value; one search for the request rate, which the search itself varies)."""
     import os
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor, as_completed
 
     if policy is not None:
         scenario = scenario.with_policy(policy)
@@ -71,18 +93,27 @@ def sweep(scenario: Scenario, knob: str, values, policy: BatchingPolicy | None =
     scenarios = [apply_knob(scenario, knob, v) for v in values]  # validate all before running any
     for sc in scenarios:
         sc.validate()
+    if slo is not None:
+        slo.validate(len(class_names(scenario)))
+    # the request rate does not move the capacity within the SLOs: one search serves every value
+    per_value = knob != "rate_req_s"
     rows: list[dict | None] = [None] * len(values)
     workers = workers or max(1, min(len(values), os.cpu_count() or 1))
     done = 0
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_run_point, sc, with_capacity): i for i, sc in enumerate(scenarios)}
-        from concurrent.futures import as_completed
+        futures = {pool.submit(_run_point, sc, with_capacity, slo, per_value): i for i, sc in enumerate(scenarios)}
+        shared = pool.submit(capacity, scenario, slo) if slo is not None and not per_value else None
         for fut in as_completed(futures):
             i = futures[fut]
             rows[i] = fut.result()
             done += 1
             if progress:
                 progress(done, len(values), f"{knob} = {values[i]}")
-    df = pd.DataFrame([{k: r.get(k, float("nan")) for k in SWEEP_METRICS} for r in rows])
+        if shared is not None:
+            cap = shared.result()
+            for r in rows:
+                r["max_rate_req_s"], r["binding_slo"] = cap.max_rate_req_s, cap.binding_slo
+    metrics = SWEEP_METRICS + (SLO_METRICS if slo is not None else ())
+    df = pd.DataFrame([{k: r.get(k, float("nan")) for k in metrics} for r in rows])
     df.insert(0, knob, [float(v) for v in values])
     return df.sort_values(knob, kind="stable").reset_index(drop=True)

@@ -25,6 +25,14 @@ FIELDS = {
     "prio": ("priority", None),
     "preempt": ("preemption", None),
 }
+# URL key -> (lowest, highest, step) of its slider, in the widget's unit (ms for the wait): the link accepts the
+# same range. A dashboard range, inside what the policy accepts (``sim.policy.KNOB_LIMITS``, what the CLI takes)
+SLIDERS = {
+    "batch": (1, 512, 1),
+    "wait_ms": (0, 2000, 10),
+    "seqs": (1, 1024, 1),
+    "budget": (64, 16384, 64),
+}
 MODE_KNOBS = {
     "static": ("batch",),
     "dynamic": ("batch", "wait_ms"),
@@ -60,10 +68,10 @@ def _defaults(base: BatchingPolicy) -> dict:
 def knob_params(prefix: str, base: BatchingPolicy) -> list[Param]:
     d = _defaults(base)
     every = {
-        "batch": Param(prefix + "batch", d["batch"], 1, 512, label="max batch size"),
-        "wait_ms": Param(prefix + "wait_ms", d["wait_ms"], 0, 2000, label="max wait (ms)"),
-        "seqs": Param(prefix + "seqs", d["seqs"], 1, 1024, label="max running sequences"),
-        "budget": Param(prefix + "budget", d["budget"], 64, 16384, label="token budget per step"),
+        "batch": Param(prefix + "batch", d["batch"], *SLIDERS["batch"][:2], label="max batch size"),
+        "wait_ms": Param(prefix + "wait_ms", d["wait_ms"], *SLIDERS["wait_ms"][:2], label="max wait (ms)"),
+        "seqs": Param(prefix + "seqs", d["seqs"], *SLIDERS["seqs"][:2], label="max running sequences"),
+        "budget": Param(prefix + "budget", d["budget"], *SLIDERS["budget"][:2], label="token budget per step"),
         "chunked": Param(prefix + "chunked", d["chunked"], label="chunked prefill"),
         "prio": Param(prefix + "prio", d["prio"], label="priority classes"),
         "preempt": Param(prefix + "preempt", d["preempt"], choices=PREEMPTION_MODES, label="preemption"),
@@ -131,21 +139,26 @@ def _field_value(k: str, v):
     return v if divisor is None else v / divisor
 
 
+def _range(k: str) -> dict:
+    low, high, step = SLIDERS[k]
+    return {"min_value": low, "max_value": high, "step": step}
+
+
 def _knob_widget(prefix: str, k: str) -> None:
     kw = state.bind(prefix + k)
     chunked = state.value(prefix + "chunked", False)
     if k == "batch":
-        st.slider("Max batch size (requests)", 1, 512, step=1, help="Requests per batch (static and dynamic "
+        st.slider("Max batch size (requests)", **_range(k), help="Requests per batch (static and dynamic "
                   "batching run a batch to completion).", **kw)
     elif k == "wait_ms":
-        st.slider("Max wait (ms)", 0, 2000, step=10, help="A batch launches when it is full or its oldest "
+        st.slider("Max wait (ms)", **_range(k), help="A batch launches when it is full or its oldest "
                   "request has waited this long.", **kw)
     elif k == "seqs":
-        st.slider("Max running sequences", 1, 1024, step=1, help="max_num_seqs: sequences in a step "
+        st.slider("Max running sequences", **_range(k), help="max_num_seqs: sequences in a step "
                   "(vLLM default 256).", **kw)
     elif k == "budget":
         label = "Chunk size (tokens per step)" if chunked else "Token budget per step"
-        st.slider(label, 64, 16384, step=64, help="max_num_batched_tokens: tokens one step may compute. Without "
+        st.slider(label, **_range(k), help="max_num_batched_tokens: tokens one step may compute. Without "
                   "chunked prefill it must hold the longest prompt.", **kw)
     elif k == "chunked":
         st.toggle("Chunked prefill", help="Mixed steps: decodes first, prompt chunks fill the rest of the "
@@ -186,8 +199,8 @@ def scenario_knobs(scenario: Scenario) -> tuple[list[Param], Scenario]:
     c1, c2 = st.columns(2)
     with c1:
         if hp is not None:
-            st.slider("High-priority share (%)", 0, 100, step=1, help="Share of requests in the interactive "
-                      "(priority 0) class; the other classes share the rest.", **state.bind("high"))
+            st.slider("High-priority share (%)", **hp.widget_range(), step=1, help="Share of requests in the "
+                      "interactive (priority 0) class; the other classes share the rest.", **state.bind("high"))
         else:
             st.slider("High-priority share (%)", 0, 100, 100, disabled=True, key="high_disabled",
                       help="Needs a workload with two or more priority classes (the mixed preset).")

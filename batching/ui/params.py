@@ -53,6 +53,13 @@ class Param:
                 value = self.kind(self.high)
         return value
 
+    def widget_range(self) -> dict:
+        """``min_value`` and ``max_value`` for the number input or slider that edits this value: a widget reads
+        its bounds from its Param, so the widget and the link accept the same range."""
+        if self.low is None or self.high is None or self.kind not in (int, float):
+            raise ValueError(f"Param {self.key!r} has no numeric range")
+        return {"min_value": self.kind(self.low), "max_value": self.kind(self.high)}
+
     def allowed(self) -> str:
         if self.choices is not None:
             return ", ".join(_show(c) for c in self.choices)

@@ -1,21 +1,23 @@
 """Tune a knob in AppTest: default render, the range moves the curves, the knee marker, the three guided
-cards on scenarios built to trigger each, the URL, errors as messages; the card rules on synthetic sweeps."""
+cards on scenarios built to trigger each, the URL, errors as messages. The rules themselves, on synthetic
+sweeps and without Streamlit: tests/test_planning.py."""
 from __future__ import annotations
 
 import base64
 
 import numpy as np
-import pandas as pd
 import pytest
 from uihelpers import FAST, assert_clean, chart, chart_titles, run_page
 
-from batching.studies.sweeps import sweep
-
-from batching.studies.knee import sweep_knee
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.ui import planning
 from batching.sim.workload import workload_preset
+from batching.studies import planning as sp
+from batching.studies.capacity import SLO, capacity, default_slo
+from batching.studies.knee import capacity_knee, sweep_knee
+from batching.studies.sweeps import apply_knob, sweep
+from batching.ui.planning import TuneView
+from batching.ui.safe import unescape
 
 PAGE = "pages/tune.py"
 TITLES = ["Throughput and capacity vs", "Frontier: capacity vs P99 TPOT at capacity", "Latency vs",
@@ -29,8 +31,10 @@ def values(v) -> list[float]:
     return [float(e) for e in v]
 
 
-def last(at) -> dict:
-    return at.session_state["tune_last"]
+def last(at) -> sp.SweepStudy:
+    view = at.session_state["tune_last"]
+    assert isinstance(view, TuneView)
+    return view.study
 
 
 def knee_marks(spec: dict) -> tuple[list, list]:
@@ -55,9 +59,10 @@ def test_default_render():
     titles = chart_titles(at)
     assert len(titles) == 4 and all(t.startswith(w) for t, w in zip(titles, TITLES)), titles
     res = last(at)
-    assert res["values"] == [8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0]
+    assert res.values == (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
     # the frontier holds the chosen preset plus the other presets that use max_num_seqs
-    assert list(res["dfs"]) == ["continuous", "chunked", "priority"]
+    assert list(res.frames) == ["continuous", "chunked", "priority"] and res.label == "continuous"
+    assert at.session_state["tune_last"].log_x and at.session_state["tune_last"].frontier == "tpot_cap"
     frontier = chart(at, "Frontier: capacity vs P99 TPOT at capacity")
     assert {"continuous", "chunked", "priority"} <= {t.get("name") for t in frontier["data"]}
     for c in at.get("plotly_chart"):
@@ -70,7 +75,7 @@ def test_default_render():
 
 def test_knee_marker_where_the_sweep_has_a_knee():
     at = run_page(PAGE, **FAST)
-    knee = last(at)["knees"]["continuous"]
+    knee = last(at).knees["continuous"]
     assert knee is not None
     for title in ("Throughput and capacity", "Latency vs", "GPU use"):
         shapes, notes = knee_marks(chart(at, title))
@@ -80,7 +85,7 @@ def test_knee_marker_where_the_sweep_has_a_knee():
     # a range where capacity keeps growing has no knee, and no marker
     at.number_input(key="wid:to").set_value(32).run()
     assert_clean(at)
-    assert last(at)["knees"]["continuous"] is None
+    assert last(at).knee is None
     assert knee_marks(chart(at, "Throughput and capacity")) == ([], [])
     assert at.info[0].value.startswith("No knee in this range")
 
@@ -96,34 +101,42 @@ def test_changing_the_range_and_the_knob_changes_the_curves():
     assert after == [4.0, 8.0, 16.0, 32.0, 64.0] != before
     assert at.query_params["from"] == "4" and at.query_params["to"] == "64" and at.query_params["points"] == "5"
     at.radio(key="wid:spacing").set_value("linear").run()
-    assert last(at)["values"] == [4.0, 19.0, 34.0, 49.0, 64.0]
+    assert last(at).values == (4.0, 19.0, 34.0, 49.0, 64.0)
     # another knob brings its own range and spacing, and the charts follow it
     at.selectbox(key="wid:knob").set_value("rate_req_s").run()
     assert_clean(at)
     res = last(at)
-    assert res["knob"] == "rate_req_s" and at.radio(key="wid:spacing").value == "linear"
-    assert len(res["values"]) == 10 and "from" not in at.query_params  # back to the knob's defaults
+    assert res.knob == "rate_req_s" and at.radio(key="wid:spacing").value == "linear"
+    assert len(res.values) == 10 and "from" not in at.query_params  # back to the knob's defaults
     assert chart(at, "Throughput and capacity vs Request rate")["layout"]["xaxis"]["title"]["text"] == \
         "Request rate (req/s)"
     assert chart_titles(at)[1] == "Frontier: throughput vs P99 TTFT"
     # the rate applies to every preset: all five on the frontier
-    assert len(res["dfs"]) == 5
+    assert len(res.frames) == 5
 
 
 def test_card_2_fires_on_a_tiny_max_num_seqs_at_high_rate():
-    at = run_page(PAGE, knob="max_num_seqs", **{"from": "1", "to": "8"}, points="4", rate="10", n="200")
+    # the configured max_num_seqs (4, held fixed) is in the range swept: the check speaks about it
+    at = run_page(PAGE, knob="max_num_seqs", t_seqs="4", **{"from": "1", "to": "8"}, points="4", rate="10", n="200")
     assert_clean(at)
-    cards = {c.number: c for c in last(at)["cards"]}
+    res = last(at)
+    cards = {c.number: c for c in res.cards}
     assert cards[2].fired and not cards[3].fired
     texts = card_texts(at)
     assert any(t.startswith("**2 · Batch cap too small") for t in texts)
     text = [t for t in texts if t.startswith("**2")][0]
+    assert "The configured max_num_seqs = 4 is too small" in text
     assert "batch efficiency" in text and "requests queue" in text and "gpu_util" in text
     # the numbers quoted come from the sweep itself
-    df = last(at)["dfs"]["continuous"]
+    df = res.frame
     shown = {f"{e * 100:.0f} %" for e in df["batch_efficiency"]}
     assert any(f"batch efficiency {pct}" in text for pct in shown)
     assert cards[2].suggestion == 8.0 and cards[2].knob == "max_num_seqs"
+    # the preset's own 256 lies above the values that are too small: the check does not fire about them
+    preset = run_page(PAGE, knob="max_num_seqs", **{"from": "1", "to": "8"}, points="4", rate="10", n="200")
+    assert_clean(preset)
+    card = {c.number: c for c in last(preset).cards}[2]
+    assert not card.fired and "the configured max_num_seqs is 256, above that range" in card.text
 
 
 def test_card_3_fires_on_static_batching_at_a_low_rate():
@@ -131,11 +144,11 @@ def test_card_3_fires_on_static_batching_at_a_low_rate():
                   rate="0.3", n="200")
     assert_clean(at)
     assert at.selectbox(key="wid:knob").value == "max_batch_size"
-    cards = {c.number: c for c in last(at)["cards"]}
+    cards = {c.number: c for c in last(at).cards}
     assert cards[3].fired
     text = [t for t in card_texts(at) if t.startswith("**3")][0]
     assert "arrive too slowly" in text and "Lower max_batch_size" in text and "keeps up" in text
-    df = last(at)["dfs"]["static"]
+    df = last(at).frames["static"]
     # the suggestion is the largest value swept that still fills half its batches
     assert cards[3].suggestion == max(v for v, e in zip(df["max_batch_size"], df["batch_efficiency"]) if e >= 0.5)
 
@@ -145,8 +158,8 @@ def test_card_1_fires_when_a_larger_cap_only_fills_the_kv_cache():
     assert_clean(at)
     assert at.slider(key="wid:kv").value == 65536
     res = last(at)
-    cards = {c.number: c for c in res["cards"]}
-    assert cards[1].fired and cards[1].suggestion == res["knees"]["chunked"]
+    cards = {c.number: c for c in res.cards}
+    assert cards[1].fired and cards[1].suggestion == res.knees["chunked"]
     text = [t for t in card_texts(at) if t.startswith("**1")][0]
     assert "preemptions" in text and "KV cache use" in text and "capacity" in text
     # the suggestion of card 2 does not contradict card 1
@@ -156,8 +169,8 @@ def test_card_1_fires_when_a_larger_cap_only_fills_the_kv_cache():
 def test_no_card_says_so():
     at = run_page(PAGE, knob="rate_req_s", n="200")
     assert_clean(at)
-    assert not any(c.fired for c in last(at)["cards"])
-    assert any(s.value.startswith("None of the three pitfalls") for s in at.success)
+    assert not any(c.fired for c in last(at).cards)
+    assert [s.value for s in at.success] == [sp.NONE_FIRED]
 
 
 def test_url_reproduces_the_view_and_the_library_sweep():
@@ -168,14 +181,14 @@ def test_url_reproduces_the_view_and_the_library_sweep():
     assert at.number_input(key="wid:from").value == 16 and at.number_input(key="wid:to").value == 256
     assert at.radio(key="wid:spacing").value == "linear" and at.toggle(key="wid:others").value is False
     res = last(at)
-    assert res["values"] == [16.0, 76.0, 136.0, 196.0, 256.0] and list(res["dfs"]) == ["continuous"]
-    assert res["share"] == pytest.approx(0.10)
-    lib = sweep(Scenario(workload=workload_preset("mixed", 3.0, 200, 0)), "max_num_seqs", res["values"],
-                policy=PRESETS["continuous"])
-    got = res["dfs"]["continuous"]
-    for col in ("capacity_output_tok_s", "ttft_p99_s", "batch_efficiency", "preemptions"):
+    assert res.values == (16.0, 76.0, 136.0, 196.0, 256.0) and list(res.frames) == ["continuous"]
+    assert res.share == pytest.approx(0.10)
+    lib = sweep(Scenario(workload=workload_preset("mixed", 3.0, 200, 0)), "max_num_seqs", res.values,
+                policy=PRESETS["continuous"], slo=default_slo(2))
+    got = res.frame
+    for col in ("capacity_output_tok_s", "ttft_p99_s", "batch_efficiency", "preemptions", "max_rate_req_s"):
         assert got[col].tolist() == pytest.approx(lib[col].tolist())
-    assert res["knees"]["continuous"] == sweep_knee(lib, "max_num_seqs", 0.10)
+    assert res.knee == sweep_knee(lib, "max_num_seqs", 0.10)
     for key, value in query.items():  # the link keeps every value that is not the default
         if key == "knob":
             assert "knob" not in at.query_params  # max_num_seqs is the default for continuous batching
@@ -183,7 +196,7 @@ def test_url_reproduces_the_view_and_the_library_sweep():
             assert at.query_params[key] == value
     # a value out of range is clamped with a notice
     clamped = run_page(PAGE, points="99", n="200")
-    assert clamped.number_input(key="wid:points").value == planning.MAX_POINTS
+    assert clamped.number_input(key="wid:points").value == sp.MAX_POINTS
     assert any("points=99" in w.value for w in clamped.warning)
 
 
@@ -204,110 +217,61 @@ def test_chunked_budget_knob_and_other_presets_skipped_with_a_reason():
     at = run_page(PAGE, t_policy="chunked", knob="max_num_batched_tokens", n="200")
     assert_clean(at)
     res = last(at)
-    assert res["values"][0] == 256.0 and res["values"][-1] == 16384.0
+    assert res.values[0] == 256.0 and res.values[-1] == 16384.0
     # continuous (no chunked prefill) cannot run budgets below its longest prompt: left off, with the reason
-    assert "continuous" in res["skipped"] and "chunked prefill" in res["skipped"]["continuous"]
+    assert "continuous" in res.skipped and "chunked prefill" in res.skipped["continuous"]
     assert any(c.value.startswith("'continuous' is not on the frontier") for c in at.caption)
 
 
-# ---------------------------------------------------------------- the card rules on synthetic sweeps
+# ---------------------------------------------------------------- the knee within the SLOs
 
 
-def frame(x, **cols) -> pd.DataFrame:
-    n = len(x)
-    base = dict(throughput_output_tok_s=800.0, capacity_output_tok_s=2000.0, offered_output_tok_s=800.0,
-                offered_req_s=3.0, ttft_p50_s=0.1, ttft_p99_s=0.5, tpot_p50_s=0.02, tpot_p99_s=0.03,
-                capacity_tpot_p99_s=0.05, gpu_util=0.4, batch_efficiency=0.3, preemptions=0, kv_pressure=0.1,
-                mean_running=10.0)
-    data = {k: np.broadcast_to(np.asarray(cols.get(k, v), float), n).copy() for k, v in base.items()}
-    return pd.DataFrame({"x": np.asarray(x, float), **data})
+def test_the_knee_is_read_on_the_capacity_within_the_slos():
+    at = run_page(PAGE, **FAST, others="false")
+    assert_clean(at)
+    res = last(at)
+    assert res.slo == default_slo(2) and res.slo_is_default
+    assert at.text_input(key="wid:ttft_ms").value == "1000,30000" and at.text_input(key="wid:tpot_ms").value == "100"
+    df = res.frame
+    assert res.knee == capacity_knee(df["max_num_seqs"], df["max_rate_req_s"], res.share)
+    # each point's figure is the capacity search's for that value (the Capacity page's number)
+    sc = Scenario(workload=workload_preset("mixed", 3.0, 200, 0), policy=PRESETS["continuous"])
+    for v in (8.0, res.knee):
+        lib = capacity(apply_knob(sc, "max_num_seqs", v), default_slo(2))
+        assert df.set_index("max_num_seqs").loc[v, "max_rate_req_s"] == pytest.approx(lib.max_rate_req_s)
+    table = at.dataframe[0].value
+    assert table["Rate within SLOs (req/s)"].tolist() == pytest.approx(df["max_rate_req_s"].tolist())
+    assert any(unescape(c.value).startswith("SLOs: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; "
+                                            "TPOT ≤ 100 ms for 99 % of requests (the default SLOs: none were given).")
+               for c in at.caption)
+    assert at.info[0].value.startswith(f"Knee at max_num_seqs = {res.knee:,.0f}: past it capacity within the SLOs")
 
 
-def renamed(df: pd.DataFrame, knob: str) -> pd.DataFrame:
-    return df.rename(columns={"x": knob})
+def test_widening_the_range_beyond_the_knee_keeps_it():
+    narrow = run_page(PAGE, **FAST, others="false", **{"from": "8", "to": "1024"}, points="8")
+    wide = run_page(PAGE, **FAST, others="false", **{"from": "8", "to": "4096"}, points="10")
+    assert_clean(narrow)
+    assert_clean(wide)
+    assert last(wide).values == (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0)
+    knee = last(narrow).knee
+    assert knee is not None and knee < 1024 and last(wide).knee == knee
 
 
-def test_card_1_rule():
-    x = [16, 32, 64, 128]
-    df = renamed(frame(x, capacity_output_tok_s=[1000, 1500, 1600, 1590], kv_pressure=[0.3, 0.5, 0.6, 0.9],
-                       preemptions=[0, 0, 0, 40]), "max_num_seqs")
-    card = planning.card_cap_too_large(df, "max_num_seqs", 64.0, 0.05, 256.0)
-    assert card.fired and card.suggestion == 64.0 and "lower it" in card.text
-    assert any("60 %" in t and "90 %" in t for t in card.triggers)
-    # same capacity, but nothing rises past the knee: a larger cap costs latency only
-    calm = df.assign(kv_pressure=0.6, preemptions=0)
-    assert not planning.card_cap_too_large(calm, "max_num_seqs", 64.0, 0.05, 256.0).fired
-    # a KV rise under 2 points of the cache does not count; preemptions alone do
-    assert not planning.card_cap_too_large(calm.assign(kv_pressure=[0.3, 0.5, 0.6, 0.61]), "max_num_seqs", 64.0,
-                                           0.05, None).fired
-    assert planning.card_cap_too_large(calm.assign(preemptions=[0, 0, 0, 1]), "max_num_seqs", 64.0, 0.05,
-                                       None).fired
-    # capacity still growing past the knee value given: not fired; no knee or not a cap: not fired
-    grow = df.assign(capacity_output_tok_s=[1000, 1500, 1600, 2000])
-    assert not planning.card_cap_too_large(grow, "max_num_seqs", 64.0, 0.05, None).fired
-    assert not planning.card_cap_too_large(df, "max_num_seqs", None, 0.05, None).fired
-    assert not planning.card_cap_too_large(renamed(frame(x), "rate_req_s"), "rate_req_s", 64.0, 0.05, None).fired
-
-
-def test_card_2_rule():
-    pol = PRESETS["continuous"]
-    x = [2, 4, 8, 16]
-    df = renamed(frame(x, batch_efficiency=[1.0, 0.99, 0.6, 0.3], capacity_output_tok_s=[300, 550, 900, 1300],
-                       offered_output_tok_s=800, ttft_p50_s=[50, 20, 0.1, 0.1], ttft_p99_s=[90, 40, 0.5, 0.5]),
-                 "max_num_seqs")
-    card = planning.card_cap_too_small(df, "max_num_seqs", pol, 256.0)
-    assert card.fired and card.suggestion == 8.0 and "≤ 4" in card.text and "above that range" in card.text
-    # the GPU has no room: not fired
-    assert not planning.card_cap_too_small(df.assign(gpu_util=0.95), "max_num_seqs", pol, 256.0).fired
-    # batches not full: not fired
-    assert not planning.card_cap_too_small(df.assign(batch_efficiency=0.5), "max_num_seqs", pol, 256.0).fired
-    # full but no queue (offered load well under capacity, flat TTFT): not fired
-    quiet = df.assign(offered_output_tok_s=100, ttft_p50_s=0.1, ttft_p99_s=0.5)
-    assert not planning.card_cap_too_small(quiet, "max_num_seqs", pol, 256.0).fired
-    # a larger cap adds no capacity (another limit binds): not fired for a sweep of the cap
-    stuck = df.assign(capacity_output_tok_s=300)
-    assert not planning.card_cap_too_small(stuck, "max_num_seqs", pol, 256.0).fired
-    # the policy's own value is in the range that is too small
-    assert "raise it" in planning.card_cap_too_small(df, "max_num_seqs", pol, 4.0).text
-    # every value still queues but capacity peaks inside the range: suggest the peak, not "raise it further"
-    over = df.assign(offered_output_tok_s=5000, batch_efficiency=[1.0, 1.0, 1.0, 0.9],
-                     capacity_output_tok_s=[300, 550, 900, 850])
-    card = planning.card_cap_too_small(over, "max_num_seqs", pol, None)
-    assert card.fired and card.suggestion == 8.0 and "more nodes" in card.text
-
-
-def test_card_3_rule():
-    x = [2, 8, 32]
-    df = renamed(frame(x, batch_efficiency=[0.8, 0.55, 0.2], capacity_output_tok_s=[200, 300, 400],
-                       offered_output_tok_s=90, offered_req_s=0.3, mean_running=[1.6, 4.4, 6.4]), "max_batch_size")
-    static = planning.card_efficiency_low(df, "max_batch_size", PRESETS["static"])
-    assert static.fired and static.suggestion == 8.0 and "dynamic batching" in static.text
-    assert any("106.7 s to arrive" in t for t in static.triggers)  # a batch of 32 at 0.3 req/s
-    dynamic = planning.card_efficiency_low(df, "max_batch_size", PRESETS["dynamic"])
-    assert dynamic.fired and "raise max_wait_s from 100 ms" in dynamic.text
-    # over capacity, low efficiency is not about arrivals
-    assert not planning.card_efficiency_low(df.assign(offered_output_tok_s=500), "max_batch_size",
-                                            PRESETS["static"]).fired
-    # continuous batching: headroom, never fired
-    assert not planning.card_efficiency_low(df, "max_batch_size", PRESETS["continuous"]).fired
-
-
-def test_default_ranges_are_valid_for_every_knob():
-    sc = Scenario(workload=workload_preset("mixed", 3.0, 200, 0))
-    for name, pol in PRESETS.items():
-        run = sc.with_policy(pol)
-        for knob in planning.knobs_for(pol, run):
-            start, stop, points, spacing = planning.default_range(knob, run, capacity_req_s=8.0)
-            low, high = planning.bounds(knob, run)
-            assert low <= start < stop <= high, (name, knob)
-            values = planning.knob_values(knob, start, stop, points, spacing)
-            assert len(values) >= 2
-    # without chunked prefill the budget range starts at the longest prompt (rounded up to a power of two)
-    longest = int(sc.workload.generate().prompt_tokens.max())
-    start = planning.default_range("max_num_batched_tokens", sc.with_policy(PRESETS["continuous"]))[0]
-    assert start >= longest and start / 2 < longest
-    assert planning.knob_values("max_num_seqs", 8, 1024, 8, "log") == [8, 16, 32, 64, 128, 256, 512, 1024]
-    with pytest.raises(ValueError, match="start above 0"):
-        planning.knob_values("high_share", 0, 1, 5, "log")
-    with pytest.raises(ValueError, match="fewer than two"):
-        planning.knob_values("max_num_seqs", 1, 1.4, 5, "linear")
+def test_the_slo_inputs_move_the_knee_and_errors_are_messages():
+    at = run_page(PAGE, **FAST, others="false", tpot_ms="30")
+    assert_clean(at)
+    res = last(at)
+    assert res.slo == SLO(ttft_s=(1.0, 30.0), tpot_s=0.03) and not res.slo_is_default
+    assert at.query_params["tpot_ms"] == "30"
+    lib = sweep(Scenario(workload=workload_preset("mixed", 3.0, 200, 0)), "max_num_seqs", res.values,
+                policy=PRESETS["continuous"], slo=res.slo)
+    assert res.frame["max_rate_req_s"].tolist() == pytest.approx(lib["max_rate_req_s"].tolist())
+    assert res.knee == sweep_knee(lib, "max_num_seqs", res.share)
+    at.text_input(key="wid:tpot_ms").set_value("100").run()
+    loose, tight = last(at).frame["max_rate_req_s"].to_numpy(), res.frame["max_rate_req_s"].to_numpy()
+    assert (loose >= tight).all() and (loose > tight).any()
+    # a list that does not fit the classes: an error naming the input, and the last sweep stays on screen
+    at.text_input(key="wid:ttft_ms").set_value("1000,2000,3000").run()
+    assert not at.exception and len(at.error) == 1
+    assert "TTFT SLO (ms): 3 values for 2 classes (interactive chat, batch analysis)" in unescape(at.error[0].value)
+    assert any(c.value == "Showing the last sweep that ran." for c in at.caption)

@@ -1,0 +1,480 @@
+"""What every command of ``python -m batching`` shares: the parser class, the number validators, the scenario,
+policy and custom-spec flags, ``build_scenario``, the output-path checks and ``dispatch`` (parse, run, and turn
+any problem with the input into one line on stderr and exit code 2).
+
+Messages name the flag or field, the value (at most ``MAX_SHOWN_CHARS`` characters of it) and the allowed range.
+Numbers must be written with ASCII digits: ``１２`` (full-width) is refused with a message saying so, ``1e3`` is
+accepted for an integer flag (it is 1000), ``1e30`` is out of range, ``nan`` and ``inf`` are not finite.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from batching.sim import costmodel as cm
+from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, preset, with_knobs
+from batching.sim.simulate import Scenario
+from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
+                                load_json_spec)
+from batching.sim.traces import MAX_TOKENS
+from batching.sim.workload import (DEFAULT_RATE_REQ_S, MAX_NUM_REQUESTS, MAX_RATE_REQ_S, WORKLOAD_PRESETS, LengthDist,
+                                   TraceWorkload, workload_preset)
+from batching.studies.capacity import ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, class_names, per_class_values
+
+PROG = "python -m batching"
+MAX_SHOWN_CHARS = 200  # of what a user typed, a message quotes at most this much
+MAX_SEED = 2**63 - 1
+DEFAULT_REQUESTS = 2000
+SUMMARY_KEYS = ("num_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+                "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
+                "preemptions")
+
+
+class CliError(ValueError):
+    """A problem with what the user asked for: ``dispatch`` prints it as one line and exits with code 2."""
+
+
+def shown(text: object) -> str:
+    """``text`` quoted for a message, cut to MAX_SHOWN_CHARS characters (with the full length said)."""
+    text = str(text)
+    if len(text) <= MAX_SHOWN_CHARS:
+        return repr(text)
+    return repr(text[:MAX_SHOWN_CHARS]) + f"... ({len(text):,} characters)"
+
+
+_LONG_QUOTE = re.compile(r"'([^'\n]{%d})[^'\n]+'" % MAX_SHOWN_CHARS)
+
+
+def one_line(message: str) -> str:
+    """A message as one line of at most a few hundred characters: newlines become spaces, long quoted values
+    (argparse quotes the whole of an invalid choice) are cut to MAX_SHOWN_CHARS characters."""
+    message = " ".join(str(message).split())
+    message = _LONG_QUOTE.sub(lambda m: f"'{m.group(1)}...'", message)
+    found = message.find("unrecognized arguments: ")
+    if found >= 0 and len(message) - found > MAX_SHOWN_CHARS + 24:
+        message = message[: found + 24 + MAX_SHOWN_CHARS] + "..."
+    return message
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one clear line on stderr and exit code 2 for a bad flag."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def _ascii(text: str) -> str:
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} has characters other than ASCII (full-width digits?); write it with 0-9")
+    return text.strip()
+
+
+def _typed(text: str) -> str:
+    """A number as typed: bare when short, quoted and cut when long."""
+    return text if len(text) <= 30 else shown(text)
+
+
+def _non_finite(text: str) -> str:
+    """Why a number that parsed as NaN or infinity is refused: written so, or too large for a float."""
+    return "is not a finite number" if text.lower().lstrip("+-") in ("nan", "inf", "infinity") else "is out of range"
+
+
+def _allowed(low, high, low_open: bool = False) -> str:
+    if low is None:
+        return "a finite number"
+    return f"{'> ' if low_open else ''}{low:g} to {high:g}"
+
+
+def int_arg(low: int, high: int, choices: tuple[int, ...] | None = None):
+    """An argparse type: a whole number from low to high (one of ``choices`` when given). ``1e3`` is 1000."""
+    allowed = f"allowed {', '.join(map(str, choices))}" if choices else f"allowed {low} to {high}"
+
+    def parse(text: str) -> int:
+        t = _ascii(text)
+        try:
+            value = int(t)
+        except ValueError:
+            try:
+                f = float(t)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{shown(text)} is not a number; {allowed}") from None
+            if not math.isfinite(f):
+                raise argparse.ArgumentTypeError(f"{shown(text)} {_non_finite(t)}; {allowed}") from None
+            if not low <= f <= high:  # before int(): 1e30 is whole, and far out of range
+                raise argparse.ArgumentTypeError(f"{_typed(t)} is out of range; {allowed}") from None
+            if f != int(f):
+                raise argparse.ArgumentTypeError(f"{_typed(t)} is not a whole number; {allowed}") from None
+            value = int(f)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{_typed(t)} is out of range; {allowed}")
+        if choices and value not in choices:
+            raise argparse.ArgumentTypeError(f"{value} is not allowed; {allowed}")
+        return value
+
+    return parse
+
+
+def float_arg(low: float | None = None, high: float | None = None, low_open: bool = False):
+    """An argparse type: a finite number, from low to high when given (above low when ``low_open``)."""
+    allowed = f"allowed {_allowed(low, high, low_open)}"
+
+    def parse(text: str) -> float:
+        t = _ascii(text)
+        try:
+            value = float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a number; {allowed}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{shown(text)} {_non_finite(t)}; {allowed}")
+        if low is not None and not ((low < value) if low_open else (low <= value)) or \
+                high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{_typed(t)} is out of range; {allowed}")
+        return value
+
+    return parse
+
+
+MAX_SWEEP_VALUES = 100
+
+
+def values_arg(text: str) -> list[float]:
+    """``--values``: finite numbers separated by commas (1 to MAX_SWEEP_VALUES of them)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("it is empty; give numbers separated by commas, e.g. 16,32,64")
+    if len(parts) > MAX_SWEEP_VALUES:
+        raise argparse.ArgumentTypeError(f"{len(parts):,} values; allowed 1 to {MAX_SWEEP_VALUES}")
+    out = []
+    for p in parts:
+        if not p.isascii():
+            raise argparse.ArgumentTypeError(
+                f"{shown(p)} has characters other than ASCII (full-width digits?); write it with 0-9")
+        try:
+            v = float(p)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{shown(p)} is not a number; give numbers separated by "
+                                             "commas, e.g. 16,32,64") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{shown(p)} {_non_finite(p)}; give finite numbers "
+                                             "separated by commas, e.g. 16,32,64")
+        out.append(v)
+    return out
+
+
+# ---------------------------------------------------------------- SLOs (capacity, sweep)
+
+# flag -> (SLO field, the flag's unit per second)
+SLO_FLAGS = {"--slo-ttft-ms": ("ttft_s", 1e3), "--slo-tpot-ms": ("tpot_s", 1e3), "--slo-e2e-s": ("e2e_s", 1.0)}
+
+
+def slo_list_arg(high: float):
+    """An argparse type: one target (every class) or a comma list with one per priority class, class 0 first,
+    each above 0 and at most ``high`` in the flag's unit; a tuple of floats."""
+
+    def parse(text: str) -> tuple[float, ...]:
+        try:
+            return per_class_values(text, high)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def add_slo_args(p: argparse.ArgumentParser, default_note: str = "") -> None:
+    """--slo-ttft-ms, --slo-tpot-ms, --slo-e2e-s (each one value or one per class) and --attainment."""
+    g = p.add_argument_group("SLOs" + (f" ({default_note})" if default_note else ""))
+    per = "one value for every class, or a comma list with one per priority class, class 0 first"
+    g.add_argument("--slo-ttft-ms", type=slo_list_arg(SLO_MAX_S * 1e3), default=None,
+                   help=f"time to first token target, ms: {per} (e.g. 1000,30000)")
+    g.add_argument("--slo-tpot-ms", type=slo_list_arg(SLO_MAX_S * 1e3), default=None,
+                   help=f"time per output token target, ms: {per}")
+    g.add_argument("--slo-e2e-s", type=slo_list_arg(SLO_MAX_S), default=None,
+                   help=f"end-to-end latency target, s: {per}")
+    g.add_argument("--attainment", type=float_arg(0.0, 1.0, low_open=True), default=None,
+                   help=f"share of requests that must meet the SLOs of their class (default {ATTAINMENT_DEFAULT:g})")
+
+
+def slo_from_args(args, scenario: Scenario) -> SLO | None:
+    """The SLO the flags give, each list checked against the scenario's priority classes (a CliError naming the
+    flag); None when no target flag is given."""
+    names = class_names(scenario)
+    k = len(names)
+    given = {}
+    for flag, (field, per_s) in SLO_FLAGS.items():
+        values = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if values is None:
+            continue
+        if len(values) not in (1, k):
+            listed = ", ".join(names)
+            listed = listed if len(listed) <= 120 else listed[:120] + "..."
+            want = "1 value" if k == 1 else f"1 value (every class) or {k}, class 0 first"
+            raise CliError(f"{flag}: {len(values)} values for {k} class{'es' if k != 1 else ''} ({listed}); "
+                           f"give {want}")
+        given[field] = tuple(v / per_s for v in values)
+    if not given:
+        return None
+    attainment = ATTAINMENT_DEFAULT if args.attainment is None else args.attainment
+    slo = SLO(**given, attainment=attainment)
+    slo.validate(k)
+    return slo
+
+
+# ---------------------------------------------------------------- flags
+
+
+def add_spec_arguments(group) -> None:
+    """--model-json, --gpu-json, --kv-dtype, --allreduce (on the scenario argument group)."""
+    group.add_argument("--model-json", type=Path, default=None,
+                       help="a custom model: JSON with Model's fields, or a Hugging Face config.json "
+                            "(overrides --model)")
+    group.add_argument("--gpu-json", type=Path, default=None,
+                       help="a custom GPU: JSON with name, memory_gib, hbm_bandwidth_tb_s, peak_bf16_tflops "
+                            "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch] (overrides --gpu)")
+    group.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES),
+                       help="KV cache dtype: auto (= BF16 activations) or fp8 (half the bytes per token)")
+    group.add_argument("--allreduce", default=cm.DEFAULT_ALLREDUCE, choices=list(cm.ALLREDUCE_IMPLS),
+                       help="measured all-reduce table: vllm_graph (vLLM custom all-reduce in CUDA graphs, default), "
+                            "vllm_eager, nccl, trtllm, vidur_nccl (pass as Scenario(..., allreduce=args.allreduce))")
+
+
+def add_scenario_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scenario")
+    g.add_argument("--gpu", default="h100-sxm", choices=list(GPUS))
+    g.add_argument("--num-gpus", type=int_arg(1, 8), default=8, help="GPUs in the node (1-8)")
+    g.add_argument("--model", default="qwen2.5-72b", choices=list(MODELS))
+    g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=8,
+                   help="tensor parallel degree {1,2,4,8}")
+    g.add_argument("--precision", default="bf16", choices=list(PRECISIONS))
+    g.add_argument("--workload", default="mixed", choices=list(WORKLOAD_PRESETS))
+    g.add_argument("--rate", type=float_arg(0.0, MAX_RATE_REQ_S, low_open=True), default=None,
+                   help=f"requests per second (default {DEFAULT_RATE_REQ_S:g})")
+    g.add_argument("--requests", type=int_arg(1, MAX_NUM_REQUESTS), default=None,
+                   help=f"number of requests (default {DEFAULT_REQUESTS}, at most {MAX_NUM_REQUESTS:,})")
+    g.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
+    g.add_argument("--trace", type=Path, default=None, help="replay a trace file (native, Azure, BurstGPT, Vidur)")
+    g.add_argument("--prompt-tokens", type=int_arg(1, MAX_TOKENS), default=None,
+                   help="fixed prompt length")
+    g.add_argument("--output-tokens", type=int_arg(1, MAX_TOKENS), default=None,
+                   help="fixed output length")
+    g.add_argument("--kv-cache-tokens", type=int_arg(KV_BLOCK_TOKENS, 2**40), default=None,
+                   help="shrink the KV cache to this many tokens")
+    add_spec_arguments(g)
+
+
+def add_policy_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("policy")
+    g.add_argument("--preset", default="continuous", choices=list(PRESETS))
+    g.add_argument("--mode", choices=list(MODES), default=None)
+    g.add_argument("--max-batch-size", type=int_arg(*KNOB_LIMITS["max_batch_size"]), default=None)
+    low, high = KNOB_LIMITS["max_wait_s"]
+    g.add_argument("--max-wait-ms", type=float_arg(low * 1e3, high * 1e3), default=None)
+    g.add_argument("--max-num-seqs", type=int_arg(*KNOB_LIMITS["max_num_seqs"]), default=None)
+    g.add_argument("--max-num-batched-tokens",
+                   type=int_arg(*KNOB_LIMITS["max_num_batched_tokens"]), default=None)
+    g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--priority", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--preemption", choices=list(PREEMPTION_MODES), default=None)
+
+
+POLICY_DEFAULTS = dict(preset="continuous", mode=None, max_batch_size=None, max_wait_ms=None, max_num_seqs=None,
+                       max_num_batched_tokens=None, chunked_prefill=None, priority=None, preemption=None)
+
+
+# ---------------------------------------------------------------- the scenario
+
+
+def apply_custom_specs(args, dep: Deployment) -> Deployment:
+    """``dep`` with the GPU and model of --gpu-json / --model-json and --kv-dtype, validated
+    (a model too big for the node is a ValueError that says what would fit)."""
+    gpu_json = getattr(args, "gpu_json", None)
+    model_json = getattr(args, "model_json", None)
+    kv_dtype = getattr(args, "kv_dtype", None) or dep.kv_dtype
+    node = dep.node if gpu_json is None else replace(dep.node, gpu=load_json_spec(gpu_json, "gpu"))
+    model = dep.model if model_json is None else load_json_spec(model_json, "model")
+    out = replace(dep, node=node, model=model, kv_dtype=kv_dtype)
+    out.validate()
+    return out
+
+
+def deployment_from_args(args) -> Deployment:
+    """What ``deployment(args.gpu, args.model, args.tp, args.num_gpus, args.precision,
+    kv_cache_tokens=args.kv_cache_tokens)`` builds, with the custom specs applied before the
+    memory check (so a custom model replaces a preset that would not fit)."""
+    gpu = load_json_spec(args.gpu_json, "gpu") if getattr(args, "gpu_json", None) else args.gpu
+    model = load_json_spec(args.model_json, "model") if getattr(args, "model_json", None) else args.model
+    return deployment(gpu, model, args.tp, args.num_gpus, args.precision,
+                      kv_dtype=getattr(args, "kv_dtype", None) or "auto",
+                      kv_cache_tokens=getattr(args, "kv_cache_tokens", None))
+
+
+def _input_file(flag: str, path: Path) -> bytes:
+    """The bytes of an input file, or a CliError saying why it cannot be read."""
+    where = f"{flag} {shown(path)}"
+    try:
+        if path.is_dir():
+            raise CliError(f"{where}: a folder, not a file")
+        if not path.exists():
+            raise CliError(f"{where}: no such file")
+        if not path.is_file():
+            raise CliError(f"{where}: not a regular file")
+        return path.read_bytes()
+    except PermissionError:
+        raise CliError(f"{where}: cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise CliError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+
+
+def trace_workload(path: Path, max_requests: int | None, rate: float | None) -> TraceWorkload:
+    """The trace at ``path``, parsed and checked now (before any simulation); errors name the file."""
+    wl = TraceWorkload(data=_input_file("--trace", path), filename=path.name, max_requests=max_requests)
+    try:
+        if rate is not None:
+            wl = wl.with_rate(rate)
+        wl.generate()  # every row, the request cap and the time range checked
+    except ValueError as exc:
+        raise CliError(f"--trace {shown(path)}: {exc}") from None
+    return wl
+
+
+def build_scenario(args) -> Scenario:
+    """The Scenario the scenario and policy flags describe, validated (nothing simulated yet)."""
+    dep = deployment_from_args(args)
+    if args.trace is not None:
+        wl = trace_workload(args.trace, args.requests, args.rate)
+    else:
+        wl = workload_preset(args.workload, args.rate if args.rate is not None else DEFAULT_RATE_REQ_S,
+                             args.requests or DEFAULT_REQUESTS, args.seed)
+        if args.prompt_tokens or args.output_tokens:
+            classes = []
+            for c in wl.classes:
+                if args.prompt_tokens:
+                    c = replace(c, prompt=LengthDist("fixed", mean=args.prompt_tokens, low=1, high=args.prompt_tokens))
+                if args.output_tokens:
+                    c = replace(c, output=LengthDist("fixed", mean=args.output_tokens, low=1, high=args.output_tokens))
+                classes.append(c)
+            wl = replace(wl, classes=tuple(classes))
+    base = preset(args.preset)
+    pol = with_knobs(base, mode=args.mode, max_batch_size=args.max_batch_size,
+                     max_wait_s=None if args.max_wait_ms is None else args.max_wait_ms / 1e3,
+                     max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                     chunked_prefill=args.chunked_prefill, priority=args.priority, preemption=args.preemption)
+    sc = Scenario(dep, wl, pol, args.allreduce)
+    sc.validate()
+    return sc
+
+
+# ---------------------------------------------------------------- outputs (checked before any simulation)
+
+
+def _probe_folder(flag: str, path: Path, folder: Path) -> None:
+    """Create ``folder`` (and its parents) if missing and write a scratch file in it, or raise a CliError."""
+    where = f"{flag} {shown(path)}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CliError(f"{where}: cannot create the folder {shown(folder)}: a file of that name exists") from None
+    except OSError as exc:
+        raise CliError(f"{where}: cannot create the folder {shown(folder)} "
+                       f"({exc.strerror or type(exc).__name__})") from None
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise CliError(f"{where}: cannot write in the folder {shown(folder)} "
+                       f"({exc.strerror or type(exc).__name__})") from None
+
+
+def check_output_folder(flag: str, path: Path | None) -> None:
+    """``--csv``/``--out``: a folder that exists or can be created, and can be written in (created now)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise CliError(f"{flag} {shown(path)}: a file, not a folder; give a folder for the output files")
+    _probe_folder(flag, path, path)
+
+
+def check_output_file(flag: str, path: Path | None) -> None:
+    """``--json``: not a folder, in a folder that exists or can be created and can be written in; an existing
+    file must be writable (it is replaced)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise CliError(f"{flag} {shown(path)}: a folder, not a file; give a file name, e.g. "
+                       f"{shown(path / 'summary.json')}")
+    _probe_folder(flag, path, path.parent if str(path.parent) else Path("."))
+    if path.exists() and not os.access(path, os.W_OK):
+        raise CliError(f"{flag} {shown(path)}: the file exists and cannot be written (permission denied)")
+
+
+def write_json(path: Path | None, data) -> None:
+    if path is not None:
+        Path(path).write_text(json.dumps(data, indent=2))
+
+
+# ---------------------------------------------------------------- printing
+
+
+def pick(summary: dict) -> dict:
+    """The documented summary keys (README, Command line), ``by_priority`` per class."""
+    out = {k: summary[k] for k in SUMMARY_KEYS}
+    out["by_priority"] = {lvl: {k: v[k] for k in SUMMARY_KEYS if k in v} | {"class_name": v["class_name"]}
+                          for lvl, v in summary["by_priority"].items()}
+    return out
+
+
+def fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def progress(done: int, total: int, msg: str) -> None:
+    print(f"[{done}/{total}] {msg}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- running a command
+
+
+MEMORY_HINT = ("a simulation takes about 0.2 KB per request plus 0.3 KB per simulated step (6.5 KB per request "
+               "at the default load, ~63 KB when requests run alone; README, Command line): use fewer --requests")
+
+
+def dispatch(parser: argparse.ArgumentParser, argv=None) -> int:
+    """Parse ``argv`` and run the command. Any problem with the input (a ValueError, CliError included, from
+    the flags, the files or the library's validation), running out of memory or failing to write an output
+    becomes one line on stderr and exit code 2, never a traceback."""
+    args = parser.parse_args(argv)
+
+    def fail(message: str) -> int:
+        print(f"{parser.prog}: error: {one_line(message)}", file=sys.stderr)
+        return 2
+
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        return fail(str(exc))
+    except MemoryError:
+        return fail(f"out of memory: {MEMORY_HINT}")
+    except BrokenPipeError:  # `... | head`: the reader left; say nothing more on stdout
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except OSError as exc:  # writing an output after the checks: disk full, file removed meanwhile...
+        name = f" {shown(exc.filename)}" if exc.filename else ""
+        return fail(f"cannot write{name}: {exc.strerror or type(exc).__name__}")
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted", file=sys.stderr)
+        return 130

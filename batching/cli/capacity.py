@@ -1,0 +1,67 @@
+"""``python -m batching capacity``: the highest request rate per node that meets the SLOs (one value for every
+priority class or one per class), nodes and cost with a headroom factor for the cost model's known error."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
+                               check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
+from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names
+
+MAX_TARGET_RATE_REQ_S = 1e9
+MAX_GPU_HOUR_USD = 1e6
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("capacity", help="highest request rate per node that meets the SLOs")
+    add_scenario_args(p)
+    add_policy_args(p)
+    add_slo_args(p)
+    p.add_argument("--target-rate", type=float_arg(0.0, MAX_TARGET_RATE_REQ_S, low_open=True),
+                   default=None, help="traffic to plan for, req/s: reports the nodes needed")
+    p.add_argument("--gpu-hour-usd", type=float_arg(0.0, MAX_GPU_HOUR_USD, low_open=True),
+                   default=None, help="price of one GPU-hour: reports $ per million output tokens")
+    low, high = HEADROOM_LIMITS
+    p.add_argument("--headroom", type=float_arg(low, high), default=1.0,
+                   help=f"plan for the simulated rate per node divided by this factor ({low:g} to {high:g}; it "
+                        "multiplies the nodes needed and the $ per million tokens). The cost model's known error: "
+                        f"its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}-{TPOT_UNDERESTIMATE[1] * 100:.0f} %% below "
+                        f"published vLLM and SGLang runs (docs/CALIBRATION.md), i.e. {HEADROOM_RANGE[0]:g} to "
+                        f"{HEADROOM_RANGE[1]:g}. Default 1: the simulator's own figures")
+    p.add_argument("--json", type=Path, help="write the result as JSON")
+    p.set_defaults(func=cmd_capacity)
+    return p
+
+
+def _pct(v: float) -> str:
+    return f"{v * 100:.1f} %" if math.isfinite(v) else "n/a"
+
+
+def _ms(v: float) -> str:
+    if not math.isfinite(v):
+        return "n/a"
+    return f"{v * 1e3:,.0f} ms" if v < 10 else f"{v:,.3g} s"
+
+
+def cmd_capacity(args) -> int:
+    if args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.slo_e2e_s is None:
+        raise CliError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-s")
+    sc = build_scenario(args)
+    slo = slo_from_args(args, sc)
+    check_output_file("--json", args.json)
+    res = capacity(sc, slo, target_rate_req_s=args.target_rate, gpu_hour_usd=args.gpu_hour_usd, progress=progress,
+                   headroom=args.headroom)
+    d = res.to_dict()
+    print(f"{'slo':32s} {slo.describe(class_names(sc))}")
+    for k, v in d.items():
+        if k != "by_priority":
+            print(f"{k:32s} {fmt(v) if v is not None else '-'}")
+    where = "at the rate found" if res.max_rate_req_s > 0 else "at the lowest rate tried (none met the SLOs)"
+    print(f"per class, {where}:")
+    for level, c in res.by_priority.items():
+        print(f"  {level} {c['class_name']}: attainment {_pct(c['attainment'])}, goodput {fmt(c['goodput_req_s'])} "
+              f"req/s, TTFT P50 {_ms(c['ttft_p50_s'])} P99 {_ms(c['ttft_p99_s'])}, TPOT P50 {_ms(c['tpot_p50_s'])} "
+              f"P99 {_ms(c['tpot_p99_s'])}")
+    write_json(args.json, d | {"slo": slo.to_dict(), "points": res.points.to_dict(orient="records")})
+    return 0
