@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from batching.sim import calibration as cal
+from batching.cli import args as cli_args
 from batching.cli import calibrate as cli_calibrate
 from batching.sim import costmodel as cm
 from batching.sim.specs import GPUS, MODELS, gpu_to_dict, model_to_dict
@@ -182,21 +183,21 @@ def test_cli_custom_specs_and_fp8_kv(tmp_path):
     mj, gj = tmp_path / "model.json", tmp_path / "gpu.json"
     mj.write_text(json.dumps({**model_to_dict(MODELS["llama-3.1-70b"]), "name": "My-70B"}))
     gj.write_text(json.dumps({**gpu_to_dict(GPUS["h200-sxm"]), "name": "My GPU"}))
-    dep = cli_calibrate.deployment_from_args(_args(model_json=mj, gpu_json=gj, kv_dtype="fp8", tp=4))
+    dep = cli_args.deployment_from_args(_args(model_json=mj, gpu_json=gj, kv_dtype="fp8", tp=4))
     assert (dep.model.name, dep.node.gpu.name, dep.kv_dtype, dep.node.tp) == ("My-70B", "My GPU", "fp8", 4)
-    base = cli_calibrate.deployment_from_args(_args())
-    assert cli_calibrate.apply_custom_specs(_args(model_json=mj), base).model.name == "My-70B"
+    base = cli_args.deployment_from_args(_args())
+    assert cli_args.apply_custom_specs(_args(model_json=mj), base).model.name == "My-70B"
     # a custom model replaces a preset that would not fit before the memory check
     small = tmp_path / "small.json"
     small.write_text(json.dumps({**model_to_dict(MODELS["llama-3.1-8b"]), "name": "Small"}))
-    assert cli_calibrate.deployment_from_args(_args(model_json=small, tp=1)).model.name == "Small"
+    assert cli_args.deployment_from_args(_args(model_json=small, tp=1)).model.name == "Small"
 
 
 def test_cli_custom_model_too_big_is_a_clear_error(tmp_path):
     big = tmp_path / "big.json"
     big.write_text(json.dumps({**model_to_dict(MODELS["llama-3.1-405b"]), "name": "Huge"}))
     with pytest.raises(ValueError, match="Huge in bf16 does not fit on H100 .* fits with precision fp8"):
-        cli_calibrate.deployment_from_args(_args(model_json=big))
+        cli_args.deployment_from_args(_args(model_json=big))
 
 
 def test_cli_run_with_a_model_too_big_exits_with_a_clear_error(capsys):
@@ -216,7 +217,7 @@ def test_calibrate_parser_registers(capsys):
     args = p.parse_args(["calibrate", "--report", "--no-figures"])
     assert args.report and args.no_figures and args.func is cli_calibrate.cmd_calibrate
     run = argparse.ArgumentParser()
-    cli_calibrate.add_spec_arguments(run.add_argument_group("scenario"))
+    cli_args.add_spec_arguments(run.add_argument_group("scenario"))
     a = run.parse_args(["--model-json", "m.json", "--gpu-json", "g.json", "--kv-dtype", "fp8", "--allreduce", "nccl"])
     assert (str(a.model_json), str(a.gpu_json), a.kv_dtype, a.allreduce) == ("m.json", "g.json", "fp8", "nccl")
     assert run.parse_args([]).allreduce == cm.DEFAULT_ALLREDUCE

@@ -65,7 +65,7 @@ def test_one_request_every_preset(name: str, saturated: bool) -> None:
 
 
 def test_a_million_requests_continuous_finish_and_conserve_tokens() -> None:
-    """10^6 requests (the library's cap is 10^7; the dashboard's is BATCHING_MAX_REQUESTS) in one run."""
+    """10^6 requests (the library's cap, workload.MAX_NUM_REQUESTS; the dashboard's is BATCHING_MAX_REQUESTS) in one run."""
     sc = Scenario(workload=workload_preset("sharegpt", 30.0, 1_000_000, 0), policy=PRESETS["continuous"])
     start = time.perf_counter()
     res = simulate(sc)

@@ -166,3 +166,18 @@ def test_step_table_counts_admissions_and_follows_vllm_rules():
             assert (st.stalled[(st.prefill_tokens > 0)] > 0).any()
     res = simulate(small("static", n=64))
     assert res.steps.admitted.sum() == 64 and res.steps.stalled.sum() == 0
+
+
+def test_a_run_past_the_step_ceiling_is_a_clear_error_not_an_oom(monkeypatch):
+    """A lightly loaded run takes many steps per request; the step tables stop at MAX_STEPS with a
+    ValueError naming the requests and their span (the CLI prints it as one line) instead of
+    doubling until the host runs out of memory."""
+    from batching.sim import engine as eng
+    from batching.sim.workload import workload_preset
+
+    monkeypatch.setattr(eng, "MAX_STEPS", 5_000)
+    sc = Scenario(workload=workload_preset("chat", rate_req_s=0.05, num_requests=60, seed=0))
+    with pytest.raises(ValueError, match=r"more than 5,000 steps \(60 requests arriving over [\d,]+ s\)"):
+        simulate(sc)
+    monkeypatch.setattr(eng, "MAX_STEPS", 10_000_000)
+    assert simulate(sc).summary()["num_requests"] == 60

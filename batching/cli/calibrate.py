@@ -14,15 +14,12 @@ from pathlib import Path
 import pandas as pd
 
 from batching.cli.args import Parser, check_output_folder, dispatch
-# the scenario's custom-spec flags, defined in args.py (tests/test_calibration.py reaches them through here)
-from batching.cli.args import add_spec_arguments, apply_custom_specs, deployment_from_args
 from batching.sim import calibration as cal
 from batching.sim import costmodel as cm
 from batching.sim.specs import GPUS
 from batching.sim.workload import WORKLOAD_PRESETS
 
-__all__ = ["add_parser", "cmd_calibrate", "write_report", "report_markdown", "main",
-           "add_spec_arguments", "apply_custom_specs", "deployment_from_args"]
+__all__ = ["add_parser", "cmd_calibrate", "write_report", "report_markdown", "main"]
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 FIG_DIR = "calibration"  # under the docs folder

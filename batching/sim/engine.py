@@ -271,6 +271,11 @@ class EngineOutput:
     itl_hist: np.ndarray  # (classes, ITL_BINS) counts
 
 
+# the step tables' ceiling: ~(NUM_SI + NUM_SF) * 8 bytes per step here and again in the step DataFrame,
+# so 25 million steps stay under ~10 GiB, within the documented 24 GiB host
+MAX_STEPS = 25_000_000
+
+
 def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float,
         max_seqs: int, budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int,
         watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None) -> EngineOutput:
@@ -285,7 +290,7 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
     # room for the steps: a bound (each step makes progress on some request's tokens) would be
     # far too large to allocate for big runs, so start from a typical count and double on demand
     bound = int(inp.output.sum() + np.ceil(inp.prompt / max(1, min(budget, 512))).sum() + 2 * n + 64)
-    est = min(bound, 64 * n + 4096) if step_room is None else step_room
+    est = min(bound, 64 * n + 4096, MAX_STEPS) if step_room is None else step_room
     while True:
         req_f = np.full((n, NUM_RF), -1.0)
         req_f[:, R_MAX_ITL] = 0.0
@@ -295,7 +300,12 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
         out = Outputs(req_f, req_pre, np.empty((est, NUM_SI), np.int64), np.empty((est, NUM_SF)), hist)
         status, nsteps = run_nb(inp, knobs, cost, out)
         if status == OUT_OF_STEPS:
-            est *= 2
+            if est >= MAX_STEPS:
+                span = float(inp.arrival[-1] - inp.arrival[0]) if n else 0.0
+                raise ValueError(
+                    f"the run needs more than {MAX_STEPS:,} steps ({n:,} requests arriving over {span:,.0f} s); "
+                    f"the step table would not fit in memory: simulate fewer requests or a higher rate")
+            est = min(2 * est, MAX_STEPS)
             continue
         if status == DEADLOCK:
             raise RuntimeError(f"the engine could not schedule any work at step {nsteps} (deadlock)")

@@ -9,12 +9,11 @@ import pandas as pd
 
 from batching.sim import engine as eng
 from batching.sim.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model, useful_flops_bytes
-from batching.sim.metrics import latency_summary, node_summary, request_latencies, wall_time
+from batching.sim.metrics import latency_summary, node_summary, queue_growth, request_latencies, wall_time
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
 from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
-from batching.sim.workload import Requests, SyntheticWorkload, TraceWorkload
+from batching.sim.workload import MAX_NUM_REQUESTS as MAX_REQUESTS, Requests, SyntheticWorkload, TraceWorkload
 
-MAX_REQUESTS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -71,8 +70,10 @@ def summarize(res: SimResult) -> dict:
     s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
     s["duration_s"] = wall
     s.update(node_summary(res.steps, wall, dep.node.replicas, sc.policy.batch_cap,
-                          dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps))
+                          dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps,
+                          dep.kv_capacity_blocks))
     s["kv_capacity_tokens"] = dep.kv_capacity_tokens
+    s["offered_req_s"], s["queue_growth_req_s"] = queue_growth(req)
     by = {}
     for level, name in enumerate(res.class_names):
         sub = req[req["priority"] == level]
