@@ -1,7 +1,10 @@
-"""Exports: a standalone HTML report, CSV of requests and steps, summary JSON, chart PNGs.
+"""Exports: a standalone HTML report, CSV of requests and steps, summary JSON, chart PNGs, and each page's
+whole export (``PageExport``: its figures, tables, JSON and report, as ``python -m batching report --page``
+writes them).
 
 The HTML report embeds plotly.js once (``include_plotlyjs=True`` on the first figure), so it
-opens offline; nothing is loaded from a CDN.
+opens offline; nothing is loaded from a CDN. Every figure a report or a page export holds carries the
+scenario's caption line (``charts.export``).
 """
 from __future__ import annotations
 
@@ -11,16 +14,24 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from batching.charts import planning as cp
 from batching.charts import policy as charts
-from batching.sim.policy import BatchingPolicy
+from batching.charts.export import caption_of, scenario_caption, with_caption
+from batching.charts.formatting import change_frame, class_frame, report_frame
+from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload import SyntheticWorkload, TraceWorkload
+from batching.studies.capacity import class_names
+from batching.studies.compare import Comparison, verdict
+from batching.studies.planning import CapacityPlan, SweepStudy
+from batching.studies.sweeps import KNOBS
 
 _CSS = """
 body{font-family:Inter,'Source Sans Pro','Helvetica Neue',Arial,sans-serif;color:#262730;margin:2rem auto;
@@ -135,11 +146,9 @@ def steps_csv(result: SimResult) -> bytes:
 
 def combined_csv(results: Mapping[str, SimResult], table: str = "requests") -> bytes:
     """Requests or steps of several runs in one CSV, a ``policy`` column first."""
-    frames = [getattr(res, table).assign(policy=name) for name, res in results.items()]
-    if not frames:
+    if not results:
         return b""
-    df = pd.concat(frames, ignore_index=True)
-    return frame_csv(df[["policy", *[c for c in df.columns if c != "policy"]]])
+    return frame_csv(_combined(results, table))
 
 
 def jsonable(value):
@@ -181,8 +190,14 @@ POLICY_METRICS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p
                   "e2e_p50_s", "e2e_p99_s", "gpu_util", "batch_efficiency", "preemptions")
 
 
-def policy_figures(result: SimResult) -> dict[str, tuple[go.Figure, str]]:
-    """Every figure "Explore a policy" shows for one run, in page order, each with its report caption.
+def policy_label(policy: BatchingPolicy) -> str:
+    """The preset a policy is, else ``"custom <mode>"`` (the caption's name for a run without a page label)."""
+    return next((name for name, p in PRESETS.items() if p == policy), f"custom {policy.mode}")
+
+
+def policy_figures(result: SimResult, label: str | None = None) -> dict[str, tuple[go.Figure, str]]:
+    """Every figure "Explore a policy" shows for one run, in page order, each with its report caption and the
+    scenario's caption line drawn under it (``label``: the policy's name there, else the preset it is).
 
     The keys are the file-name suffixes of the dashboard's PNG downloads (``<name>_<key>.png``); the page
     and ``python -m batching report`` both draw from here, so a document's figure is the app's figure.
@@ -199,7 +214,8 @@ def policy_figures(result: SimResult) -> dict[str, tuple[go.Figure, str]]:
         figs[f"{metric}_hist"] = (charts.latency_histogram(result.requests, metric, names),
                                   f"{metric.upper()} histogram per class.")
     figs["itl"] = (charts.itl_histogram(result.itl_hist, result.itl_edges, names), "Inter-token latency histogram.")
-    return figs
+    line = scenario_caption(result.scenario, policy=label or policy_label(result.scenario.policy))
+    return {k: (with_caption(fig, line, copy=False), text) for k, (fig, text) in figs.items()}
 
 
 # ---------------------------------------------------------------- HTML report
@@ -239,7 +255,10 @@ def html_report(title: str, scenario: Scenario, *, figures: Sequence[tuple[go.Fi
         out.append(f"<h2>{html.escape(name)}</h2>" + _frame_table(df))
     if figures:
         out.append("<h2>Charts</h2>")
+    line = scenario_caption(scenario)
     for i, (fig, caption) in enumerate(figures):
+        if caption_of(fig) is None:  # every figure of a report names its scenario (a page's own line kept)
+            fig = with_caption(fig, line)
         div = pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), default_width="100%",
                           config=charts.png_config(_fig_title(fig) or f"chart_{i + 1}"))
         out.append(div)
@@ -251,3 +270,228 @@ def html_report(title: str, scenario: Scenario, *, figures: Sequence[tuple[go.Fi
 
 def _fig_title(fig: go.Figure) -> str:
     return getattr(fig.layout.title, "text", None) or ""
+
+
+# ---------------------------------------------------------------- a page's whole export
+
+# the metrics of Compare's table (pages/compare.py KEYS)
+COMPARE_METRICS = ("throughput_output_tok_s", "capacity_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+                   "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "queue_delay_p99_s", "gpu_util", "batch_efficiency",
+                   "preemptions")
+LATENCY_METRICS = ("ttft", "tpot", "e2e")
+# Capacity's table (pages/capacity.py COLUMNS): CapacityResult field -> header with unit
+CAPACITY_COLUMNS = {
+    "max_rate_req_s": "Rate per node (req/s)",
+    "throughput_output_tok_s": "Throughput (output tok/s)",
+    "goodput_req_s": "Goodput (req/s)",
+    "binding_slo": "Binding SLO",
+    "nodes_needed": "Nodes needed",
+    "usd_per_million_output_tokens": "$ per M output tokens",
+    "rates_tried": "Rates simulated",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class PageExport:
+    """What one dashboard page shows, for documents: its figures (each with the scenario's caption line), its
+    tables, its JSON download and its standalone report. ``files`` names them as ``<page>_<key>.<ext>``, the keys
+    unique within the page; ``python -m batching report --page`` writes them (PNGs from ``figures``)."""
+
+    page: str
+    title: str
+    scenario: Scenario
+    figures: dict[str, tuple[go.Figure, str]]  # key -> (figure, report caption)
+    tables: dict[str, pd.DataFrame]  # key -> a table written as CSV (the page's tables and CSV downloads)
+    json_key: str
+    json: bytes
+    html_tables: tuple[tuple[str, pd.DataFrame], ...] = ()
+    policies: Mapping[str, BatchingPolicy] | None = None
+    verdict: str = ""
+    notes: tuple[str, ...] = ()
+
+    def html(self, link: str = "", notes: Sequence[str] = ()) -> str:
+        return html_report(self.title, self.scenario, figures=list(self.figures.values()),
+                           tables=self.html_tables, policies=self.policies, verdict=self.verdict, link=link,
+                           notes=[*notes, *self.notes])
+
+    def png_names(self) -> dict[str, str]:
+        """figure key -> PNG file name."""
+        return {k: f"{self.page}_{k}.png" for k in self.figures}
+
+    def files(self, notes: Sequence[str] = ()) -> dict[str, bytes]:
+        """file name -> bytes of every file but the PNGs: the tables (CSV), the JSON and the report (HTML)."""
+        out = {f"{self.page}_{k}.csv": frame_csv(df) for k, df in self.tables.items()}
+        out[f"{self.page}_{self.json_key}.json"] = self.json
+        out[f"{self.page}_report.html"] = self.html(notes=notes).encode("utf-8")
+        names = [*out, *self.png_names().values()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"file names of the {self.page} export repeat: {sorted(names)}")
+        return out
+
+
+def _captioned(figs: Mapping[str, tuple[go.Figure, str]], line: str) -> dict[str, tuple[go.Figure, str]]:
+    return {k: (with_caption(fig, line, copy=False), text) for k, (fig, text) in figs.items()}
+
+
+def _indexed(df: pd.DataFrame, name: str = "policy") -> pd.DataFrame:
+    """A frame indexed by policy as a plain first column (CSV keeps it)."""
+    return df.rename_axis(name).reset_index()
+
+
+def explore_export(result: SimResult, label: str) -> PageExport:
+    """Explore a policy: the run's figures (``policy_figures``), its metrics, requests and steps, summary JSON."""
+    summary = result.summary()
+    one, policies = {label: summary}, {label: result.scenario.policy}
+    metrics = report_frame(one, POLICY_METRICS)
+    _, sample_note = charts.timeline_sample(result.requests)
+    return PageExport(
+        "explore", f"Explore a policy: {label}", result.scenario, policy_figures(result, label),
+        {"metrics": _indexed(metrics), "requests": result.requests, "steps": result.steps}, "summary",
+        summary_json(one, result.scenario, policies), (("Metrics", metrics),), policies,
+        notes=(sample_note,) if sample_note else ())
+
+
+def showdown_export(comparison: Comparison, scenario: Scenario,
+                    policies: Mapping[str, BatchingPolicy] = PRESETS) -> PageExport:
+    """The home page, the strategy showdown: its bars and per-class bars, the classic and per-class tables, every
+    run's requests and steps, the summaries JSON, the verdict."""
+    summaries = comparison.summaries()
+    figs = _captioned({
+        "bars": (charts.showdown_bars(summaries), "Throughput vs capacity, TTFT and TPOT by policy."),
+        "class_ttft": (charts.class_ttft_bars(summaries), "P99 TTFT per priority class."),
+    }, scenario_caption(scenario))
+    classic = report_frame(summaries)
+    by_class = class_frame(summaries).round(3)
+    return PageExport(
+        "showdown", "Strategy showdown", scenario, figs,
+        {"classic_table": _indexed(classic), "class_table": _indexed(by_class),
+         "requests": _combined(comparison.results, "requests"), "steps": _combined(comparison.results, "steps")},
+        "summary", summary_json(summaries, scenario, policies),
+        (("The classic table", classic), ("P99 TTFT by class (s)", by_class)), policies, verdict(summaries))
+
+
+def compare_figures(results: Mapping[str, SimResult], line: str | None = None) -> dict[str, tuple[go.Figure, str]]:
+    """Compare's latency figures, CDF and histogram per metric, each policy in its colour (by name)."""
+    figs = {}
+    for metric in LATENCY_METRICS:
+        values = {k: r.requests[f"{metric}_s"].to_numpy() for k, r in results.items()}
+        figs[f"{metric}_cdf"] = (charts.latency_cdf(values, metric), f"{metric.upper()} CDF by policy.")
+        figs[f"{metric}_hist"] = (charts.latency_hist_overlay(values, metric), f"{metric.upper()} histogram by policy.")
+    return _captioned(figs, line) if line else figs
+
+
+def compare_export(comparison: Comparison, scenario: Scenario, policies: Mapping[str, BatchingPolicy]) -> PageExport:
+    """Compare policies: the latency CDFs and histograms, the table against the first policy, the runs' requests
+    and steps, the summaries JSON."""
+    summaries = comparison.summaries()
+    change = change_frame(summaries, COMPARE_METRICS).drop(columns="_lower_is_better").round(1)
+    return PageExport(
+        "compare", "Compare policies", scenario, compare_figures(comparison.results, scenario_caption(scenario)),
+        {"metrics": change, "requests": _combined(comparison.results, "requests"),
+         "steps": _combined(comparison.results, "steps")},
+        "summary", summary_json(summaries, scenario, policies),
+        (("Every metric against the first policy", change),), policies)
+
+
+def _combined(results: Mapping[str, SimResult], table: str) -> pd.DataFrame:
+    """Requests or steps of several runs in one frame, a ``policy`` column first."""
+    frames = [getattr(res, table).assign(policy=name) for name, res in results.items()]
+    df = pd.concat(frames, ignore_index=True)
+    return df[["policy", *[c for c in df.columns if c != "policy"]]]
+
+
+def tune_json(study: SweepStudy) -> bytes:
+    """Tune's JSON download: the values, knees, guided checks and every point, with the scenario."""
+    doc = {"knob": study.knob, "values": list(study.values), "knee_share": study.share, "knees": study.knees,
+           "slo": study.slo.to_dict() if study.slo is not None else None, "slo_default": study.slo_is_default,
+           "scenario": dict(scenario_rows(study.scenario)),
+           "policies": {n: p.describe() for n, p in study.policies.items()},
+           "cards": [c.to_dict() for c in study.cards], "points": study.points().to_dict(orient="records")}
+    return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
+
+
+def tune_export(study: SweepStudy, log_x: bool, frontier: str) -> PageExport:
+    """Tune a knob: throughput, frontier, latency and utilisation against the knob, every point (CSV), the JSON,
+    the knee sentence and the guided checks that fired."""
+    knob, label, df, knee = study.knob, study.label, study.frame, study.knee
+    line = scenario_caption(study.scenario, policy=label, rate="rate swept" if knob == "rate_req_s" else None)
+    figs = _captioned({
+        "throughput": (cp.sweep_throughput(df, knob, knee, log_x, label), "Throughput and capacity against the knob."),
+        "frontier": (cp.sweep_frontier(study.frames, knob, frontier, study.knees),
+                     "Throughput against P99 latency across the values and policies."),
+        "latency": (cp.sweep_latency(df, knob, knee, log_x), "Latency against the knob."),
+        "utilisation": (cp.sweep_utilisation(df, knob, knee, log_x), "GPU use, batch fill, KV use and preemptions."),
+    }, line)
+    points = study.points()
+    notes = [*([study.slo_text()] if study.slo is not None else []), study.knee_sentence(),
+             *[f"{c.number} · {c.title}: {c.text}" for c in study.fired],
+             *[f"'{n}' is not on the frontier: {why}" for n, why in study.skipped.items()]]
+    return PageExport(
+        "tune", f"Tune a knob: {KNOBS[knob]} ({label})", study.scenario, figs, {"sweep": points}, "sweep",
+        tune_json(study), ((f"Every point ({label})", points.round(4)),), study.policies, notes=tuple(notes))
+
+
+def capacity_frame(plan: CapacityPlan) -> pd.DataFrame:
+    """Capacity's table: one row per policy (``CAPACITY_COLUMNS``), the binding SLO in words."""
+    rows = {}
+    for name, result in plan.results.items():
+        row = {}
+        for key, header in CAPACITY_COLUMNS.items():
+            v = getattr(result, key)
+            row[header] = cp.binding_text(v) if key == "binding_slo" else (float("nan") if v is None else v)
+        rows[name] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def capacity_class_frame(plan: CapacityPlan) -> pd.DataFrame:
+    """One row per policy and priority class at the rate each search found (its lowest rate when none met the
+    SLOs): the class's SLOs, attainment, goodput and latency percentiles (seconds, shares 0-1)."""
+    rows = []
+    for name, result in plan.results.items():
+        rate = result.max_rate_req_s if result.max_rate_req_s > 0 else float(result.points["rate_req_s"].min())
+        for level, cls in result.by_priority.items():
+            row = {"policy": name, "priority": level, "at_rate_req_s": rate}
+            row.update({k: (json.dumps(jsonable(v)) if isinstance(v, Mapping) else v) for k, v in cls.items()})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def capacity_json(plan: CapacityPlan) -> bytes:
+    """Capacity's JSON download: the SLOs, target, price, headroom, each policy's result (per class too) and every
+    rate tried."""
+    doc = {"slo": plan.slo.to_dict(), "class_names": list(class_names(plan.scenario)),
+           "target_rate_req_s": plan.target_rate_req_s, "gpu_hour_usd": plan.gpu_hour_usd,
+           "headroom": plan.headroom, "scenario": dict(scenario_rows(plan.scenario)),
+           "policies": {n: {"description": PRESETS[n].describe() if n in PRESETS else n, **r.to_dict(),
+                            "rates_tried": r.rates_tried} for n, r in plan.results.items()},
+           "points": _capacity_points(plan).to_dict(orient="records")}
+    return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
+
+
+def _capacity_points(plan: CapacityPlan) -> pd.DataFrame:
+    points = pd.concat([p.assign(policy=n) for n, p in plan.points().items()], ignore_index=True)
+    return points[["policy", *[c for c in points.columns if c != "policy"]]]
+
+
+def capacity_export(plan: CapacityPlan) -> PageExport:
+    """Capacity planning: the capacity bars and goodput curves, the plan, each class at each policy's rate and every
+    rate tried (CSV), the JSON, the verdict."""
+    line = scenario_caption(plan.scenario, rate="rate searched")
+    figs = _captioned({
+        "bars": (cp.capacity_bars(plan.results, plan.target_rate_req_s, plan.gpu_hour_usd),
+                 "Rate per node, nodes needed and cost per policy."),
+        "goodput": (cp.goodput_curves(plan.points(), plan.max_rates(), plan.slo.attainment),
+                    "Goodput and SLO attainment against the request rate."),
+    }, line)
+    table = capacity_frame(plan)
+    shown = table
+    if plan.target_rate_req_s:  # the report's header says the target, as the page's does
+        shown = table.rename(columns={"Nodes needed": f"Nodes for {plan.target_rate_req_s:,.4g} req/s"})
+    by_class = capacity_class_frame(plan)
+    html_tables = [("Per policy", shown)]
+    if by_class["priority"].nunique() > 1:
+        html_tables.append(("Per class at each policy's rate", by_class.round(4)))
+    return PageExport(
+        "capacity", f"Capacity planning: {plan.slo.describe(class_names(plan.scenario))}", plan.scenario, figs,
+        {"plan": _indexed(table), "classes": by_class, "rates": _capacity_points(plan)}, "plan",
+        capacity_json(plan), tuple(html_tables), {n: PRESETS[n] for n in plan.results if n in PRESETS}, plan.verdict())

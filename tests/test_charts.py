@@ -1,14 +1,25 @@
-"""Figure builders: titles, axis titles with units, trace types, the shared template."""
+"""Figure builders: titles, axis titles with units, trace types, the shared template; one colour per policy on
+every builder and page; clean log-axis labels; the ITL histogram's log count axis, the timeline's opening window,
+decode tokens in their own panel; room for titles (no axis title longer than its panel)."""
 from __future__ import annotations
 
+import math
 import re
+import zlib
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
+from batching.charts import colors as chart_colors
+from batching.charts import costmodel as ccm
+from batching.charts import planning as cp
 from batching.charts import policy as charts
+from batching.charts.colors import EXTRA_COLORS, POLICY_COLORS
+from batching.sim import costmodel as cm
 from batching.studies.compare import Comparison
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
@@ -68,6 +79,12 @@ def test_showdown_bars(summaries):
     assert capacity.y[1] == pytest.approx(summaries["continuous"]["capacity_output_tok_s"])
     tpot = [t for t in fig.data if t.name == "P99" and t.xaxis == "x3"][0]
     assert tpot.y[0] == pytest.approx(summaries["dynamic"]["tpot_p99_s"] * 1e3)
+    # every bar in its policy's colour: solid for capacity and P99, the same colour light for the others
+    assert list(capacity.marker.color) == [POLICY_COLORS["dynamic"], POLICY_COLORS["continuous"]]
+    at_load = [t for t in fig.data if t.name == "At this load"][0]
+    assert list(at_load.marker.line.color) == list(capacity.marker.color)
+    assert all(c.startswith("rgba(") and c.endswith(",0.35)") for c in at_load.marker.color)
+    assert fig.layout.yaxis2.type == "log" and fig.layout.yaxis3.type == "log"
 
 
 def test_class_bars(summaries):
@@ -93,6 +110,28 @@ def test_request_timeline_webgl(runs):
     assert any("held" in t.name for t in fig.data)
 
 
+def test_request_timeline_opens_on_the_first_hundred_requests(runs):
+    """150 requests: every one is drawn, the initial ranges show the first 100 (rows and their time span), so the
+    whole run is one double-click (autorange) away."""
+    res = runs["continuous"]
+    req = res.requests.sort_values("arrival_s", kind="stable")
+    fig = charts.request_timeline(res.requests, res.class_names)
+    rows = set()
+    for t in fig.data:
+        rows |= {int(v) for v in np.asarray(t.y, float) if np.isfinite(v)}
+    assert rows == set(req["request_id"])  # the data keep every request
+    first = req.iloc[:charts.TIMELINE_WINDOW]
+    assert tuple(fig.layout.yaxis.range) == pytest.approx((first["request_id"].iloc[0] - 0.5,
+                                                           first["request_id"].iloc[-1] + 0.5))
+    x0, x1 = fig.layout.xaxis.range
+    assert x0 <= first["arrival_s"].min() and x1 >= first["release_s"].max()
+    assert x1 < req["release_s"].max()  # narrower than the run: later requests are a zoom-out away
+    assert "first 100 of 150" in fig.layout.title.subtitle.text and "double-click" in fig.layout.title.subtitle.text
+    # a run that fits the window opens on all of it
+    small = charts.request_timeline(req.iloc[:40], res.class_names)
+    assert small.layout.xaxis.range is None and small.layout.yaxis.range is None
+
+
 def test_request_timeline_samples_big_runs(runs):
     req = runs["continuous"].requests
     big = req.loc[req.index.repeat(40)].reset_index(drop=True)
@@ -100,18 +139,34 @@ def test_request_timeline_samples_big_runs(runs):
     sample, note = charts.timeline_sample(big, 1000)
     assert len(sample) <= 1000 and note and f"of {len(big):,}" in note
     fig = charts.request_timeline(big, runs["continuous"].class_names, max_rows=1000)
-    assert "Showing" in fig.layout.title.subtitle.text
+    assert f"1,000 of {len(big):,} drawn" in fig.layout.title.subtitle.text
     rows = sum(np.isfinite(np.asarray(t.y, float)).sum() for t in fig.data if t.name.endswith("· decode")) / 2
     assert rows <= 1000
 
 
-def test_batch_composition_stacked_bars(runs):
-    res = runs["dynamic"]
+@pytest.mark.parametrize("policy", ["dynamic", "continuous"])
+def test_batch_composition_shows_decode_on_its_own_scale(runs, policy):
+    """Prefill (with padding stacked on it) on top and decode below, each panel on its own y axis: decode tokens
+    per step fill their panel instead of a sliver under the prefill spikes."""
+    res = runs[policy]
     fig = charts.batch_composition(res.steps)
     _check(fig, {"bar"})
     assert fig.layout.barmode == "stack"
-    assert [t.name for t in fig.data] == ["prefill tokens", "decode tokens", "padded tokens"]
-    assert fig.layout.yaxis.title.text == "Tokens per step"
+    by = {t.name: t for t in fig.data}
+    assert list(by) == ["prefill tokens", "padded slots", "decode tokens"]
+    assert by["prefill tokens"].yaxis == by["padded slots"].yaxis == "y"
+    assert by["decode tokens"].yaxis == "y2" and by["decode tokens"].xaxis == "x2"
+    assert fig.layout.xaxis.matches == "x2" or fig.layout.xaxis2.matches == "x"  # one time axis
+    assert fig.layout.yaxis.title.text == fig.layout.yaxis2.title.text == "Tokens per step"
+    assert fig.layout.xaxis2.title.text == "Simulated time (s)"
+    decode = np.asarray(by["decode tokens"].y, float)
+    prefill = np.asarray(by["prefill tokens"].y, float)
+    assert decode.max() > 0 and prefill.max() > 10 * decode.max()  # what one shared axis hid
+    # one bar per step when the run is short: the panel holds the steps' own decode tokens
+    few = res.steps.iloc[:400]
+    raw = {t.name: t for t in charts.batch_composition(few).data}
+    assert np.asarray(raw["decode tokens"].y, float).sum() == few["decode_tokens"].sum()
+    assert np.asarray(raw["padded slots"].y, float).sum() == few["padded_tokens"].sum()
 
 
 def test_time_average_is_exact():
@@ -158,6 +213,24 @@ def test_itl_histogram(runs):
     assert sum(np.nansum(np.asarray(t.y, float)) for t in fig.data if not t.name.endswith(("P50", "P99"))) > 0
 
 
+def test_itl_histogram_counts_on_a_log_axis(runs):
+    """A log count axis: a bin of 3 gaps sits a third of the way up to one of 1,000, not on the floor; empty bins
+    sit at the axis' bottom (no zero on a log axis), and the outlines are closed shapes filled inside."""
+    res = runs["continuous"]
+    fig = charts.itl_histogram(res.itl_hist, res.itl_edges, res.class_names)
+    assert fig.layout.yaxis.type == "log" and fig.layout.xaxis.type == "log"
+    assert fig.layout.yaxis.title.text == "Gaps per bin (log scale)"
+    lo, hi = fig.layout.yaxis.range
+    assert lo == pytest.approx(math.log10(charts.ITL_FLOOR)) and 10 ** hi > res.itl_hist.max()
+    outlines = [t for t in fig.data if not t.name.endswith(("P50", "P99"))]
+    for t in outlines:
+        y = np.asarray(t.y, float)
+        assert t.fill == "toself" and y.min() == charts.ITL_FLOOR and y[0] == y[-1] == charts.ITL_FLOOR
+    assert list(fig.layout.yaxis.tickvals)[:3] == [1.0, 10.0, 100.0]  # decades
+    # the counts themselves are unchanged: the tallest step is the fullest bin
+    assert max(np.asarray(t.y, float).max() for t in outlines) == res.itl_hist.max()
+
+
 def test_compare_cdf_and_histogram(runs):
     values = {k: r.requests["ttft_s"].to_numpy() for k, r in runs.items()}
     cdf = charts.latency_cdf(values, "ttft")
@@ -170,6 +243,113 @@ def test_compare_cdf_and_histogram(runs):
     assert hist.layout.xaxis.title.text == "TPOT (ms, log scale)"
 
 
+# ---------------------------------------------------------------- one colour per policy
+
+
+def test_policy_colour_by_name():
+    for name in ("continuous", "continuous*", "B · continuous", "D · continuous*", "continuous knee"):
+        assert chart_colors.policy_color(name) == POLICY_COLORS["continuous"], name
+    assert len(set(POLICY_COLORS.values())) == len(POLICY_COLORS)  # five presets, five colours
+    # a custom name: one of the extra colours (none a preset's), picked by a CRC of the name, so stable
+    custom = chart_colors.policy_color("my-vllm-config")
+    assert custom == EXTRA_COLORS[zlib.crc32(b"my-vllm-config") % len(EXTRA_COLORS)]
+    assert custom not in POLICY_COLORS.values() and chart_colors.policy_color("A · my-vllm-config*") == custom
+    # two series of the same preset in one figure: the second a darker shade of the same colour
+    both = chart_colors.policy_colors(["A · continuous", "B · continuous*", "C · chunked"])
+    assert both["A · continuous"] == POLICY_COLORS["continuous"] and both["C · chunked"] == POLICY_COLORS["chunked"]
+    assert both["B · continuous*"] == chart_colors.shade(POLICY_COLORS["continuous"], -0.35) != both["A · continuous"]
+    assert chart_colors.shade("#4C78A8", -1.0) == "#000000" and chart_colors.shade("#4C78A8", 1.0) == "#FFFFFF"
+
+
+def _trace_colour(trace) -> str:
+    if trace.type == "bar":
+        return trace.marker.color
+    return trace.line.color
+
+
+def _colour_of(fig, name: str) -> set[str]:
+    """The colours a figure draws a policy's series in (bars: the bar of that policy)."""
+    found = set()
+    for t in fig.data:
+        if t.type == "bar" and t.x is not None and name in list(t.x) and isinstance(t.marker.color, tuple):
+            # a light bar's fill is the colour made translucent; its outline is the colour itself
+            colours = t.marker.line.color if isinstance(t.marker.line.color, tuple) else t.marker.color
+            found.add(colours[list(t.x).index(name)])
+        elif t.name == name:
+            found.add(_trace_colour(t))
+    return found
+
+
+def test_same_policy_same_colour_in_every_builder(runs, summaries):
+    """continuous and dynamic get their colours on the home bars, Compare's CDF and histogram (slot names),
+    Tune's frontier and Capacity's bars and curves, whatever their order or slot."""
+    values = {"A · continuous": runs["continuous"].requests["ttft_s"].to_numpy(),
+              "B · dynamic": runs["dynamic"].requests["ttft_s"].to_numpy()}
+    swapped = dict(reversed(list(values.items())))
+    sweep = pd.DataFrame({"max_num_seqs": [8.0, 64.0], "capacity_output_tok_s": [500.0, 900.0],
+                          "capacity_tpot_p99_s": [0.02, 0.05]})
+    plans = {"dynamic": {"max_rate_req_s": 1.0, "nodes_needed": 9, "usd_per_million_output_tokens": 5.0},
+             "continuous": {"max_rate_req_s": 3.0, "nodes_needed": 3, "usd_per_million_output_tokens": 2.0}}
+    points = {n: pd.DataFrame({"rate_req_s": [0.5, 1.0], "goodput_req_s": [0.5, 0.9], "attainment": [1.0, 0.9]})
+              for n in ("dynamic", "continuous")}
+    figures = {
+        "showdown": (charts.showdown_bars(summaries), "continuous", "dynamic"),
+        "cdf": (charts.latency_cdf(values, "ttft"), "A · continuous", "B · dynamic"),
+        "cdf swapped": (charts.latency_cdf(swapped, "ttft"), "A · continuous", "B · dynamic"),
+        "hist": (charts.latency_hist_overlay(values, "ttft"), "A · continuous", "B · dynamic"),
+        "frontier": (cp.sweep_frontier({"continuous*": sweep, "dynamic": sweep}, "max_num_seqs"), "continuous*",
+                     "dynamic"),
+        "capacity": (cp.capacity_bars(plans, 20.0, 2.5), "continuous", "dynamic"),
+        "goodput": (cp.goodput_curves(points, {"dynamic": 1.0, "continuous": 3.0}, 0.99), "continuous", "dynamic"),
+    }
+    for what, (fig, cont, dyn) in figures.items():
+        assert _colour_of(fig, cont) == {POLICY_COLORS["continuous"]}, what
+        assert _colour_of(fig, dyn) == {POLICY_COLORS["dynamic"]}, what
+
+
+def test_pages_colour_policies_alike():
+    """The dashboard's Compare (policies in slots B and C) and Capacity (in preset order) pages draw continuous and
+    chunked in the same colours as each other and as the home page."""
+    import json
+
+    from streamlit.testing.v1 import AppTest
+
+    root = Path(__file__).resolve().parents[1]
+
+    def run_page(page: str, **query: str) -> AppTest:
+        at = AppTest.from_file(str(root / "app.py"), default_timeout=180)
+        for k, v in {"n": "200", **query}.items():
+            at.query_params[k] = v
+        if page != "app.py":
+            at.switch_page(page)
+        at.run()
+        assert not at.exception and not at.error, (page, [e.value for e in [*at.exception, *at.error]])
+        return at
+
+    def colours(at, title_start: str) -> dict[str, str]:
+        out = {}
+        for c in at.get("plotly_chart"):
+            spec = json.loads(c.proto.spec)
+            if not spec["layout"]["title"]["text"].startswith(title_start):
+                continue
+            for t in spec["data"]:
+                if t.get("type") == "bar" and isinstance(t.get("marker", {}).get("color"), list):
+                    out.update({chart_colors.policy_base(x): col for x, col in zip(t["x"], t["marker"]["color"])
+                                if not str(col).startswith("rgba")})
+                elif t.get("name") and t.get("line", {}).get("color"):
+                    out.setdefault(chart_colors.policy_base(t["name"]), t["line"]["color"])
+        return out
+
+    compare = run_page("pages/compare.py", a_policy="chunked", b_policy="continuous", c_policy="static")
+    capacity = run_page("pages/capacity.py", policies="continuous,chunked")
+    home = run_page("app.py")
+    seen = {"compare": colours(compare, "TTFT CDF"), "capacity": colours(capacity, "Capacity per policy"),
+            "home": colours(home, "Strategy showdown")}
+    for page, found in seen.items():
+        for name in ("continuous", "chunked"):
+            assert found.get(name) == POLICY_COLORS[name], (page, name, found)
+
+
 def test_empty_inputs_give_a_titled_figure():
     fig = charts.latency_cdf({"a": np.array([])}, "ttft")
     assert fig.layout.title.text and fig.layout.annotations
@@ -179,3 +359,102 @@ def test_png_config_and_slug():
     cfg = charts.png_config("explore dynamic/timeline: Qwen2.5")
     assert cfg["toImageButtonOptions"] == {"format": "png", "filename": "explore-dynamic-timeline-Qwen2.5", "scale": 2}
     assert charts.slug("a", None, "b c") == "a_b-c"
+
+
+# ---------------------------------------------------------------- log axes and room for titles
+
+
+def _log_axes(fig: go.Figure) -> dict[str, go.layout.XAxis]:
+    layout = fig.layout
+    return {k: layout[k] for k in layout if re.fullmatch(r"[xy]axis\d*", k) and layout[k].type == "log"}
+
+
+def _all_figures(runs, summaries) -> dict[str, go.Figure]:
+    res = runs["continuous"]
+    sc = res.scenario
+    costs = cm.cost_model(sc.deployment, cm.DEFAULT_ALLREDUCE)
+    values = {k: r.requests["ttft_s"].to_numpy() for k, r in runs.items()}
+    sweep = pd.DataFrame({"max_num_seqs": [8.0, 16.0, 32.0, 64.0, 128.0], "throughput_output_tok_s": 800.0,
+                          "capacity_output_tok_s": [250.0, 500.0, 1000.0, 2000.0, 2000.0],
+                          "offered_output_tok_s": 850.0, "ttft_p50_s": [50.0, 5.0, 0.08, 0.08, 0.08],
+                          "ttft_p99_s": [120.0, 12.0, 0.5, 0.5, 0.5], "tpot_p50_s": 0.017, "tpot_p99_s": 0.029,
+                          "capacity_tpot_p99_s": [0.02, 0.03, 0.05, 0.1, 0.2], "gpu_util": 0.43,
+                          "batch_efficiency": 0.5, "kv_pressure": 0.5, "preemptions": 0})
+    plans = {"static": {"max_rate_req_s": 1.0, "nodes_needed": 20, "usd_per_million_output_tokens": 9.0},
+             "continuous": {"max_rate_req_s": 3.0, "nodes_needed": 7, "usd_per_million_output_tokens": 3.0}}
+    return {
+        "showdown": charts.showdown_bars(summaries), "class_ttft": charts.class_ttft_bars(summaries),
+        "timeline": charts.request_timeline(res.requests, res.class_names),
+        "batch_composition": charts.batch_composition(res.steps),
+        "kv_queue": charts.kv_and_queue(res.steps, sc.deployment.kv_capacity_tokens),
+        "ttft_hist": charts.latency_histogram(res.requests, "ttft", res.class_names),
+        "itl": charts.itl_histogram(res.itl_hist, res.itl_edges, res.class_names),
+        "cdf": charts.latency_cdf(values, "ttft"), "hist_overlay": charts.latency_hist_overlay(values, "e2e"),
+        "sweep_throughput": cp.sweep_throughput(sweep, "max_num_seqs", 64.0, True, "continuous"),
+        "sweep_latency": cp.sweep_latency(sweep, "max_num_seqs", 64.0, True),
+        "sweep_utilisation": cp.sweep_utilisation(sweep, "max_num_seqs", 64.0, True),
+        "frontier": cp.sweep_frontier({"continuous": sweep}, "max_num_seqs"),
+        "capacity_bars": cp.capacity_bars(plans, 20.0, 2.5),
+        "step_vs_batch": ccm.step_vs_batch(costs, 1000.0, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)),
+        "step_vs_prompt": ccm.step_vs_prompt(costs, (16, 64, 256, 1024, 4096, 16384)),
+    }
+
+
+def test_log_axes_have_clean_labels(runs, summaries):
+    """Every log axis of every builder carries its own ticks: decades when the data span three or more, else
+    1-2-5 steps; never Plotly's small digits between decades."""
+    checked = 0
+    for name, fig in _all_figures(runs, summaries).items():
+        for axis_name, axis in _log_axes(fig).items():
+            checked += 1
+            ticks = list(axis.tickvals or ())
+            assert len(ticks) >= 3, (name, axis_name, ticks)
+            mantissas = {round(t / 10 ** math.floor(math.log10(t) + 1e-9), 6) for t in ticks}
+            decades = mantissas == {1.0}
+            assert decades or mantissas <= {1.0, 2.0, 5.0} or len(ticks) <= 8, (name, axis_name, ticks)
+            assert list(axis.ticktext) == [charts.tick_text(t) for t in ticks]
+            if decades:  # minor ticks at 2..9, unlabelled
+                assert axis.minor.dtick == "D1", (name, axis_name)
+    assert checked >= 12
+    wide = charts.showdown_bars(summaries).layout.yaxis2  # TTFT from ~0.1 s to minutes: decades
+    assert all(t == 10.0 ** round(math.log10(t)) for t in wide.tickvals)
+    assert charts.log_ticks([0.3, 2000.0]) == pytest.approx([1.0, 10.0, 100.0, 1000.0])
+    assert charts.log_ticks([3.0, 150.0]) == pytest.approx([5.0, 10.0, 20.0, 50.0, 100.0])
+    assert [charts.tick_text(t) for t in (0.01, 0.5, 1.0, 1000.0, 1e4, 2e6, 1e9)] == \
+        ["0.01", "0.5", "1", "1,000", "10k", "2M", "1G"]
+
+
+CHAR_PX = 7.0  # an axis title's width per character at the template's 13 px (a little over the real ~6.5)
+NARROW_PX = 550  # a half-width dashboard column: the figures Explore, Compare and Model and hardware draw in pairs
+HALF_WIDTH = {"batch_composition", "kv_queue", "ttft_hist", "itl", "cdf", "hist_overlay", "sweep_throughput",
+              "frontier", "step_vs_batch", "step_vs_prompt"}
+
+
+def test_titles_fit_their_panels(runs, summaries):
+    """Nothing runs into anything: every axis has automargin; figures with subplot titles leave the room for them
+    under the subtitle; a rotated y title is no longer than its panel is tall (longer ones ran up into the
+    subtitle), an x title no wider than its panel at the width the page draws it (the clipped "atch size"),
+    and a subtitle fits a half-width column."""
+    for name, fig in _all_figures(runs, summaries).items():
+        layout = fig.layout
+        tpl = layout.template.layout
+        top = layout.margin.t if layout.margin.t is not None else tpl.margin.t
+        bottom = layout.margin.b if layout.margin.b is not None else tpl.margin.b
+        subplot_titles = [a for a in layout.annotations if a.yref == "paper" and a.text and a.y is not None
+                          and a.yanchor == "bottom"]
+        assert top >= (charts.TOP_MARGIN_SUBPLOTS if subplot_titles else charts.TOP_MARGIN), name
+        width = NARROW_PX if name in HALF_WIDTH else 1100
+        subtitle = layout.title.subtitle.text if layout.title.subtitle else ""
+        assert len(subtitle or "") * 6.2 <= width - 20, (name, subtitle)  # 12 px subtitle
+        plot_h = layout.height - top - bottom - 40  # 40: the caption line and the x title
+        for key in layout:
+            if not re.fullmatch(r"[xy]axis\d*", key):
+                continue
+            axis = layout[key]
+            assert axis.automargin is not False and tpl[key[0] + "axis"].automargin, (name, key)
+            text = axis.title.text or ""
+            lo, hi = axis.domain or (0.0, 1.0)
+            if key.startswith("y"):
+                assert len(text) * CHAR_PX <= (hi - lo) * plot_h, (name, key, text)
+            else:
+                assert len(text) * CHAR_PX <= (hi - lo) * (width - 140), (name, key, text)

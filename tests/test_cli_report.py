@@ -1,5 +1,6 @@
-"""``python -m batching report``: PNGs of the dashboard's figures, the HTML report and the summary JSON; a clear
-exit when Chromium is missing. The PNGs need kaleido and Chromium (as the browser tests do)."""
+"""``python -m batching report``: each page's figures (PNG), tables (CSV), HTML report and JSON under unique names
+that start with the page (``--page``, default explore); a flag of another page refused; a clear exit when
+Chromium is missing. The PNGs need kaleido and Chromium (as the browser tests do)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ import pytest
 from batching.cli import report as cli_report
 
 from batching import report
-from batching.cli.main import SUMMARY_KEYS, _Parser
+from batching.cli.args import SUMMARY_KEYS, Parser, dispatch
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.specs import deployment
@@ -22,16 +23,21 @@ from batching.sim.workload import workload_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ("timeline", "batch_composition", "kv_queue", "ttft_hist", "tpot_hist", "e2e_hist", "itl")
+EXPLORE_FILES = ["explore_metrics.csv", "explore_requests.csv", "explore_steps.csv", "explore_summary.json",
+                 "explore_report.html"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ARGS = ["report", "--preset", "chunked", "--workload", "mixed", "--rate", "3", "--requests", "300", "--seed", "4"]
 
 
 def report_main(argv: list[str]) -> int:
-    """What ``python -m batching report`` runs: the parser ``add_parser`` builds, then the command."""
-    parser = _Parser(prog="python -m batching")
-    cli_report.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """What ``python -m batching report`` runs: the parser ``add_parser`` builds, then the command, errors
+    handled as the CLI does (a bad flag exits with code 2, returned here)."""
+    parser = Parser(prog="python -m batching")
+    cli_report.add_parser(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
+    try:
+        return dispatch(parser, argv)
+    except SystemExit as exc:  # argparse refused a flag
+        return exc.code
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -49,25 +55,109 @@ def test_report_writes_every_figure_the_html_and_the_json(tmp_path, capsys):
     print(f"\nreport export: {elapsed:.1f} s")
     assert elapsed < 60
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([f"{k}.png" for k in FIGURES] + ["report.html", "summary.json"])
+    assert names == sorted([f"explore_{k}.png" for k in FIGURES] + EXPLORE_FILES)  # --page explore by default
     assert sorted(Path(p).name for p in listed) == names  # every file written is printed
     for key in FIGURES:
-        data = (out / f"{key}.png").read_bytes()
+        data = (out / f"explore_{key}.png").read_bytes()
         width, height = _png_size(data)
         assert width == 2 * 1200 and 600 <= height <= 2 * 1000, (key, width, height)
         assert len(data) > 20_000, key  # a real chart, not a blank image
-    doc = json.loads((out / "summary.json").read_text())
+    doc = json.loads((out / "explore_summary.json").read_text())
     assert set(doc) == {"scenario", "policies", "summaries"}
     assert list(doc["summaries"]) == ["chunked"] and doc["policies"]["chunked"]["chunked_prefill"] is True
     s = doc["summaries"]["chunked"]
     assert set(SUMMARY_KEYS) <= set(s) and s["num_requests"] == 300
     assert doc["scenario"]["Requests"] == "300"
-    html = (out / "report.html").read_text()
+    html = (out / "explore_report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "Explore a policy: chunked" in html
     assert 'src="https://cdn.plot.ly' not in html and html.count("Plotly.newPlot") == len(FIGURES)  # offline
     for title in ("Request timeline", "Batch composition", "KV cache use", "TTFT distribution",
                   "Inter-token latency"):
         assert title in html
+    # every figure names its scenario under the plot
+    assert html.count("workload mixed · 3 req\\u002fs · 300 requests · seed 4 · policy chunked") == len(FIGURES)
+
+
+SMALL = ["--workload", "mixed", "--rate", "3", "--requests", "150", "--seed", "2"]
+# page -> (its flags for a quick run, figure keys, table keys, JSON key)
+PAGES = {
+    "showdown": ([], ("bars", "class_ttft"), ("classic_table", "class_table", "requests", "steps"), "summary"),
+    "explore": ([], FIGURES, ("metrics", "requests", "steps"), "summary"),
+    "compare": (["--policies", "static,chunked"], ("ttft_cdf", "ttft_hist", "tpot_cdf", "tpot_hist", "e2e_cdf",
+                                                   "e2e_hist"), ("metrics", "requests", "steps"), "summary"),
+    "tune": (["--knob", "max_num_seqs", "--values", "16,64"], ("throughput", "frontier", "latency", "utilisation"),
+             ("sweep",), "sweep"),
+    "capacity": (["--policies", "static,chunked", "--slo-ttft-ms", "3000,30000", "--headroom", "1.5"],
+                 ("bars", "goodput"), ("plan", "classes", "rates"), "plan"),
+}
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_page_exports_its_files(tmp_path, monkeypatch, capsys, page):
+    """Each page's figures, tables, JSON and report, every name starting with the page (no browser with
+    --no-png: the PNG names are the figures' keys, checked through the export the command writes)."""
+    monkeypatch.setattr(cli_report, "find_chromium", lambda: None)
+    flags, figures, tables, json_key = PAGES[page]
+    out = tmp_path / page
+    assert report_main(["report", *SMALL, "--page", page, *flags, "--no-png", "--out", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    expected = sorted([f"{page}_{k}.csv" for k in tables] + [f"{page}_{json_key}.json", f"{page}_report.html"])
+    assert names == expected
+    assert sorted(Path(p).name for p in capsys.readouterr().out.split()) == names
+    html = (out / f"{page}_report.html").read_text()
+    assert html.count("Plotly.newPlot") == len(figures)  # one interactive figure per PNG the page would write
+    assert html.count("workload mixed · ") == len(figures)  # each with its caption line
+    assert "python -m batching report" in html
+    doc = json.loads((out / f"{page}_{json_key}.json").read_text())
+    assert doc and (out / f"{page}_{tables[0]}.csv").stat().st_size > 0
+    if page == "compare":
+        assert list(doc["summaries"]) == ["A · static", "B · chunked"]  # the page's slot names
+    if page == "tune":
+        assert doc["knob"] == "max_num_seqs" and doc["values"] == [16.0, 64.0]
+        assert set(doc["knees"]) == {"continuous", "chunked", "priority"}  # the others on the frontier, as the page
+    if page == "tune":
+        assert doc["slo_default"] is True and doc["slo"]  # the pages' shared default SLOs
+    if page == "capacity":
+        assert doc["slo"]["ttft_s"] == [3.0, 30.0] and doc["slo"]["tpot_s"] is None  # one TTFT SLO per class
+        assert doc["target_rate_req_s"] == 20.0 and doc["gpu_hour_usd"] == 2.5 and doc["headroom"] == 1.5
+        assert list(doc["policies"]) == ["static", "chunked"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--page", "capacity", "--knob", "max_num_seqs"], "--knob applies to --page tune, not --page capacity"),
+    (["--page", "showdown", "--policies", "static,chunked"],
+     "--policies applies to --page compare or capacity, not --page showdown"),
+    (["--page", "explore", "--slo-ttft-ms", "500"],
+     "--slo-ttft-ms applies to --page tune or capacity, not --page explore"),
+    (["--page", "tune", "--headroom", "1.5"], "--headroom applies to --page capacity, not --page tune"),
+    (["--page", "capacity", "--slo-ttft-ms", "1,2,3"], "--slo-ttft-ms: 3 values for 2 classes"),
+    (["--page", "compare", "--max-num-seqs", "8"], "--max-num-seqs applies to --page explore or tune"),
+    (["--page", "compare", "--policies", "static"], "--policies: 1 presets; --page compare takes 2 to 4"),
+    (["--page", "compare", "--policies", "static,nope"], "'nope' is not a preset"),
+    (["--page", "capacity", "--policies", "static,static"], "names a preset twice"),
+    (["--page", "tune", "--preset", "static", "--knob", "max_num_seqs"], "--knob max_num_seqs does not apply"),
+    (["--page", "tune", "--values", "64"], "a sweep takes at least 2"),
+    (["--page", "nope"], "argument --page: invalid choice: 'nope'"),
+])
+def test_flags_of_another_page_are_refused(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.setattr(cli_report, "find_chromium", lambda: None)
+    out = tmp_path / "out"
+    assert report_main(["report", *SMALL, *argv, "--no-png", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists() or not any(out.iterdir())  # nothing written
+
+
+@pytest.mark.skipif(cli_report.find_chromium() is None, reason="Chromium is not installed (apt-get install chromium)")
+def test_capacity_page_pngs(tmp_path):
+    out = tmp_path / "cap"
+    assert report_main(["report", *SMALL, "--page", "capacity", "--policies", "continuous,chunked", "--scale", "1",
+                        "--out", str(out)]) == 0
+    for key in ("bars", "goodput"):
+        data = (out / f"capacity_{key}.png").read_bytes()
+        width, height = _png_size(data)
+        assert width == 1200 and height >= 440 and len(data) > 20_000, key
+    assert sorted(p.name for p in out.glob("*.png")) == ["capacity_bars.png", "capacity_goodput.png"]
 
 
 def test_the_figures_are_the_dashboards(tmp_path):
@@ -129,30 +219,25 @@ def test_no_png_needs_no_browser(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli_report, "find_chromium", lambda: None)
     out = tmp_path / "out"
     assert report_main([*ARGS, "--preset", "static", "--max-batch-size", "4", "--no-png", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "summary.json"]
-    doc = json.loads((out / "summary.json").read_text())
+    assert sorted(p.name for p in out.iterdir()) == sorted(EXPLORE_FILES)
+    doc = json.loads((out / "explore_summary.json").read_text())
     assert list(doc["summaries"]) == ["static*"]  # a customised preset is labelled as on the dashboard
     assert doc["policies"]["static*"]["max_batch_size"] == 4
 
 
-@pytest.mark.parametrize("flag, message", [(["--scale", "50"], "--scale=50 is out of range"),
-                                           (["--width", "10"], "--width=10 is out of range")])
+@pytest.mark.parametrize("flag, message", [(["--scale", "50"], "argument --scale: 50 is out of range; allowed 0.5 to 6"),
+                                           (["--width", "10"], "argument --width: 10 is out of range; allowed 200 to "
+                                                               "4000")])
 def test_bad_sizes_exit_2(tmp_path, capsys, flag, message):
     assert report_main([*ARGS, *flag, "--no-png", "--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
 
 
-def _wired() -> bool:
-    return "cli_report" in (ROOT / "batching" / "cli" / "main.py").read_text()
-
-
-@pytest.mark.skipif(not _wired(), reason="batching/__main__.py does not register the report command yet "
-                    "(the lead adds cli_report.add_parser(sub))")
 def test_python_m_batching_report(tmp_path):
     out = subprocess.run([sys.executable, "-m", "batching", *ARGS, "--no-png", "--out", str(tmp_path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert (tmp_path / "report.html").exists() and (tmp_path / "summary.json").exists()
+    assert (tmp_path / "explore_report.html").exists() and (tmp_path / "explore_summary.json").exists()
     bad = subprocess.run([sys.executable, "-m", "batching", "report", "--out", str(tmp_path), "--preset", "nope"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from batching.sim import costmodel as cm
-from batching.charts.policy import SERIES_COLORS, TEMPLATE
+from batching.charts.policy import SERIES_COLORS, TEMPLATE, TOP_MARGIN_SUBPLOTS, _title, log_axis
 from batching.sim.specs import GIB, Deployment
 
 # the stacked parts, in drawing order: step_breakdown's names grouped for reading
@@ -31,13 +31,6 @@ PART_COLORS = {"linear layers": "#4C78A8", "element-wise": "#9ECAE9", "attention
                "all-reduce": "#54A24B", "LM head": "#B279A2", "swap": "#BAB0AC", "fixed overhead": "#E45756"}
 GPU_COLORS = {2: "#4C78A8", 4: "#F58518", 8: "#54A24B"}
 TP_COLORS = {1: "#B279A2", 2: "#4C78A8", 4: "#F58518", 8: "#54A24B"}
-
-
-def _title(text: str, subtitle: str | None = None) -> dict:
-    out: dict = {"text": text}
-    if subtitle:
-        out["subtitle"] = {"text": subtitle, "font": {"size": 12, "color": "#6B6B6B"}}
-    return out
 
 
 def _grouped(parts: Sequence[dict]) -> dict[str, np.ndarray]:
@@ -60,9 +53,12 @@ def _ridge(fig: go.Figure, x: float, text: str, xmin: float, xmax: float) -> Non
         return
     fig.add_shape(type="line", x0=x, x1=x, y0=0, y1=1, xref="x", yref="paper",
                   line=dict(color="#262730", width=1.5, dash="dash"))
+    # a short label (on up to three lines) beside the line, on the side with more room, inside the plot: a one-line
+    # label ran over the y tick labels or into the legend in a half-width column
     fig.add_annotation(x=np.log10(x), y=1.0, xref="x", yref="paper", text=text, showarrow=False,
-                       xanchor="left" if x < np.sqrt(xmin * xmax) * 3 else "right", yanchor="top",
-                       font=dict(size=11), bgcolor="rgba(255,255,255,0.7)")
+                       xanchor="left" if x < np.sqrt(xmin * xmax) else "right", yanchor="top", align="left",
+                       xshift=4 if x < np.sqrt(xmin * xmax) else -4, font=dict(size=11),
+                       bgcolor="rgba(255,255,255,0.7)")
 
 
 def decode_breakdown(costs: cm.CostModel, context_tokens: float, batch_sizes: Sequence[int]) -> pd.DataFrame:
@@ -89,13 +85,15 @@ def step_vs_batch(costs: cm.CostModel, context_tokens: float, batch_sizes: Seque
     fig = go.Figure()
     fig.update_layout(template=TEMPLATE, height=430, title=_title(
         "Decode step time vs batch size" + (f" · {label}" if label else ""),
-        f"One decode step of b sequences, each with {context_tokens:,.0f} tokens of context; stacked by part"))
+        f"b sequences decoding (b tokens), each with {context_tokens:,.0f} tokens of context; stacked by part"))
     groups = _grouped(df.to_dict("records"))
     _stacked(fig, df.batch, groups, "batch")
-    fig.update_layout(xaxis=dict(title="Batch size (sequences decoding = tokens per step, log scale)", type="log"),
-                      yaxis_title="Step time (ms)", hovermode="x unified")
+    # a short x title: in a half-width column a longer one was cut at both ends ("atch size")
+    fig.update_layout(xaxis_title="Batch size (tokens per step, log scale)", yaxis_title="Step time (ms)",
+                      hovermode="x unified")
+    log_axis(fig, "x", batch_sizes)
     ridge = cm.ridge_tokens(costs)
-    _ridge(fig, ridge, f" ridge ≈ {ridge:,.0f} tokens: linear layers turn compute-bound ", min(batch_sizes),
+    _ridge(fig, ridge, f"ridge ≈ {ridge:,.0f} tokens:<br>linear layers turn<br>compute-bound", min(batch_sizes),
            max(batch_sizes))
     return fig
 
@@ -106,12 +104,13 @@ def step_vs_prompt(costs: cm.CostModel, prompt_lengths: Sequence[int], label: st
     fig = go.Figure()
     fig.update_layout(template=TEMPLATE, height=430, title=_title(
         "Prefill step time vs prompt length" + (f" · {label}" if label else ""),
-        "One step computing a whole prompt (no chunking, nothing else in the batch); stacked by part"))
+        "One step prefilling a whole prompt, nothing else in the batch; stacked by part"))
     _stacked(fig, df.prompt_tokens, _grouped(df.to_dict("records")), "prompt tokens")
-    fig.update_layout(xaxis=dict(title="Prompt length (tokens, log scale)", type="log"),
-                      yaxis_title="Step time (ms)", hovermode="x unified")
+    fig.update_layout(xaxis_title="Prompt length (tokens, log scale)", yaxis_title="Step time (ms)",
+                      hovermode="x unified")
+    log_axis(fig, "x", prompt_lengths)
     ridge = cm.ridge_tokens(costs)
-    _ridge(fig, ridge, f" ridge ≈ {ridge:,.0f} tokens: compute-bound beyond ", min(prompt_lengths),
+    _ridge(fig, ridge, f"ridge ≈ {ridge:,.0f} tokens:<br>compute-bound beyond", min(prompt_lengths),
            max(prompt_lengths))
     return fig
 
@@ -165,9 +164,13 @@ def op_calibration(frames: Mapping[int, pd.DataFrame], what: str = "Linear layer
                                  hovertemplate=f"TP {tp}: %{{x}} tokens, error %{{y:+.1f}} %<extra></extra>"),
                       row=2, col=1)
     fig.add_hrect(y0=-tolerance * 100, y1=tolerance * 100, fillcolor="#ECECEC", opacity=0.6, line_width=0, row=2, col=1)
-    fig.update_xaxes(type="log", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="Tokens in the forward pass (log scale)", row=2, col=1)
-    fig.update_yaxes(type="log", title_text="Time per layer per GPU (µs, log)", row=1, col=1)
+    tokens = np.concatenate([d.num_tokens.to_numpy(float) for d in frames.values()])
+    times = np.concatenate([np.r_[d.measured_s.to_numpy(float), d.model_s.to_numpy(float)] for d in frames.values()])
+    for row in (1, 2):
+        log_axis(fig, "x", tokens, row=row, col=1)
+    fig.update_xaxes(title_text="Tokens in the forward pass (log scale)", row=2, col=1)
+    log_axis(fig, "y", times * 1e6, row=1, col=1)
+    fig.update_yaxes(title_text="Time per layer per GPU (µs, log)", row=1, col=1)
     fig.update_yaxes(title_text="Model error (%)", row=2, col=1)
     return fig
 
@@ -202,9 +205,11 @@ def allreduce_calibration(frame: pd.DataFrame, impl: str, tolerance: float = 0.1
                                  hovertemplate=f"{tp} GPUs: %{{x:,}} B left out, error %{{y:+.1f}} %<extra></extra>"),
                       row=2, col=1)
     fig.add_hrect(y0=-tolerance * 100, y1=tolerance * 100, fillcolor="#ECECEC", opacity=0.6, line_width=0, row=2, col=1)
-    fig.update_xaxes(type="log", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="Message size (bytes, log scale)", row=2, col=1)
-    fig.update_yaxes(type="log", title_text="All-reduce latency (µs, log)", row=1, col=1)
+    for row in (1, 2):
+        log_axis(fig, "x", frame.message_bytes.to_numpy(float), row=row, col=1)
+    fig.update_xaxes(title_text="Message size (bytes, log scale)", row=2, col=1)
+    log_axis(fig, "y", np.r_[frame.measured_s.to_numpy(float), frame.model_s.to_numpy(float)] * 1e6, row=1, col=1)
+    fig.update_yaxes(title_text="All-reduce latency (µs, log)", row=1, col=1)
     fig.update_yaxes(title_text="Model error (%)", row=2, col=1)
     return fig
 
@@ -214,7 +219,7 @@ def end_to_end(frame: pd.DataFrame, tolerance: float = 0.20) -> go.Figure:
     metrics = list(frame.metric)
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[m.split(" (")[0] for m in metrics],
                         horizontal_spacing=0.09)
-    fig.update_layout(template=TEMPLATE, height=400, barmode="group", title=_title(
+    fig.update_layout(template=TEMPLATE, height=420, barmode="group", margin=dict(t=TOP_MARGIN_SUBPLOTS), title=_title(
         "End to end: Llama-3.1-70B BF16 on 4×H100 (TP 4), ShareGPT-like traffic",
         f"Simulated continuous batching vs the published SGLang v0.3.0 / vLLM v0.6.0 runs; whiskers ±{tolerance:.0%} "
         "around each published value"))

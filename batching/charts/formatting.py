@@ -7,13 +7,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from batching.studies.compare import COMPARE_COLUMNS
+from batching.studies.compare import COMPARE_COLUMNS, is_unbounded, unbounded_text
 from batching.sim.metrics import DEFINITIONS
 
-SHARES = {"gpu_util", "busy", "mfu", "mbu", "batch_efficiency"}
+SHARES = {"gpu_util", "sol_util", "busy", "mfu", "mbu", "kv_util", "load", "batch_efficiency"}
+# shares that are neither better nor worse when higher (never coloured in Compare's deltas)
+NEUTRAL = {"busy", "kv_util", "load", "batch_efficiency", "mean_running", "offered_req_s", "queue_growth_req_s"}
 MS_METRICS = {"tpot", "itl"}
+MS_BELOW_S = 10.0  # latencies in seconds below this read in ms
+MISSING = "–"  # a figure the run does not have; the table's footnote says why
 _LATENCY = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<stat>p\d+|mean)_s$")
 SHORT_HEADERS = {  # narrow enough for the showdown table to fit; the tooltips say "output tokens"
     "throughput_output_tok_s": "Throughput (tok/s)",
@@ -30,8 +35,13 @@ class MetricSpec:
     factor: float  # summary value -> shown value
     fmt: str  # st.column_config.NumberColumn format
     unit: str  # unit text after a shown value
-    lower_is_better: bool
+    lower_is_better: bool | None  # None: neither (never coloured as better or worse)
     help: str
+
+    @property
+    def label(self) -> str:
+        """The header without its unit, for text tables whose cells carry their units."""
+        return self.header.split(" (")[0]
 
 
 def metric_spec(key: str) -> MetricSpec:
@@ -47,41 +57,86 @@ def metric_spec(key: str) -> MetricSpec:
                           True, f"{stat_text} of {label.split(' (')[0]}. {definition}".strip())
     if key in SHARES:
         label, definition = DEFINITIONS.get(key, (key, ""))
-        return MetricSpec(key, SHORT_HEADERS.get(key, label), 100.0, "%.1f%%", "%", False, definition)
+        return MetricSpec(key, SHORT_HEADERS.get(key, label), 100.0, "%.1f%%", "%",
+                          None if key in NEUTRAL else False, definition)
     if key == "preemptions":
         label, definition = DEFINITIONS.get(key, (key, ""))
         return MetricSpec(key, label, 1.0, "%d", "", True, definition)
-    if key.startswith(("throughput", "capacity", "goodput")):
+    if key == "mean_running":
+        label, definition = DEFINITIONS.get(key, (key, ""))
+        return MetricSpec(key, label, 1.0, "%.1f", "", None, definition)
+    if key == "overloaded":
+        label, definition = DEFINITIONS.get(key, (key, ""))
+        return MetricSpec(key, label, 1.0, "%s", "", None, definition)
+    if key.startswith(("throughput", "capacity", "goodput", "offered", "queue_growth")):
         label, definition = DEFINITIONS.get(key, (COMPARE_COLUMNS.get(key, key), ""))
         header = SHORT_HEADERS.get(key, COMPARE_COLUMNS.get(key, label))
         unit = "req/s" if key.endswith("req_s") else "tok/s"
-        return MetricSpec(key, header, 1.0, "%.0f", unit, False, definition)
+        return MetricSpec(key, header, 1.0, "%.0f", unit, None if key in NEUTRAL else False, definition)
     label, definition = DEFINITIONS.get(key, (COMPARE_COLUMNS.get(key, key), ""))
     return MetricSpec(key, COMPARE_COLUMNS.get(key, label), 1.0, "%.3g", "", True, definition)
 
 
 def shown(key: str, value: float | None, small_s_as_ms: bool = True) -> str:
-    """A summary value as text with its unit ("0.57 s", "26.2 ms", "41.7 %", "2,454 tok/s").
+    """A summary value as text with its unit ("570 ms", "12.40 s", "26.2 ms", "41.7 %", "2,454 tok/s"; "–" if none).
 
-    Seconds under 0.1 read as ms unless ``small_s_as_ms`` is off (rows whose header says "(s)").
+    Seconds under ``MS_BELOW_S`` (10 s) read as ms unless ``small_s_as_ms`` is off.
     """
     spec = metric_spec(key)
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
+        return MISSING
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
     v = value * spec.factor
     if spec.unit == "%":
         return f"{v:.1f} %"
     if spec.fmt == "%d":
         return f"{int(v):,}"
+    if spec.fmt == "%.1f":
+        return f"{v:,.1f}"
+    if key == "queue_growth_req_s":
+        return f"{v:+.2f} req/s"
     if spec.unit in ("tok/s", "req/s"):
-        return f"{v:,.0f} {spec.unit}" if v >= 10 else f"{v:.2f} {spec.unit}"
+        return f"{v:,.0f} {spec.unit}" if abs(v) >= 10 else f"{v:.2f} {spec.unit}"
     if spec.unit == "ms":
         return f"{v:,.1f} ms"
     if spec.unit == "s":
-        if v >= 0.1:
-            return f"{v:,.2f} s"
-        return f"{v * 1e3:,.1f} ms" if small_s_as_ms else f"{v:.3g} s"
+        if small_s_as_ms and v < MS_BELOW_S:
+            return f"{v * 1e3:,.0f} ms" if v >= 0.1 else f"{v * 1e3:,.1f} ms"
+        return f"{v:,.2f} s"
     return f"{v:.3g}"
+
+
+def cell_text(key: str, summary: Mapping) -> str:
+    """A summary's figure as a table cell: its value with unit; "unbounded: queue grows (+x.x req/s)" for a
+    latency of an overloaded run; batch efficiency with the mean running batch ("5.5 % (14 of 256)")."""
+    if is_unbounded(key, summary):
+        return unbounded_text(summary)
+    text = shown(key, summary.get(key))
+    if key == "batch_efficiency" and text != MISSING:
+        running, cap = summary.get("mean_running"), summary.get("batch_cap")
+        if isinstance(running, (int, float)) and math.isfinite(running) and cap:
+            text += f" ({running:,.0f} of {int(cap):,})"
+    return text
+
+
+MISSING_REASONS = {
+    "tpot": "no request has 2 or more output tokens",
+    "capacity": "no capacity run (every request at t = 0) for this row",
+    "load": "no capacity run (every request at t = 0) for this row",
+    "kv_util": "the KV cache size is unknown",
+}
+
+
+def missing_notes(summaries: Mapping[str, Mapping], keys: Sequence[str]) -> list[str]:
+    """One line per figure shown as "–", saying why."""
+    notes = []
+    for name, s in summaries.items():
+        for k in keys:
+            if not is_unbounded(k, s) and shown(k, s.get(k)) == MISSING:
+                reason = next((r for p, r in MISSING_REASONS.items() if k.startswith(p)), "not measured in this run")
+                notes.append(f"{MISSING} {metric_spec(k).label} of {name}: {reason}.")
+    return notes
 
 
 def _scaled(key: str, value):
@@ -91,7 +146,50 @@ def _scaled(key: str, value):
 
 
 def report_frame(summaries: Mapping[str, dict], keys: Sequence[str] = tuple(COMPARE_COLUMNS)) -> pd.DataFrame:
-    """The same table as text with units, for the HTML report."""
-    rows = {name: {metric_spec(k).header: shown(k, s.get(k), small_s_as_ms=False) for k in keys}
-            for name, s in summaries.items()}
-    return pd.DataFrame.from_dict(rows, orient="index")
+    """The table as text with units in the cells (headers without units), for the dashboard and the HTML report;
+    an overloaded run's latencies read "unbounded: queue grows (+x.x req/s)", a missing figure "–". The frame's
+    ``attrs["overloaded"]`` lists the rows of overloaded runs."""
+    rows = {name: {metric_spec(k).label: cell_text(k, s) for k in keys} for name, s in summaries.items()}
+    df = pd.DataFrame.from_dict(rows, orient="index")
+    df.attrs["overloaded"] = [name for name, s in summaries.items() if s.get("overloaded")]
+    return df
+
+
+def class_frame(summaries: Mapping[str, dict], stat: str = "ttft_p99_s") -> pd.DataFrame:
+    """One row per policy, one column per priority class: that class's statistic in display units (the home
+    page's per-class table; ``ui.tables.class_frame`` draws the same)."""
+    spec = metric_spec(stat)
+    rows: dict[str, dict] = {}
+    for name, s in summaries.items():
+        row = {}
+        for level, cls in sorted(s.get("by_priority", {}).items(), key=lambda kv: int(kv[0])):
+            row[f"{cls.get('class_name', level)} (P{level})"] = _scaled(stat, cls.get(stat))
+        rows[name] = row
+    df = pd.DataFrame.from_dict(rows, orient="index")
+    df.attrs["header"] = spec.header
+    return df
+
+
+def change_frame(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataFrame:
+    """Rows = metrics; per policy its value (text) and, after the first, its change against the first (%), with a
+    ``_lower_is_better`` column (None: never coloured). No change is given for a latency of an overloaded run
+    (it measures the run's length), so an overloaded policy never shows a −100 % delta (Compare's table;
+    ``ui.tables.change_table`` draws it)."""
+    names = list(summaries)
+    base = summaries[names[0]] if names else {}
+    rows = []
+    for k in keys:
+        spec = metric_spec(k)
+        row = {"Metric": spec.label}
+        for i, name in enumerate(names):
+            s = summaries[name]
+            v = s.get(k)
+            row[name] = cell_text(k, s)
+            if i:
+                b = base.get(k)
+                ok = (all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in (v, b))
+                      and b != 0 and not is_unbounded(k, s) and not is_unbounded(k, base))
+                row[f"{name} vs {names[0]}"] = (v - b) / abs(b) * 100 if ok else float("nan")
+        row["_lower_is_better"] = spec.lower_is_better
+        rows.append(row)
+    return pd.DataFrame(rows)

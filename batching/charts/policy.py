@@ -3,9 +3,12 @@
 Every builder returns a ``go.Figure`` that uses the one shared template
 (``pio.templates["batching"]``, registered on import), has a title and axis titles with
 units. Times come in seconds from the library; TPOT and ITL are shown in milliseconds.
+Policies are coloured by name (``charts.colors``), the same on every page; log axes carry
+decade (or 1-2-5) labels from ``log_axis``.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -15,22 +18,19 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from batching.charts.colors import alpha, policy_colors
 from batching.sim.metrics import hist_percentile
 from batching.sim.specs import KV_BLOCK_TOKENS
 
 TEMPLATE = "batching"
 FONT = "Inter, 'Source Sans Pro', 'Helvetica Neue', Arial, sans-serif"
-# one colour per preset, the same on every chart
-POLICY_COLORS = {
-    "static": "#E45756",
-    "dynamic": "#F58518",
-    "continuous": "#4C78A8",
-    "chunked": "#54A24B",
-    "priority": "#B279A2",
-}
 SERIES_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#9D755D", "#EECA3B")
 CLASS_COLORS = ("#D1495B", "#2E86AB", "#66A61E", "#8E6C8A", "#EDAE49", "#00798C", "#30638E", "#7A6C5D")
 TOKEN_COLORS = {"prefill": "#F58518", "decode": "#4C78A8", "padded": "#BAB0AC"}
+SUBTITLE_FONT = {"size": 12, "color": "#6B6B6B"}
+# room above the plot: title, subtitle, and a subplot's own title below them (pixels)
+TOP_MARGIN = 96
+TOP_MARGIN_SUBPLOTS = 112
 
 # metric -> (name, unit shown, factor from seconds)
 LATENCY_UNITS = {
@@ -40,6 +40,7 @@ LATENCY_UNITS = {
     "queue_delay": ("Queue delay", "s", 1.0),
 }
 TIMELINE_MAX_ROWS = 4000
+TIMELINE_WINDOW = 100  # requests the timeline opens on
 TIME_BINS = 600
 RAW_STEPS_MAX = 1500
 
@@ -54,8 +55,10 @@ def register_template() -> None:
     tpl.layout.update(
         font=dict(family=FONT, size=13, color="#262730"),
         colorway=list(SERIES_COLORS),
-        title=dict(x=0.0, xanchor="left", y=0.97, yanchor="top", font=dict(size=17)),
-        margin=dict(l=70, r=20, t=84, b=60),
+        # the title a little in from the edge (pad applies with xanchor left), the subtitle under it, and the
+        # plot far enough below that a subplot title never touches the subtitle
+        title=dict(x=0.0, xanchor="left", y=0.98, yanchor="top", font=dict(size=17), pad=dict(l=10)),
+        margin=dict(l=70, r=20, t=TOP_MARGIN, b=60),
         legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top", bgcolor="rgba(0,0,0,0)",
                     font=dict(size=12), tracegroupgap=6),
         hoverlabel=dict(font=dict(family=FONT)),
@@ -64,8 +67,10 @@ def register_template() -> None:
         bargap=0.2,
     )
     for axis in (tpl.layout.xaxis, tpl.layout.yaxis):
+        # axis titles at the body size: a rotated y title longer than the plot is tall would run into the
+        # subtitle above it
         axis.update(showline=True, linecolor="#9A9A9A", ticks="outside", gridcolor="#ECECEC", zeroline=False,
-                    automargin=True, title=dict(standoff=8))
+                    automargin=True, title=dict(standoff=8, font=dict(size=13)))
     pio.templates[TEMPLATE] = tpl
 
 
@@ -73,11 +78,6 @@ register_template()
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def policy_color(name: str, index: int = 0) -> str:
-    base = name.split(" ")[-1].rstrip("*")
-    return POLICY_COLORS.get(base, SERIES_COLORS[index % len(SERIES_COLORS)])
 
 
 def slug(*parts: object) -> str:
@@ -96,16 +96,10 @@ def png_config(filename: str) -> dict:
     }
 
 
-def _alpha(hex_color: str, alpha: float) -> str:
-    h = hex_color.lstrip("#")
-    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
-    return f"rgba({r},{g},{b},{alpha})"
-
-
 def _title(text: str, subtitle: str | None = None) -> dict:
     out: dict = {"text": text}
     if subtitle:
-        out["subtitle"] = {"text": subtitle, "font": {"size": 12, "color": "#6B6B6B"}}
+        out["subtitle"] = {"text": subtitle, "font": dict(SUBTITLE_FONT)}
     return out
 
 
@@ -133,6 +127,61 @@ def _no_data(fig: go.Figure, text: str = "No data to show") -> go.Figure:
     return fig
 
 
+# ---------------------------------------------------------------- log axes
+
+
+def log_ticks(values, most: int = 8) -> list[float] | None:
+    """Tick values for a log axis over these values: the decades (1, 10, 100, ...) when at least three fall in
+    the range, else 1-2-5 steps, else finer; None (Plotly's own) when nothing is positive."""
+    v = np.asarray(values, float).ravel()
+    v = v[np.isfinite(v) & (v > 0)]
+    if not v.size:
+        return None
+    lo, hi = float(v.min()) / 1.05, float(v.max()) * 1.05  # about the range Plotly shows
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+
+    def within(mantissas) -> list[float]:
+        ticks = [float(f"{m * 10.0 ** k:.12g}") for k in decades for m in mantissas]
+        return [t for t in ticks if lo <= t <= hi]
+
+    ticks = within((1.0,))
+    if len(ticks) >= 3:
+        step = math.ceil(len(ticks) / most)  # very wide ranges: every other decade, ...
+        return ticks[::step]
+    for mantissas in ((1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)):
+        ticks = within(mantissas)
+        if len(ticks) >= 3:
+            break
+    return ticks[:most * 2] or None
+
+
+def tick_text(t: float) -> str:
+    """A log tick as people write it: 0.01, 0.5, 1, 20, 1,000, 10k, 1M."""
+    if t >= 1e9:
+        return f"{t / 1e9:g}G"
+    if t >= 1e6:
+        return f"{t / 1e6:g}M"
+    if t >= 1e4:
+        return f"{t / 1e3:g}k"
+    return f"{t:,.0f}" if t >= 1 else f"{t:g}"
+
+
+def log_axis(fig: go.Figure, axis: str, values, **where) -> None:
+    """Make an axis ("x" or "y") log with clean labels: decades (minor ticks at 2-9 between them) or 1-2-5 when
+    the data span less than two decades; never Plotly's crowded small digits. ``where``: row/col of a subplot."""
+    ticks = log_ticks(values)
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    kw: dict = {"type": "log"}
+    if ticks:
+        kw.update(tickmode="array", tickvals=ticks, ticktext=[tick_text(t) for t in ticks])
+        ratios = [b / a for a, b in zip(ticks, ticks[1:])]
+        if ratios and min(ratios) >= 9.99:  # decade labels: unlabelled minor ticks at 2..9 help reading
+            kw["minor"] = dict(ticks="outside", ticklen=3, dtick="D1", showgrid=False)
+    else:
+        kw.update(dtick=1, exponentformat="power")  # no data: decades, whatever the range
+    update(**kw, **where)
+
+
 def _latency_values(df: pd.DataFrame, metric: str) -> np.ndarray:
     _, _, factor = LATENCY_UNITS[metric]
     v = df[f"{metric}_s"].to_numpy(dtype=float) * factor
@@ -149,11 +198,12 @@ def _log_edges(values: Sequence[np.ndarray], bins: int = 50) -> np.ndarray | Non
     return np.logspace(np.log10(lo), np.log10(hi) + 1e-9, bins + 1)
 
 
-def _step_xy(edges: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Outline of a histogram as a step line: x at bin edges, y the counts."""
+def _step_xy(edges: np.ndarray, counts: np.ndarray, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Outline of a histogram as a step line: x at bin edges, y the counts, closed at ``floor`` at both ends
+    (empty bins also at ``floor``: on a log count axis that is the bottom of the axis, not zero)."""
     x = np.repeat(edges, 2)[1:-1]
-    y = np.repeat(counts.astype(float), 2)
-    return np.concatenate(([edges[0]], x, [edges[-1]])), np.concatenate(([0.0], y, [0.0]))
+    y = np.maximum(np.repeat(counts.astype(float), 2), floor)
+    return np.concatenate(([edges[0]], x, [edges[-1]])), np.concatenate(([floor], y, [floor]))
 
 
 def _hist_traces(fig: go.Figure, values: Mapping[str, np.ndarray], colors: Mapping[str, str], unit: str,
@@ -168,7 +218,7 @@ def _hist_traces(fig: go.Figure, values: Mapping[str, np.ndarray], colors: Mappi
     for name, counts in hists.items():
         x, y = _step_xy(edges, counts)
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, legendgroup=name, fill="tozeroy",
-                                 line=dict(color=colors[name], width=1.5), fillcolor=_alpha(colors[name], 0.3),
+                                 line=dict(color=colors[name], width=1.5), fillcolor=alpha(colors[name], 0.3),
                                  hovertemplate=f"{name}<br>%{{x:.3g}} {unit}: %{{y:,.0f}}<extra></extra>"),
                       **cell)
         if not markers or not len(values[name]):
@@ -178,14 +228,16 @@ def _hist_traces(fig: go.Figure, values: Mapping[str, np.ndarray], colors: Mappi
 
 
 def _percentile_lines(fig: go.Figure, name: str, values: np.ndarray | None, color: str, unit: str, ymax: float,
-                      several: bool, at: Mapping[int, float] | None = None, **cell) -> None:
-    """P50 (dashed) and P99 (dotted) vertical lines, out of the legend, values in the hover text."""
-    for q, dash, height in ((50, "dash", 1.0), (99, "dot", 0.93)):  # P99 label a little lower: no overlap
+                      several: bool, at: Mapping[int, float] | None = None, y0: float = 0.0,
+                      p99_height: float = 0.93, **cell) -> None:
+    """P50 (dashed) and P99 (dotted) vertical lines from ``y0`` up, out of the legend, values in the hover text;
+    the P99 line stops at ``p99_height`` of the P50's top so the two labels do not overlap."""
+    for q, dash, height in ((50, "dash", 1.0), (99, "dot", p99_height)):
         p = float(np.percentile(values, q)) if at is None else float(at[q])
         if not np.isfinite(p) or p <= 0:
             continue
         label = f"{name} P{q}" if several else f"P{q}"
-        fig.add_trace(go.Scatter(x=[p, p], y=[0, ymax * height], mode="lines+text", legendgroup=name,
+        fig.add_trace(go.Scatter(x=[p, p], y=[y0, ymax * height], mode="lines+text", legendgroup=name,
                                  showlegend=False, name=f"{name} P{q}", text=["", f"P{q}"],
                                  textposition="top center", textfont=dict(size=10, color=color),
                                  line=dict(color=color, width=2, dash=dash),
@@ -194,36 +246,54 @@ def _percentile_lines(fig: go.Figure, name: str, values: np.ndarray | None, colo
 
 # ---------------------------------------------------------------- home: showdown
 
+LIGHT_ALPHA = 0.35  # the "at this load" and P50 bars: the policy's colour, light; capacity and P99 solid
+
 
 def showdown_bars(summaries: Mapping[str, dict]) -> go.Figure:
-    """Grouped bars per policy: throughput vs capacity, TTFT P50/P99, TPOT P50/P99."""
+    """Grouped bars per policy in the policy's colour: throughput at this load (light) vs capacity (solid),
+    TTFT and TPOT P50 (light) and P99 (solid) on log axes."""
     names = list(summaries)
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
+    colors = policy_colors(names)
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.1,
                         subplot_titles=("Throughput at this load vs capacity", "TTFT (log scale)",
                                         "TPOT (log scale)"))
-    fig.update_layout(template=TEMPLATE, height=440, barmode="group", margin=dict(l=90),
-                      title=_title("Strategy showdown: throughput and latency by policy"))
+    fig.update_layout(template=TEMPLATE, height=460, barmode="group", margin=dict(t=TOP_MARGIN_SUBPLOTS),
+                      title=_title("Strategy showdown: throughput and latency by policy",
+                                   "One colour per policy; light bars: at this load / P50, solid bars: capacity / "
+                                   "P99"))
     series = [
-        (1, "At this load", "throughput_output_tok_s", 1.0, "#9ECAE9", "tok/s"),
-        (1, "Capacity", "capacity_output_tok_s", 1.0, "#4C78A8", "tok/s"),
-        (2, "P50", "ttft_p50_s", 1.0, "#F2A65A", "s"),
-        (2, "P99", "ttft_p99_s", 1.0, "#C0392B", "s"),
-        (3, "P50", "tpot_p50_s", 1e3, "#F2A65A", "ms"),
-        (3, "P99", "tpot_p99_s", 1e3, "#C0392B", "ms"),
+        (1, "At this load", "throughput_output_tok_s", 1.0, False, "tok/s"),
+        (1, "Capacity", "capacity_output_tok_s", 1.0, True, "tok/s"),
+        (2, "P50", "ttft_p50_s", 1.0, False, "s"),
+        (2, "P99", "ttft_p99_s", 1.0, True, "s"),
+        (3, "P50", "tpot_p50_s", 1e3, False, "ms"),
+        (3, "P99", "tpot_p99_s", 1e3, True, "ms"),
     ]
-    shown = set()
-    for col, label, key, factor, color, unit in series:
-        y = [summaries[n].get(key, np.nan) * factor for n in names]
-        fig.add_trace(go.Bar(x=names, y=y, name=label, legendgroup=label, showlegend=label not in shown,
-                             marker_color=color, hovertemplate=f"%{{x}} {label}: %{{y:,.3g}} {unit}<extra></extra>"),
+    values: dict[int, list[float]] = {1: [], 2: [], 3: []}
+    for col, label, key, factor, solid, unit in series:
+        y = [_num(summaries[n].get(key)) * factor for n in names]
+        values[col] += y
+        line = [colors[n] for n in names]
+        fill = line if solid else [alpha(c, LIGHT_ALPHA) for c in line]
+        fig.add_trace(go.Bar(x=names, y=y, name=label, legendgroup=label, showlegend=False,
+                             marker=dict(color=fill, line=dict(color=line, width=1.5)),
+                             hovertemplate=f"%{{x}} {label}: %{{y:,.3g}} {unit}<extra></extra>"),
                       row=1, col=col)
-        shown.add(label)
-    fig.update_yaxes(title_text="Throughput (tok/s)", row=1, col=1)
-    fig.update_yaxes(title_text="TTFT (s)", type="log", row=1, col=2)
-    fig.update_yaxes(title_text="TPOT (ms)", type="log", row=1, col=3)
+    fig.update_yaxes(title_text="Throughput (tok/s)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="TTFT (s)", row=1, col=2)
+    fig.update_yaxes(title_text="TPOT (ms)", row=1, col=3)
+    log_axis(fig, "y", values[2], row=1, col=2)
+    log_axis(fig, "y", values[3], row=1, col=3)
     fig.update_xaxes(title_text="Policy")
     fig.update_annotations(font_size=13)
     return fig
+
+
+def _num(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def class_ttft_bars(summaries: Mapping[str, dict], quantile: int = 99) -> go.Figure:
@@ -237,13 +307,15 @@ def class_ttft_bars(summaries: Mapping[str, dict], quantile: int = 99) -> go.Fig
             classes.setdefault(level, cls.get("class_name", f"class {level}"))
     if not classes:
         return _no_data(fig)
+    shown = []
     for level, cname in classes.items():
         y = [summaries[n].get("by_priority", {}).get(level, {}).get(f"ttft_p{quantile}_s", np.nan) for n in names]
+        shown += y
         fig.add_trace(go.Bar(x=names, y=y, name=f"{cname} (priority {level})",
                              marker_color=CLASS_COLORS[int(level) % len(CLASS_COLORS)],
                              hovertemplate=f"%{{x}} · {cname}: %{{y:,.3g}} s<extra></extra>"))
-    fig.update_layout(barmode="group", xaxis_title="Policy", yaxis_title=f"P{quantile} TTFT (s, log scale)",
-                      yaxis_type="log")
+    fig.update_layout(barmode="group", xaxis_title="Policy", yaxis_title=f"P{quantile} TTFT (s, log scale)")
+    log_axis(fig, "y", shown)
     return fig
 
 
@@ -267,8 +339,12 @@ def _ordinal(k: int) -> str:
 
 
 def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
-                     max_rows: int = TIMELINE_MAX_ROWS) -> go.Figure:
-    """One row per request: queued, prefill, decode and held segments, coloured by class (WebGL)."""
+                     max_rows: int = TIMELINE_MAX_ROWS, window: int = TIMELINE_WINDOW) -> go.Figure:
+    """One row per request: queued, prefill, decode and held segments, coloured by class (WebGL).
+
+    Every request is drawn, but the chart opens on the first ``window`` of them (the x and y ranges set to their
+    rows and their time span), where single requests can be read; double-click or Autoscale shows the whole run.
+    """
     df, note = timeline_sample(requests, max_rows)
     fig = _figure("Request timeline: queued, prefill, decode", note or "One row per request, in arrival order",
                   height=520)
@@ -312,6 +388,17 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
                                                      f"<extra>{cname}</extra>"))
     # no reversed y axis: Streamlit's plotly.js draws WebGL lines wrongly on a reversed axis
     fig.update_layout(xaxis_title="Simulated time (s)", yaxis_title="Request (arrival order, first at the bottom)")
+    if len(df) > window:
+        # open on the first `window` requests; the data stay whole, so zooming out shows the run
+        ends = np.where(np.isfinite(release), release, np.where(np.isfinite(finish), finish, arrival))
+        x0, x1 = float(arrival[:window].min()), float(np.nanmax(ends[:window]))
+        pad = 0.02 * max(x1 - x0, 1e-3)
+        fig.update_xaxes(range=[x0 - pad, x1 + pad])
+        fig.update_yaxes(range=[float(row[0]) - 0.5, float(row[window - 1]) + 0.5])
+        fig.layout.title.subtitle.text = (
+            f"One row per request in arrival order ({len(df):,} of {len(requests):,} drawn); opens on the first "
+            f"{window}, double-click for all" if note else
+            f"One row per request in arrival order; opens on the first {window} of {len(df):,}, double-click for all")
     return fig
 
 
@@ -370,36 +457,53 @@ def _per_step_or_binned(steps: pd.DataFrame, columns: Sequence[str], bins: int =
 
 
 def batch_composition(steps: pd.DataFrame, bins: int = TIME_BINS) -> go.Figure:
-    """Prefill, decode and padded tokens per forward pass over time, stacked."""
+    """Tokens per forward pass over time in two panels sharing the time axis, each on its own scale: prompt work
+    on top (prefill tokens, padded slots stacked on them), decode tokens below.
+
+    Why two panels: a prefill step computes hundreds to thousands of prompt tokens, a decode step one token per
+    running sequence, so on one axis (the old single stack) decode was a sliver under the prefill spikes. Separate
+    panels keep both in tokens per step, readable and comparable with the knobs (token budget on top, running
+    sequences below), which a secondary axis over one stack or a share per step would not.
+    """
     cols = ("prefill_tokens", "decode_tokens", "padded_tokens")
-    fig = _figure("Batch composition: tokens per forward pass")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.14,
+                        subplot_titles=("Prompt work: prefill tokens and padded slots per step",
+                                        "Decode tokens per step (one per decoding sequence)"))
+    fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
+                      title=_title("Batch composition: tokens per forward pass"))
     if steps.empty:
         return _no_data(fig)
     x, width, ys, note = _per_step_or_binned(steps, cols, bins)
-    fig.layout.title.subtitle = dict(text=f"Stacked, {note}", font=dict(size=12, color="#6B6B6B"))
-    for col in cols:
+    fig.layout.title.subtitle = dict(text=f"Each panel on its own scale; {note}", font=dict(SUBTITLE_FONT))
+    for col, label, row in (("prefill_tokens", "prefill tokens", 1), ("padded_tokens", "padded slots", 1),
+                            ("decode_tokens", "decode tokens", 2)):
         kind = col.split("_")[0]
-        fig.add_trace(go.Bar(x=x, y=ys[col], width=width, offset=0, name=f"{kind} tokens",
+        fig.add_trace(go.Bar(x=x, y=ys[col], width=width, offset=0, name=label,
                              marker=dict(color=TOKEN_COLORS[kind], line=dict(width=0)),
-                             hovertemplate=f"t = %{{x:,.1f}} s<br>{kind}: %{{y:,.0f}} tokens/step<extra></extra>"))
-    fig.update_layout(barmode="stack", bargap=0, xaxis_title="Simulated time (s)", yaxis_title="Tokens per step",
-                      hovermode="x unified", legend_traceorder="normal")
+                             hovertemplate=f"t = %{{x:,.1f}} s<br>{label}: %{{y:,.0f}} per step<extra></extra>"),
+                      row=row, col=1)
+    fig.update_layout(barmode="stack", bargap=0, hovermode="x unified", legend_traceorder="normal")
+    fig.update_yaxes(title_text="Tokens per step", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="Tokens per step", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text="Simulated time (s)", row=2, col=1)
+    fig.update_annotations(font_size=13)
     return fig
 
 
 def kv_and_queue(steps: pd.DataFrame, kv_capacity_tokens: int, bins: int = TIME_BINS) -> go.Figure:
     """KV cache use (% of capacity) and queue depth (waiting, running, swapped) over time."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=(f"KV cache in use (capacity {int(kv_capacity_tokens):,} tokens per replica)",
                                         "Queue depth"))
-    fig.update_layout(template=TEMPLATE, height=520, title=_title("KV cache use and queue depth"))
+    fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
+                      title=_title("KV cache use and queue depth"))
     if steps.empty:
         return _no_data(fig)
     cols = ("kv_blocks", "waiting", "running", "swapped")
     x, _, ys, note = _per_step_or_binned(steps, cols, bins)
     shape = "hv"
     fig.layout.title.subtitle = dict(text=note.replace("one bar per step", "one point per step").capitalize(),
-                                     font=dict(size=12, color="#6B6B6B"))
+                                     font=dict(SUBTITLE_FONT))
     cap = max(1, int(kv_capacity_tokens))
     kv_pct = ys["kv_blocks"] * KV_BLOCK_TOKENS / cap * 100.0
     fig.add_trace(go.Scatter(x=x, y=kv_pct, name="KV cache used", mode="lines", fill="tozeroy",
@@ -438,14 +542,21 @@ def latency_histogram(requests: pd.DataFrame, metric: str, class_names: Sequence
     if edges is None:
         return _no_data(fig)
     _hist_traces(fig, values, colors, unit, edges)
-    fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests per bin", xaxis_type="log")
+    fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests per bin")
+    log_axis(fig, "x", edges)
     return fig
 
 
+ITL_FLOOR = 0.5  # the bottom of the ITL histogram's log count axis: empty bins sit there, one gap just above
+
+
 def itl_histogram(itl_hist: np.ndarray, itl_edges: np.ndarray, class_names: Sequence[str] = ()) -> go.Figure:
-    """Inter-token gaps per class from the engine's log-binned histogram, with P50/P99 lines."""
-    fig = _figure("Inter-token latency (every gap between two tokens)", "Dashed line: P50, dotted line: P99",
-                  height=400)
+    """Inter-token gaps per class from the engine's log-binned histogram, with P50/P99 lines, on a log count axis:
+    the few long gaps of decodes stalled behind prefills (the stall hump) stay visible next to the millions of
+    ordinary ones."""
+    fig = _figure("Inter-token latency (every gap between two tokens)",
+                  "Log count axis, so rare stalls (decodes behind prefills) show; dashed P50, dotted P99",
+                  height=420)
     hist = np.atleast_2d(np.asarray(itl_hist))
     edges_ms = np.asarray(itl_edges, float) * 1e3
     if hist.sum() == 0:
@@ -453,64 +564,72 @@ def itl_histogram(itl_hist: np.ndarray, itl_edges: np.ndarray, class_names: Sequ
     nz = np.flatnonzero(hist.sum(axis=0))
     lo, hi = max(0, nz[0] - 2), min(hist.shape[1], nz[-1] + 3)
     ymax = float(hist[:, lo:hi].max())
+    several = int((hist.sum(axis=1) > 0).sum()) > 1
+    shown = 0
     for level, counts in enumerate(hist):
         if counts.sum() == 0:
             continue
         cname = class_names[level] if level < len(class_names) else f"class {level}"
         color = CLASS_COLORS[level % len(CLASS_COLORS)]
-        x, y = _step_xy(edges_ms[lo:hi + 1], counts[lo:hi])
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=cname, legendgroup=cname, fill="tozeroy",
-                                 line=dict(color=color, width=1.5), fillcolor=_alpha(color, 0.3),
+        x, y = _step_xy(edges_ms[lo:hi + 1], counts[lo:hi], floor=ITL_FLOOR)
+        # a closed outline filled inside ("tozeroy" has no zero to reach on a log axis)
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=cname, legendgroup=cname, fill="toself",
+                                 line=dict(color=color, width=1.5), fillcolor=alpha(color, 0.3),
                                  hovertemplate=f"{cname}<br>%{{x:.3g}} ms: %{{y:,.0f}} gaps<extra></extra>"))
         at = {q: hist_percentile(counts, itl_edges, q) * 1e3 for q in (50, 99)}
-        several = int((hist.sum(axis=1) > 0).sum()) > 1
-        _percentile_lines(fig, cname, None, color, "ms", ymax * (1.05 - 0.09 * level), several, at=at)
-    fig.update_layout(xaxis_title="Gap between consecutive tokens (ms, log scale)", yaxis_title="Token gaps per bin",
-                      xaxis_type="log")
+        # staggered by a factor per class: equal steps on the log axis
+        _percentile_lines(fig, cname, None, color, "ms", ymax * 2.0 / 2.2 ** shown, several, at=at, y0=ITL_FLOOR,
+                          p99_height=0.6)
+        shown += 1
+    fig.update_layout(xaxis_title="Gap between consecutive tokens (ms, log scale)",
+                      yaxis_title="Gaps per bin (log scale)")
+    log_axis(fig, "x", edges_ms[lo:hi + 1])
+    log_axis(fig, "y", [1.0, max(ymax, 1.0)])
+    fig.update_yaxes(range=[math.log10(ITL_FLOOR), math.log10(max(ymax, 1.0) * 2.0) + 0.3])
     return fig
 
 
 # ---------------------------------------------------------------- compare: several runs
 
 
-def latency_cdf(values: Mapping[str, np.ndarray], metric: str, colors: Mapping[str, str] | None = None,
-                points: int = 400) -> go.Figure:
-    """Empirical CDF of one latency (seconds in ``values``) per policy, log x axis."""
+def latency_cdf(values: Mapping[str, np.ndarray], metric: str, points: int = 400) -> go.Figure:
+    """Empirical CDF of one latency (seconds in ``values``) per policy, log x axis, each in its policy's colour."""
     name, unit, factor = LATENCY_UNITS[metric]
     fig = _figure(f"{name} CDF by policy", "Further left is faster; the gap at the top is the tail", height=420)
-    any_data = False
-    for i, (label, v) in enumerate(values.items()):
+    colors = policy_colors(values)
+    shown = []
+    for label, v in values.items():
         v = np.sort(np.asarray(v, float)[np.isfinite(v)] * factor)
         v = v[v > 0]
         if not v.size:
             continue
-        any_data = True
         q = np.linspace(0, 1, min(points, v.size))
         x = np.quantile(v, q)
-        color = (colors or {}).get(label, policy_color(label, i))
-        fig.add_trace(go.Scatter(x=x, y=q * 100, mode="lines", name=label, line=dict(color=color, width=2.5),
+        shown.append(x)
+        fig.add_trace(go.Scatter(x=x, y=q * 100, mode="lines", name=label, line=dict(color=colors[label], width=2.5),
                                  hovertemplate=f"{label}<br>%{{y:.1f}} % of requests ≤ %{{x:.3g}} {unit}"
                                                "<extra></extra>"))
-    if not any_data:
+    if not shown:
         return _no_data(fig)
     for y in (50, 99):
         fig.add_hline(y=y, line=dict(color="#9A9A9A", width=1, dash="dot"), annotation_text=f"P{y}",
                       annotation_position="top left", annotation_font_size=11)
     fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests at or below (%)",
-                      xaxis_type="log", yaxis_range=[0, 101])
+                      yaxis_range=[0, 101])
+    log_axis(fig, "x", np.concatenate(shown))
     return fig
 
 
-def latency_hist_overlay(values: Mapping[str, np.ndarray], metric: str, colors: Mapping[str, str] | None = None,
-                         bins: int = 50) -> go.Figure:
-    """Overlaid histograms of one latency (seconds in ``values``) per policy on shared log bins."""
+def latency_hist_overlay(values: Mapping[str, np.ndarray], metric: str, bins: int = 50) -> go.Figure:
+    """Overlaid histograms of one latency (seconds in ``values``) per policy on shared log bins, in the policies'
+    colours."""
     name, unit, factor = LATENCY_UNITS[metric]
     fig = _figure(f"{name} histogram by policy", "Dashed line: P50, dotted line: P99", height=420)
     scaled = {k: np.asarray(v, float)[np.isfinite(v)] * factor for k, v in values.items()}
     edges = _log_edges(list(scaled.values()), bins)
     if edges is None:
         return _no_data(fig)
-    cmap = {k: (colors or {}).get(k, policy_color(k, i)) for i, k in enumerate(scaled)}
-    _hist_traces(fig, scaled, cmap, unit, edges)
-    fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests per bin", xaxis_type="log")
+    _hist_traces(fig, scaled, policy_colors(scaled), unit, edges)
+    fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests per bin")
+    log_axis(fig, "x", edges)
     return fig

@@ -1,13 +1,31 @@
-"""``python -m batching report``: the figures "Explore a policy" shows, for documents, without a browser.
+"""``python -m batching report``: a dashboard page's figures, tables and report, for documents, without a browser.
 
-One simulation of the scenario and policy given with the same flags as ``run``, then into ``--out``:
+``--page`` picks the page (default ``explore``, what the command always did); the scenario comes from the same
+flags as ``run``, and each page's own inputs from its flags (below). Into ``--out`` go, every name starting with
+the page and unique within it:
 
-- one PNG per figure of the dashboard's Explore page (``timeline.png``, ``batch_composition.png``,
-  ``kv_queue.png``, ``ttft_hist.png``, ``tpot_hist.png``, ``e2e_hist.png``, ``itl.png``), drawn by the same
-  builders and template as the app (``report.policy_figures``) and rendered by kaleido with the system
-  Chromium;
-- ``report.html``, the dashboard's standalone report (plotly.js inlined, opens offline);
-- ``summary.json``, the dashboard's summary download (scenario, policy, every metric).
+- ``<page>_<figure>.png``: one PNG per figure the page draws, from the same builders, template and study
+  functions as the dashboard (``report.*_export``), each with the scenario's caption line under it, rendered by
+  kaleido with the system Chromium at ``--scale`` (default 2, as the dashboard's download button);
+- ``<page>_<table>.csv``: the page's tables and its CSV downloads;
+- ``<page>_summary.json`` (``_sweep.json`` on tune, ``_plan.json`` on capacity): the page's JSON download;
+- ``<page>_report.html``: the page's standalone report (plotly.js inlined, opens offline).
+
+Pages and their inputs:
+
+- ``explore``: one simulation of ``--preset`` and its knob flags;
+- ``showdown`` (the home page): the five presets at the offered load and saturated;
+- ``compare``: ``--policies`` (2 to 4 presets, default dynamic,continuous,chunked, as the page's slots);
+- ``tune``: ``--preset`` and its knobs swept over ``--knob`` (default the policy's batch cap) and ``--values``
+  (default the page's range), ``--knee-share``, ``--others/--no-others`` (the other presets that use the knob
+  on the frontier, default on), ``--frontier``, and the SLOs below;
+- ``capacity``: ``--policies`` (default all five), the SLOs below, ``--target-rate`` (20 req/s),
+  ``--gpu-hour-usd`` (2.5), ``--headroom`` (the page's suggested factor), the page's defaults;
+- tune and capacity: ``--slo-ttft-ms``, ``--slo-tpot-ms``, ``--slo-e2e-s`` (one value or one per priority class)
+  and ``--attainment``, as ``capacity`` and ``sweep`` take them; without them the pages' shared default SLOs
+  (``studies.capacity.default_slo``).
+
+A flag of another page is refused (one line, exit code 2), before anything is simulated.
 
 Chromium: ``BROWSER_PATH`` when set, else ``/usr/bin/chromium`` or a Chromium/Chrome on ``PATH``. When none
 is found the command prints one line naming the install step and exits with code 2 (``--no-png`` skips the
@@ -22,12 +40,40 @@ import shutil
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
+
+from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
+                               check_output_folder, float_arg, int_arg, progress, slo_from_args, values_arg)
+from batching.cli.capacity import MAX_GPU_HOUR_USD, MAX_TARGET_RATE_REQ_S
+from batching.sim.policy import PRESETS
+from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_SUGGESTED
+from batching.studies.knee import DEFAULT_SHARE
+from batching.studies.sweeps import KNOBS
 
 INSTALL_STEP = "apt-get install chromium"
 SYSTEM_CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 PROG = "python -m batching report"
+SCALE_LIMITS = (0.5, 6.0)
+WIDTH_LIMITS = (200, 4000)
+PAGES = ("showdown", "explore", "compare", "tune", "capacity")
+PAGE_TITLES = {"showdown": "Strategy showdown (home)", "explore": "Explore a policy", "compare": "Compare policies",
+               "tune": "Tune a knob", "capacity": "Capacity planning"}
+COMPARE_DEFAULT = ("dynamic", "continuous", "chunked")  # the Compare page's slots A, B, C
+COMPARE_SLOTS = "ABCD"
+FRONTIERS = ("tpot_cap", "tpot", "ttft")  # charts.planning.FRONTIER_LATENCY
+# the Capacity page's defaults (its SLOs are studies.capacity.default_slo, as Tune's)
+CAPACITY_DEFAULTS = {"target_rate": 20.0, "gpu_hour_usd": 2.5, "headroom": HEADROOM_SUGGESTED}
+# flag dest -> the pages it applies to (checked before anything runs)
+PAGE_FLAGS = {
+    "policies": ("compare", "capacity"),
+    **{k: ("tune",) for k in ("knob", "values", "knee_share", "others", "frontier")},
+    **{k: ("tune", "capacity") for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_s", "attainment")},
+    **{k: ("capacity",) for k in ("target_rate", "gpu_hour_usd", "headroom")},
+    **{k: ("explore", "tune") for k in ("mode", "max_batch_size", "max_wait_ms", "max_num_seqs",
+                                        "max_num_batched_tokens", "chunked_prefill", "priority", "preemption")},
+}
 
 
 def find_chromium() -> str | None:
@@ -52,31 +98,80 @@ def _no_chromium_message() -> str:
             f"`{INSTALL_STEP}` (or set BROWSER_PATH, or pass --no-png)")
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """The ``report`` subcommand: ``run``'s scenario and policy flags, plus the output folder."""
-    from batching.cli.main import _add_policy, _add_scenario  # the same flags as `run`, defined once
+def policies_arg(text: str) -> list[str]:
+    """``--policies``: preset names separated by commas, each once."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"it is empty; give presets separated by commas from {', '.join(PRESETS)}")
+    for name in names:
+        if name not in PRESETS:
+            shown = name if len(name) <= 40 else name[:40] + "..."
+            raise argparse.ArgumentTypeError(f"{shown!r} is not a preset; allowed: {', '.join(PRESETS)}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{','.join(names)} names a preset twice; give each once")
+    return names
 
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """The ``report`` subcommand: ``run``'s scenario and policy flags, the page and its inputs, the output folder."""
     p = subparsers.add_parser(
-        "report", help="PNGs of the dashboard's figures for one policy, an HTML report and the summary JSON",
-        description="Simulate one policy (flags as for `run`) and write into --out the PNG of every figure the "
-                    "dashboard's Explore page shows, a standalone HTML report and the summary JSON.")
-    _add_scenario(p)
-    _add_policy(p)
+        "report", help="a dashboard page's figures (PNG), tables (CSV), HTML report and JSON",
+        description="Run what one page of the dashboard runs (--page, default explore) on the scenario the flags "
+                    "describe and write into --out its figures as PNG, its tables as CSV, its standalone HTML "
+                    "report and its JSON, every name starting with the page.")
+    add_scenario_args(p)
+    add_policy_args(p)
+    p.add_argument("--page", choices=PAGES, default="explore",
+                   help="the page to export: showdown (home), explore (default), compare, tune, capacity")
     p.add_argument("--out", type=Path, required=True, help="folder for the files (created if missing)")
-    p.add_argument("--scale", type=float, default=2.0, help="PNG pixel scale (default 2, as the dashboard's button)")
-    p.add_argument("--width", type=int, default=1200, help="PNG width in CSS pixels before scaling (default 1200)")
-    p.add_argument("--no-png", action="store_true", help="only the HTML report and the JSON (no Chromium needed)")
+    p.add_argument("--scale", type=float_arg(*SCALE_LIMITS), default=2.0,
+                   help="PNG pixel scale, 0.5 to 6 (default 2, as the dashboard's button)")
+    p.add_argument("--width", type=int_arg(*WIDTH_LIMITS), default=1200,
+                   help="PNG width in CSS pixels before scaling, 200 to 4000 (default 1200)")
+    p.add_argument("--no-png", action="store_true", help="no PNG files (no Chromium needed)")
+    g = p.add_argument_group("compare and capacity pages")
+    g.add_argument("--policies", type=policies_arg, default=None,
+                   help=f"presets, comma-separated: compare 2 to 4 (default {','.join(COMPARE_DEFAULT)}), capacity "
+                        "1 to 5 (default all)")
+    g = p.add_argument_group("tune page")
+    g.add_argument("--knob", choices=list(KNOBS), default=None,
+                   help="the knob to sweep (default the policy's batch cap: max_num_seqs or max_batch_size)")
+    g.add_argument("--values", type=values_arg, default=None,
+                   help="comma-separated values (default the page's range for the knob)")
+    g.add_argument("--knee-share", type=float_arg(), default=None,
+                   help=f"growth below which the knee is reached (default {DEFAULT_SHARE:g})")
+    g.add_argument("--others", action=argparse.BooleanOptionalAction, default=None,
+                   help="sweep the other presets that use the knob too, for the frontier (default on)")
+    g.add_argument("--frontier", choices=FRONTIERS, default=None,
+                   help="the frontier's latency axis (default ttft for the request rate, else tpot_cap)")
+    add_slo_args(p, "tune and capacity pages; default: the pages' shared default SLOs")
+    g = p.add_argument_group("capacity page")
+    low, high = HEADROOM_LIMITS
+    g.add_argument("--headroom", type=float_arg(low, high), default=None,
+                   help=f"divide the rate per node by this factor for nodes and cost, {low:g} to {high:g} (default "
+                        f"{HEADROOM_SUGGESTED:g}, as the page)")
+    g.add_argument("--target-rate", type=float_arg(0.0, MAX_TARGET_RATE_REQ_S, low_open=True), default=None,
+                   help=f"traffic to plan for, req/s (default {CAPACITY_DEFAULTS['target_rate']:g})")
+    g.add_argument("--gpu-hour-usd", type=float_arg(0.0, MAX_GPU_HOUR_USD, low_open=True), default=None,
+                   help=f"price of one GPU-hour (default {CAPACITY_DEFAULTS['gpu_hour_usd']:g})")
     p.set_defaults(func=cmd_report)
     return p
 
 
+def check_page_flags(args) -> None:
+    """Refuse a flag of another page, and a --policies count the page does not take."""
+    for dest, pages in PAGE_FLAGS.items():
+        if getattr(args, dest, None) is not None and args.page not in pages:
+            flag = "--" + dest.replace("_", "-")
+            raise CliError(f"{flag} applies to --page {' or '.join(pages)}, not --page {args.page}")
+    if args.policies is not None:
+        low, high = (2, 4) if args.page == "compare" else (1, len(PRESETS))
+        if not low <= len(args.policies) <= high:
+            raise CliError(f"--policies: {len(args.policies)} presets; --page {args.page} takes {low} to {high}")
+
+
 def cmd_report(args) -> int:
-    if not 0.5 <= args.scale <= 6:
-        print(f"{PROG}: error: --scale={args.scale:g} is out of range; allowed 0.5 to 6", file=sys.stderr)
-        return 2
-    if not 200 <= args.width <= 4000:
-        print(f"{PROG}: error: --width={args.width} is out of range; allowed 200 to 4000", file=sys.stderr)
-        return 2
+    check_page_flags(args)  # before looking for a browser or simulating
     chromium = None
     if not args.no_png:
         chromium = find_chromium()
@@ -84,74 +179,144 @@ def cmd_report(args) -> int:
             print(_no_chromium_message(), file=sys.stderr)
             return 2
         os.environ.setdefault("BROWSER_PATH", chromium)
-    written = write_report(args, chromium)
+    scenario = build_scenario(args)
+    check_output_folder("--out", args.out)  # created now, before the simulation
+    written = write_report(args, chromium, scenario)
     for path in written:
         print(path)
     return 0
 
 
-def write_report(args, chromium: str | None) -> list[Path]:
-    """Simulate and write the files; returns their paths (PNGs only when ``chromium`` is given)."""
-    from batching.charts import policy as charts
-    from batching import report
-    from batching.cli.main import build_scenario
-    from batching.charts.formatting import report_frame
-    from batching.sim.policy import PRESETS
-    from batching.sim.simulate import simulate
-
+def write_report(args, chromium: str | None, scenario=None) -> list[Path]:
+    """Run the page's studies on ``scenario`` (or the one the flags describe) and write its files; returns their
+    paths (PNGs only when ``chromium`` is given)."""
     started = time.perf_counter()
-    scenario = build_scenario(args)
-    result = simulate(scenario)
-    customised = scenario.policy != PRESETS[args.preset]
-    label = args.preset + ("*" if customised else "")
-    summary = result.summary()
-    figs = report.policy_figures(result)
+    scenario = build_scenario(args) if scenario is None else scenario
+    export = page_export(args, scenario)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-
-    one, policies = {label: summary}, {label: scenario.policy}
-    path = out / "summary.json"
-    path.write_bytes(report.summary_json(one, scenario, policies))
-    written.append(path)
-
     command = "python -m batching report " + " ".join(shlex.quote(a) for a in sys.argv[2:]) \
         if len(sys.argv) > 1 and sys.argv[1] == "report" else "python -m batching report"
-    notes = [f"Made by `{command}` (the figures of the dashboard's Explore page for this scenario and policy)."]
-    _, sample_note = charts.timeline_sample(result.requests)
-    if sample_note:
-        notes.append(sample_note)
-    html = report.html_report(f"Explore a policy: {label}", scenario, figures=list(figs.values()),
-                              tables=[("Metrics", report_frame(one, report.POLICY_METRICS))], policies=policies,
-                              notes=notes)
-    path = out / "report.html"
-    path.write_text(html, encoding="utf-8")
-    written.append(path)
-
+    note = (f"Made by `{command}` (the figures and tables of the dashboard's {PAGE_TITLES[args.page]} page for "
+            "this scenario).")
+    written: list[Path] = []
+    for name, data in export.files(notes=[note]).items():
+        path = out / name
+        path.write_bytes(data)
+        written.append(path)
     if chromium is not None:
-        written += _write_pngs(figs, out, args.scale, args.width, chromium)
+        written += _write_pngs(export, out, args.scale, args.width, chromium)
     print(f"{PROG}: {len(written)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return written
 
 
-def _write_pngs(figs: dict, out: Path, scale: float, width: int, chromium: str) -> list[Path]:
+def page_export(args, scenario):
+    """The page's ``report.PageExport``, from the same study functions the page calls."""
+    from batching import report
+    from batching.sim.simulate import simulate
+    from batching.studies.compare import compare
+
+    label = args.preset + ("*" if scenario.policy != PRESETS[args.preset] else "")
+    if args.page == "explore":
+        return report.explore_export(simulate(scenario), label)
+    if args.page == "showdown":
+        return report.showdown_export(compare(scenario, PRESETS, progress=progress), scenario, PRESETS)
+    if args.page == "compare":
+        names = args.policies or COMPARE_DEFAULT
+        policies = {f"{slot} · {n}": PRESETS[n] for slot, n in zip(COMPARE_SLOTS, names)}
+        return report.compare_export(compare(scenario, policies, progress=progress), scenario, policies)
+    if args.page == "tune":
+        return report.tune_export(*_tune_study(args, scenario, label))
+    return report.capacity_export(_capacity_plan(args, scenario))
+
+
+def _tune_study(args, scenario, label: str):
+    """(study, log x axis, frontier) as the Tune page makes them: the policy swept, then the other presets that
+    use the knob (unless --no-others) on the same values, a preset that cannot run them named, not fatal."""
+    from batching.cli.sweep import check_values
+    from batching.sim.simulate import simulate
+    from batching.studies import planning as sp
+    from batching.studies.knee import check_share
+
+    share = check_share(DEFAULT_SHARE if args.knee_share is None else args.knee_share)
+    policy = scenario.policy
+    knob = args.knob or sp.default_knob(policy)
+    if not sp.knob_applies(knob, policy, scenario):
+        allowed = ", ".join(sp.knobs_for(policy, scenario))
+        raise CliError(f"--knob {knob} does not apply to {label} ({policy.mode} batching) on this workload; "
+                       f"allowed: {allowed}")
+    cap_rate = None
+    if knob == "rate_req_s":
+        cap_rate = simulate(scenario, saturated=True).summary()["throughput_req_s"]
+    start, stop, points, spacing = sp.default_range(knob, scenario, cap_rate)
+    if args.values is not None:
+        check_values(knob, args.values)
+        values = sorted(set(args.values))
+        if len(values) < 2:
+            raise CliError(f"--values: {len(values)} distinct value; a sweep takes at least 2")
+    else:
+        values = sp.knob_values(knob, start, stop, points, spacing)
+    low, high = sp.bounds(knob, scenario)
+    if not all(low <= v <= high for v in values):
+        raise CliError(f"--values: {knob} must be {low:g} to {high:g} on this scenario")
+    slo, is_default = sp.study_slo(scenario, slo_from_args(args, scenario))
+    if args.attainment is not None:  # the default SLOs with another attainment target, as `sweep` does
+        slo = replace(slo, attainment=args.attainment)
+    frames = {label: sp.sweep_study(scenario, knob, values, share, label, progress=progress, slo=slo).frame}
+    others, skipped = {}, {}
+    if args.others is not False:
+        for name, pol in PRESETS.items():
+            if name == label or not sp.knob_applies(knob, pol, scenario):
+                continue
+            try:
+                frames[name] = sp.sweep_study(scenario.with_policy(pol), knob, values, share, name,
+                                              progress=progress, slo=slo).frame
+                others[name] = pol
+            except ValueError as exc:  # this preset cannot run this range: say why, keep the others
+                skipped[name] = str(exc)
+    study = sp.read_sweeps(scenario, knob, values, frames, share, label, policies=others, skipped=skipped, slo=slo,
+                           slo_is_default=is_default)
+    frontier = args.frontier or ("ttft" if knob == "rate_req_s" else "tpot_cap")
+    return study, spacing == "log", frontier
+
+
+def _capacity_plan(args, scenario):
+    """The Capacity page's plan: one capacity search per policy for the SLOs, priced for the target."""
+    from batching.studies import planning as sp
+    from batching.studies.capacity import capacity
+
+    d = CAPACITY_DEFAULTS
+    slo, _ = sp.study_slo(scenario, slo_from_args(args, scenario))  # the flags', else the pages' default
+    if args.attainment is not None:
+        slo = replace(slo, attainment=args.attainment)
+    slo.validate()
+    names = args.policies or list(PRESETS)
+    results = {n: capacity(scenario.with_policy(PRESETS[n]), slo, progress=progress) for n in names}
+    target = d["target_rate"] if args.target_rate is None else args.target_rate
+    usd = d["gpu_hour_usd"] if args.gpu_hour_usd is None else args.gpu_hour_usd
+    headroom = d["headroom"] if args.headroom is None else args.headroom
+    return sp.plan_capacity(scenario, slo, results, target, usd, headroom)
+
+
+def _write_pngs(export, out: Path, scale: float, width: int, chromium: str) -> list[Path]:
     """One PNG per figure through one kaleido browser (about 0.4 s a figure once it has started)."""
     import kaleido
 
     from batching.report import figure_png
 
     written = []
+    names = export.png_names()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # plotly: "kopts is ignored if using a server"
         kaleido.start_sync_server(silence_warnings=True)
         try:
-            for key, (fig, _) in figs.items():
+            for key, (fig, _) in export.figures.items():
                 try:
                     png = figure_png(fig, scale=scale, width=width)
                 except Exception as exc:  # kaleido/choreographer raise their own types
-                    raise ValueError(f"rendering {key}.png with Chromium at {chromium} failed: "
+                    raise ValueError(f"rendering {names[key]} with Chromium at {chromium} failed: "
                                      f"{type(exc).__name__}: {exc}") from None
-                path = out / f"{key}.png"
+                path = out / names[key]
                 path.write_bytes(png)
                 written.append(path)
         finally:

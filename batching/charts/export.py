@@ -1,0 +1,116 @@
+"""Figures ready for a document: a caption line naming the scenario under the plot (no Streamlit here).
+
+``scenario_caption`` writes the line (GPU, model, TP, precision, workload, rate, requests, seed);
+``with_caption`` puts it at the bottom left of a figure. The line is the title of a legend of its own
+(``CAPTION_LEGEND``) anchored to the bottom of the figure's container: Plotly reserves the room for it
+(automargin) below everything else, x tick labels, axis titles and bottom legends included, at any width,
+so nothing overlaps and nothing is clipped, in the dashboard, in its modebar PNG download and in kaleido's
+PNG. The legend holds one invisible entry (a legend with no entry is not drawn).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from batching.sim.simulate import Scenario
+from batching.sim.workload import WORKLOAD_PRESETS, SyntheticWorkload, TraceWorkload
+
+CAPTION_LEGEND = "legend9"  # a legend no builder uses for its series
+CAPTION_NAME = "scenario caption"  # the name of the invisible entry
+CAPTION_FONT = {"size": 11, "color": "#6B6B6B"}
+MAX_LINE_CHARS = 90  # a longer caption wraps once, at a separator
+
+
+def workload_name(workload: SyntheticWorkload | TraceWorkload) -> str:
+    """The preset a synthetic workload is ("mixed"), "<preset> with its own mix" when only the shares or lengths
+    differ, else the class names; "trace <file>" for a trace."""
+    if isinstance(workload, TraceWorkload):
+        text = f"trace {workload.filename}"
+        if workload.speedup != 1.0:
+            text += f" at {workload.speedup:.3g}x speed"
+        return text
+    for name, classes in WORKLOAD_PRESETS.items():
+        if tuple(workload.classes) == tuple(classes):
+            return name
+    names = [c.name for c in sorted(workload.classes, key=lambda c: c.priority)]
+    for name, classes in WORKLOAD_PRESETS.items():
+        if names == [c.name for c in sorted(classes, key=lambda c: c.priority)]:
+            return f"{name} (own mix)"
+    return " + ".join(names)
+
+
+def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str | None = None) -> str:
+    """One line naming what a figure simulated, e.g. ``Simulated: 8× H100 SXM 80GB · Qwen2.5-72B · TP 8 · BF16 ·
+    workload mixed · 3 req/s · 2,000 requests · seed 0``.
+
+    ``policy``: the policy's name, for a figure of one policy; ``rate``: what to say instead of the workload's
+    rate where a study varies it (``"rate searched"`` on Capacity, ``"rate swept"`` on Tune)."""
+    dep, wl = scenario.deployment, scenario.workload
+    node = dep.node
+    parts = [f"{node.num_gpus}× {node.gpu.name}", dep.model.name, f"TP {node.tp}", dep.precision.upper()]
+    if dep.kv_dtype == "fp8":
+        parts.append("FP8 KV cache")
+    if dep.kv_cache_tokens is not None:
+        parts.append(f"KV cache {dep.kv_capacity_tokens:,} tokens")
+    parts.append(f"workload {workload_name(wl)}")
+    if isinstance(wl, SyntheticWorkload):
+        parts += [rate or f"{wl.rate_req_s:g} req/s", f"{wl.num_requests:,} requests", f"seed {wl.seed}"]
+    else:
+        if rate:
+            parts.append(rate)
+        if wl.max_requests is not None:
+            parts.append(f"first {wl.max_requests:,} requests")
+    if policy:
+        parts.append(f"policy {policy}")
+    return "Simulated: " + " · ".join(parts)
+
+
+def _wrapped(text: str) -> str:
+    """The caption on two short lines, hardware and model, then the traffic (``· workload`` starts the second):
+    each fits a half-width dashboard column, where one long line would be cut at the right edge. A caption
+    without that part is split at the separator nearest its middle when longer than ``MAX_LINE_CHARS``."""
+    at = text.find(" · workload ")
+    if at < 0:
+        if len(text) <= MAX_LINE_CHARS:
+            return text
+        cuts = [i for i in range(len(text)) if text.startswith(" · ", i)]
+        if not cuts:
+            return text
+        at = min(cuts, key=lambda i: abs(i - len(text) / 2))
+    return text[:at] + "<br>" + text[at + 3:]
+
+
+def caption_of(fig: go.Figure) -> str | None:
+    """The caption a figure carries (``with_caption``), as one line; None when it has none."""
+    legend = fig.layout[CAPTION_LEGEND] if CAPTION_LEGEND in fig.layout else None
+    if legend is None or legend.title is None or not legend.title.text:
+        return None
+    return legend.title.text.replace("<br>", " · ")
+
+
+def _entry(fig: go.Figure):
+    """The caption legend's one entry, empty and invisible, of a trace type the figure already draws: WebGL lines
+    in a WebGL figure (no second renderer), a bar in a stacked bar chart (where an empty bar takes no room), else
+    an SVG line (a bar in a grouped chart would take a slot of every group)."""
+    types = {t.type for t in fig.data}
+    common = dict(x=[None], y=[None], name=CAPTION_NAME, legend=CAPTION_LEGEND, showlegend=True, hoverinfo="skip")
+    if "scattergl" in types:
+        return go.Scattergl(mode="lines", line=dict(width=0, color="rgba(0,0,0,0)"), **common)
+    if types == {"bar"} and fig.layout.barmode in ("stack", "relative", "overlay"):
+        return go.Bar(marker=dict(color="rgba(0,0,0,0)", line=dict(width=0)), **common)
+    return go.Scatter(mode="lines", line=dict(width=0, color="rgba(0,0,0,0)"), **common)
+
+
+def with_caption(fig: go.Figure, text: str, copy: bool = True) -> go.Figure:
+    """The figure with ``text`` as a caption line under everything else (a copy unless ``copy`` is off).
+
+    Idempotent: a figure that already carries a caption has it replaced, never doubled."""
+    out = go.Figure(fig) if copy else fig
+    if not any(getattr(t, "legend", None) == CAPTION_LEGEND for t in out.data):
+        # the one (invisible, inert) entry that makes Plotly draw the legend and so its title
+        out.add_trace(_entry(out))
+    out.update_layout({CAPTION_LEGEND: dict(
+        title=dict(text=_wrapped(text), font=dict(CAPTION_FONT), side="top left"),
+        xref="container", yref="container", x=0.005, y=0.0, xanchor="left", yanchor="bottom",
+        orientation="h", bgcolor="rgba(0,0,0,0)", borderwidth=0, itemclick=False, itemdoubleclick=False,
+        itemwidth=30, font=dict(size=1, color="rgba(0,0,0,0)"), indentation=10)})
+    return out
