@@ -5,16 +5,19 @@ from batching.charts import policy as charts
 
 from batching import report
 from batching.sim.simulate import Scenario
-from batching.ui import cache, knobs, page, state, tables, widgets
+from batching.ui import cache, knobs, nav, page, state, tables, widgets
+from batching.ui.safe import plain
 
 # (URL prefix, slot letter, default preset); the first slot is the baseline of every change
 SLOTS = (("a_", "A", "dynamic"), ("b_", "B", "continuous"), ("c_", "C", "chunked"), ("d_", "D", knobs.NONE))
-KEYS = ("throughput_output_tok_s", "capacity_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-        "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "queue_delay_p99_s", "gpu_util", "batch_efficiency", "preemptions")
-LAST = "compare_last"
+KEYS = ("throughput_output_tok_s", "capacity_output_tok_s", "load", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+        "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "queue_delay_p99_s", "gpu_util", "busy", "mfu", "mbu", "kv_util",
+        "sol_util", "batch_efficiency", "preemptions")
+LAST = "compare_last"  # (summaries, policies) of the last comparison that ran: the results stay in the cache
+METRICS = ("ttft", "tpot", "e2e")
 
 scenario = page.setup(
-    "Compare policies", ":material/compare_arrows:",
+    nav.COMPARE,
     "Two to four policies on the sidebar's scenario: latency distributions overlaid, and every metric against "
     "policy A. Start each slot from a preset and customise its knobs.")
 
@@ -46,59 +49,85 @@ def compare(base: Scenario) -> None:
     params, chosen, errors = _slots()
     state.publish(params)
     for err in errors:
-        st.error(f"**These knobs cannot run:** {err}", icon=":material/error:")
-    summaries = results = None
+        st.error(f"**These knobs cannot run:** {plain(err)}", icon=":material/error:")
+    summaries = None
     if len(chosen) >= 2 and not errors:
         summaries = widgets.guarded(lambda: cache.compare_summaries(base, chosen), "The comparison")
-        if summaries is not None:
-            results = {k: cache.simulate_cached(base.with_policy(p)) for k, p in chosen.items()}
     elif len(chosen) < 2 and not errors:
         st.warning("Pick at least two policies to compare.", icon=":material/info:")
     if summaries is None:
         if LAST not in st.session_state:
             return
-        summaries, results, chosen = st.session_state[LAST]
+        summaries, chosen = st.session_state[LAST]
         st.caption("Showing the last comparison that ran.")
     else:
-        st.session_state[LAST] = (summaries, results, chosen)
+        st.session_state[LAST] = (summaries, chosen)
+    # copy-on-write views of the cached runs, for this script run only (a session keeps the policies, not these)
+    latencies = widgets.guarded(lambda: _latencies(_results(base, chosen)), "The comparison")
+    if latencies is None:
+        return
 
-    colors = {k: charts.SERIES_COLORS[i % len(charts.SERIES_COLORS)] for i, k in enumerate(summaries)}
     first = next(iter(summaries))
     st.subheader("Every metric against the first policy", divider="gray")
     tables.change_table(summaries, KEYS)
+    over = [k for k, s in summaries.items() if s.get("overloaded")]
     st.caption(f"Values per policy; the '… vs {first}' columns give the change in % of {first}'s value, green "
-               "when better (higher throughput, lower latency), red when worse.")
+               "when better (higher throughput, lower latency), red when worse, uncoloured when neither (busy, load, "
+               "KV cache in use, batch efficiency)."
+               + (f" Overloaded at this rate: {', '.join(plain(k) for k in over)}: the queue grows through the run, "
+                  "so latencies read as unbounded and are not compared (–)." if over else ""))
     with st.expander("What the metrics mean"):
         tables.definitions(KEYS)
 
     name = charts.slug("compare", *[k.split(" · ")[1].replace("*", "-custom") for k in summaries],
                        report.scenario_slug(base))
-    figures = []
     st.subheader("Latency distributions", divider="gray")
-    for tab, metric in zip(st.tabs(["TTFT", "TPOT", "E2E"]), ("ttft", "tpot", "e2e")):
-        values = {k: r.requests[f"{metric}_s"].to_numpy() for k, r in results.items()}
+    for tab, metric in zip(st.tabs(["TTFT", "TPOT", "E2E"]), METRICS):
+        cdf, hist = _latency_figures(latencies[metric], metric)
         with tab:
             c1, c2 = st.columns(2)
             with c1:
-                cdf = charts.latency_cdf(values, metric, colors)
                 widgets.chart(cdf, f"Share of requests with {metric.upper()} at or below x (log axis): a curve to "
                               "the left is faster; where it reaches the P99 line is the tail.", f"{name}_{metric}_cdf")
             with c2:
-                hist = charts.latency_hist_overlay(values, metric, colors)
                 widgets.chart(hist, f"Requests per {metric.upper()} bin on shared log bins, one colour per "
                               "policy; dashed lines mark P50, dotted lines P99.", f"{name}_{metric}_hist")
-            figures += [(cdf, f"{metric.upper()} CDF by policy."), (hist, f"{metric.upper()} histogram by policy.")]
 
     link = state.current_link()
     change = tables.change_frame(summaries, KEYS).drop(columns="_lower_is_better").round(1)
+
+    def _report_html() -> str:
+        figures = []
+        values = _latencies(_results(base, chosen, download=True))
+        for metric in METRICS:
+            cdf, hist = _latency_figures(values[metric], metric)
+            figures += [(cdf, f"{metric.upper()} CDF by policy."), (hist, f"{metric.upper()} histogram by policy.")]
+        return report.html_report("Compare policies", base, figures=figures,
+                                  tables=[("Every metric against the first policy", change)], policies=chosen,
+                                  link=link)
+
+    # the buttons keep the scenario and policies, not the runs or figures: a click takes the runs from the cache
     widgets.downloads(
         name=name, link=link,
-        requests_csv=lambda: report.combined_csv(results, "requests"),
-        steps_csv=lambda: report.combined_csv(results, "steps"),
-        summary_json=lambda: report.summary_json(summaries, base, chosen),
-        report_html=lambda: report.html_report("Compare policies", base, figures=figures,
-                                               tables=[("Every metric against the first policy", change)],
-                                               policies=chosen, link=link))
+        requests_csv=lambda: report.combined_csv(_results(base, chosen, download=True), "requests"),
+        steps_csv=lambda: report.combined_csv(_results(base, chosen, download=True), "steps"),
+        summary_json=lambda: report.summary_json(summaries, base, chosen), report_html=_report_html)
+
+
+def _results(base: Scenario, chosen: dict, download: bool = False) -> dict:
+    """The run of each policy, from the cache (views; ``download``: from a button's callable, no messages)."""
+    get = cache.result_for_download if download else cache.simulate_cached
+    return {k: get(base.with_policy(p)) for k, p in chosen.items()}
+
+
+def _latencies(results: dict) -> dict[str, dict]:
+    """metric -> policy -> its per-request latencies (s), read-only views of the runs' columns."""
+    return {m: {k: r.requests[f"{m}_s"].to_numpy() for k, r in results.items()} for m in METRICS}
+
+
+def _latency_figures(values: dict, metric: str) -> tuple:
+    """CDF and histogram; each policy in its own colour (charts.colors), by name, as on every page."""
+    return charts.latency_cdf(values, metric), charts.latency_hist_overlay(values, metric)
 
 
 if scenario is None:

@@ -26,7 +26,7 @@ def frame(x, **cols) -> pd.DataFrame:
     n = len(x)
     base = dict(throughput_output_tok_s=800.0, capacity_output_tok_s=2000.0, offered_output_tok_s=800.0,
                 offered_req_s=3.0, ttft_p50_s=0.1, ttft_p99_s=0.5, tpot_p50_s=0.02, tpot_p99_s=0.03,
-                capacity_tpot_p99_s=0.05, gpu_util=0.4, batch_efficiency=0.3, preemptions=0, kv_pressure=0.1,
+                capacity_tpot_p99_s=0.05, sol_util=0.4, batch_efficiency=0.3, preemptions=0, kv_pressure=0.1,
                 mean_running=10.0)
     data = {k: np.broadcast_to(np.asarray(cols.get(k, v), float), n).copy() for k, v in base.items()}
     return pd.DataFrame({"x": np.asarray(x, float), **data})
@@ -85,7 +85,7 @@ def test_card_2_rule():
     assert not above.fired and above.text == ("Not fired: at max_num_seqs ≤ 4 every slot is taken while requests "
                                               "wait, but the configured max_num_seqs is 256, above that range.")
     # the GPU has no room: not fired
-    assert not sp.card_cap_too_small(df.assign(gpu_util=0.95), "max_num_seqs", pol, 4.0).fired
+    assert not sp.card_cap_too_small(df.assign(sol_util=0.95), "max_num_seqs", pol, 4.0).fired
     # batches not full: not fired
     assert not sp.card_cap_too_small(df.assign(batch_efficiency=0.5), "max_num_seqs", pol, 4.0).fired
     # full but no queue (offered load well under capacity, flat TTFT): not fired

@@ -132,11 +132,12 @@ def test_shares_never_exceed_one_despite_float_sums():
     lands an ulp above it (0.1 + 0.2 > 0.3) or a step whose useful work is costed above its
     duration must not report more than 100 %."""
     steps = pd.DataFrame({"duration_s": [0.1, 0.2], "useful_flops": [5e14, 1e15], "useful_bytes": [1e12, 1e9],
-                          "running": [1, 1], "kv_blocks": [1, 1]})
+                          "running": [1, 1], "kv_blocks": [1, 1], "prefill_tokens": [0, 0], "decode_tokens": [1, 1],
+                          "padded_tokens": [0, 0]})
     assert steps.duration_s.sum() / 0.3 > 1.0  # the raw ratio the clamp is for
     s = node_summary(steps, 0.3, 1, 1, peak_flops=1e15, peak_bw=1e12)
     assert s["busy"] == 1.0
-    for k in ("gpu_util", "mfu", "mbu"):
+    for k in ("gpu_util", "sol_util", "mfu", "mbu"):
         assert 0.0 < s[k] <= s["busy"]
     assert s["mfu"] == pytest.approx((0.1 + 0.2) / 0.3) and s["mbu"] == pytest.approx((0.1 + 0.001) / 0.3)
 

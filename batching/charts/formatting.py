@@ -17,13 +17,12 @@ SHARES = {"gpu_util", "sol_util", "busy", "mfu", "mbu", "kv_util", "load", "batc
 # shares that are neither better nor worse when higher (never coloured in Compare's deltas)
 NEUTRAL = {"busy", "kv_util", "load", "batch_efficiency", "mean_running", "offered_req_s", "queue_growth_req_s"}
 MS_METRICS = {"tpot", "itl"}
-MS_BELOW_S = 10.0  # latencies in seconds below this read in ms
+MS_BELOW_S = 10.0  # latencies in seconds below this read in ms (E2E, whole answers: below 1 s)
 MISSING = "–"  # a figure the run does not have; the table's footnote says why
 _LATENCY = re.compile(r"^(?P<metric>[a-z0-9_]+?)_(?P<stat>p\d+|mean)_s$")
 SHORT_HEADERS = {  # narrow enough for the showdown table to fit; the tooltips say "output tokens"
     "throughput_output_tok_s": "Throughput (tok/s)",
     "capacity_output_tok_s": "Capacity (tok/s)",
-    "batch_efficiency": "Batch eff. (%)",
 }
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "itl": "ITL", "queue_delay": "Queue delay"}
 
@@ -92,7 +91,7 @@ def shown(key: str, value: float | None, small_s_as_ms: bool = True) -> str:
         return f"{v:.1f} %"
     if spec.fmt == "%d":
         return f"{int(v):,}"
-    if spec.fmt == "%.1f":
+    if key == "mean_running":
         return f"{v:,.1f}"
     if key == "queue_growth_req_s":
         return f"{v:+.2f} req/s"
@@ -101,7 +100,7 @@ def shown(key: str, value: float | None, small_s_as_ms: bool = True) -> str:
     if spec.unit == "ms":
         return f"{v:,.1f} ms"
     if spec.unit == "s":
-        if small_s_as_ms and v < MS_BELOW_S:
+        if small_s_as_ms and v < (1.0 if key.startswith("e2e") else MS_BELOW_S):
             return f"{v * 1e3:,.0f} ms" if v >= 0.1 else f"{v * 1e3:,.1f} ms"
         return f"{v:,.2f} s"
     return f"{v:.3g}"

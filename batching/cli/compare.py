@@ -5,7 +5,12 @@ from pathlib import Path
 
 from batching.cli.args import (POLICY_DEFAULTS, add_scenario_args, build_scenario, check_output_file, fmt, pick,
                                progress, write_json)
-from batching.studies.compare import compare
+from batching.studies.compare import compare, verdict
+
+# beside the documented summary keys (args.SUMMARY_KEYS): capacity, load, overload and the utilisation figures
+COMPARE_JSON_KEYS = ("capacity_output_tok_s", "capacity_req_s", "load", "overloaded", "queue_growth_req_s",
+                     "offered_req_s", "busy", "gpu_util", "sol_util", "mfu", "mbu", "kv_util", "batch_efficiency",
+                     "mean_running", "batch_cap")
 
 
 def add_parser(subparsers):
@@ -22,6 +27,6 @@ def cmd_compare(args) -> int:
     cmp = compare(sc, progress=progress)
     sums = cmp.summaries()
     print(cmp.table().to_string(float_format=lambda v: fmt(float(v))))
-    write_json(args.json, {k: pick(v) | {"capacity_output_tok_s": v["capacity_output_tok_s"]}
-                           for k, v in sums.items()})
+    print(verdict(sums))
+    write_json(args.json, {k: pick(v) | {key: v[key] for key in COMPARE_JSON_KEYS} for k, v in sums.items()})
     return 0

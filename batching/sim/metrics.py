@@ -19,14 +19,31 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
                                 "Output tokens / time from the first arrival to the last release, at the offered load."),
     "capacity_output_tok_s": ("Capacity (output tok/s)",
                               "Output tokens / s when the queue never empties: every request arrives at t = 0."),
+    "capacity_req_s": ("Capacity (req/s)", "Requests per second when the queue never empties: every request "
+                       "arrives at t = 0."),
     "goodput_req_s": ("Goodput (req/s)", "Requests per second that meet every SLO given (TTFT, TPOT, E2E)."),
-    "busy": ("Busy (%)", "Share of wall time with a forward pass running (what nvidia-smi shows)."),
-    "gpu_util": ("GPU util (%)", "Roofline time of the useful work (ideal FLOPs or bytes, whichever bounds) / wall "
-                 "time: idle gaps, padding, stalls and overheads lower it."),
-    "mfu": ("MFU (%)", "Useful FLOPs / (peak FLOP/s × wall time)."),
-    "mbu": ("MBU (%)", "Useful bytes moved (weights, KV reads) / (peak HBM bandwidth × wall time)."),
+    "busy": ("Busy (%)", "Share of wall time with a forward pass running: what nvidia-smi's GPU-Util shows; ≈ 100 % "
+             "whenever anything decodes, so it cannot tell a batch of 1 from 256."),
+    "gpu_util": ("GPU util (%)", "Σ over steps of step time × useful share of its token slots (padded slots and "
+                 "finished sequences held in a static batch are waste) / wall time: idle waits and padding lower it."),
+    "sol_util": ("SOL util (%)", "Speed of light: roofline time of the useful work (ideal FLOPs or bytes, whichever "
+                 "bounds) / wall time; can fall as batches grow, a diagnostic."),
+    "mfu": ("MFU (%)", "Model FLOPs utilisation: useful FLOPs / (peak FLOP/s × wall time)."),
+    "mbu": ("MBU (%)", "Model bandwidth utilisation: useful bytes moved (weights, KV reads) / (peak HBM bandwidth × "
+            "wall time)."),
+    "kv_util": ("KV cache in use (%)", "Time-weighted mean share of KV cache blocks held (reserved, for static and "
+                "dynamic), idle time counted as empty: vLLM's gpu_cache_usage_perc."),
+    "load": ("Load (%)", "Throughput at this load / this policy's capacity: the share of what it can carry that "
+             "this traffic uses; at ≈ 100 % the queue grows."),
+    "overloaded": ("Overloaded", "Offered request rate ≥ this policy's capacity, or requests in the system grow "
+                   "through the run: latencies then measure the run's length, not the policy."),
+    "queue_growth_req_s": ("Queue growth (req/s)", "Trend of the waiting queue (arrived, not yet scheduled) over the "
+                           "second half of the arrivals (least-squares slope); ≈ 0 when the policy keeps up."),
+    "offered_req_s": ("Offered load (req/s)", "Requests / time from the first arrival to the last."),
     "batch_efficiency": ("Batch efficiency (%)",
-                         "Mean sequences doing useful work per step / the batch cap (max_batch_size or max_num_seqs)."),
+                         "Mean sequences doing useful work per step / the batch cap (max_batch_size or max_num_seqs); "
+                         "how full the batch runs, neither good nor bad by itself."),
+    "mean_running": ("Mean running batch", "Mean sequences doing useful work per step."),
     "preemptions": ("Preemptions", "Times a running request was evicted (recompute or swap)."),
 }
 
@@ -101,13 +118,36 @@ def slo_mask(req: pd.DataFrame, slo_ttft_s=None, slo_tpot_s=None, slo_e2e_s=None
     return ok
 
 
+# "Useful" token slots of a step: prompt tokens (recomputation after a preemption included: the
+# step table cannot tell them apart) and decode tokens. Padded prompt tokens of a static or
+# dynamic batch and the slots of finished sequences the batch still carries (``padded_tokens``)
+# are computed for nothing. A step's useful share = useful tokens / all token slots it computed;
+# a step that computes no token (nothing but a swap-in copy) has share 0.
+def useful_share(steps: pd.DataFrame) -> np.ndarray:
+    useful = (steps["prefill_tokens"] + steps["decode_tokens"]).to_numpy(dtype=float)
+    slots = useful + steps["padded_tokens"].to_numpy(dtype=float)
+    return np.divide(useful, slots, out=np.zeros_like(useful), where=slots > 0)
+
+
 def node_summary(steps: pd.DataFrame, wall_s: float, replicas: int, batch_cap: int, peak_flops: float,
-                 peak_bw: float) -> dict:
-    """Node-level use figures from the per-step table (needs useful_flops, useful_bytes per GPU)."""
+                 peak_bw: float, kv_capacity_blocks: int | None = None) -> dict:
+    """Node-level use figures from the per-step table (needs useful_flops, useful_bytes per GPU).
+
+    busy      Σ step durations / (wall × replicas)
+    gpu_util  Σ step duration × useful share (``useful_share``) / (wall × replicas): the article's
+              "GPU util"; idle waits, padding and finished-but-held slots lower it
+    sol_util  Σ roofline time of the useful work (max of FLOPs / peak, bytes / bandwidth) / (wall ×
+              replicas): a diagnostic; it can fall as batches grow
+    mfu, mbu  useful FLOPs / peak FLOPs, useful bytes / peak bandwidth, over wall × replicas
+    kv_util   Σ step duration × KV blocks held at the step's end / (blocks per replica × wall ×
+              replicas): time-weighted mean share of the cache in use, idle gaps counted as empty
+              (nothing is held while nothing runs)
+    """
     denom = wall_s * replicas
     if denom <= 0 or len(steps) == 0:
-        return {"busy": float("nan"), "gpu_util": float("nan"), "mfu": float("nan"), "mbu": float("nan"),
-                "batch_efficiency": float("nan"), "num_steps": int(len(steps))}
+        return {"busy": float("nan"), "gpu_util": float("nan"), "sol_util": float("nan"), "mfu": float("nan"),
+                "mbu": float("nan"), "kv_util": float("nan"), "batch_efficiency": float("nan"),
+                "mean_running": float("nan"), "batch_cap": int(batch_cap), "num_steps": int(len(steps))}
     dur = steps["duration_s"].to_numpy(dtype=float)
     # Steps never overlap, so their time is at most the wall time, and useful work at most its
     # step's time; float sums can still land an ulp or so above (busy 1.0000000000000078 in a
@@ -115,13 +155,47 @@ def node_summary(steps: pd.DataFrame, wall_s: float, replicas: int, batch_cap: i
     t_flops = np.minimum(steps["useful_flops"].to_numpy(dtype=float) / peak_flops, dur)
     t_bytes = np.minimum(steps["useful_bytes"].to_numpy(dtype=float) / peak_bw, dur)
     busy = min(1.0, float(dur.sum() / denom))
+    kv_util = float("nan")
+    if kv_capacity_blocks:
+        held = np.minimum(steps["kv_blocks"].to_numpy(dtype=float) / kv_capacity_blocks, 1.0)
+        kv_util = min(busy, float((dur * held).sum() / denom))
     return {
         "num_steps": int(len(steps)),
         "busy": busy,
-        "gpu_util": min(busy, float(np.maximum(t_flops, t_bytes).sum() / denom)),
+        "gpu_util": min(busy, float((dur * useful_share(steps)).sum() / denom)),
+        "sol_util": min(busy, float(np.maximum(t_flops, t_bytes).sum() / denom)),
         "mfu": min(busy, float(t_flops.sum() / denom)),
         "mbu": min(busy, float(t_bytes.sum() / denom)),
+        "kv_util": kv_util,
         "batch_efficiency": float(steps["running"].mean() / batch_cap),
         "mean_running": float(steps["running"].mean()),
+        "batch_cap": int(batch_cap),
         "max_kv_blocks": int(steps["kv_blocks"].max()),
     }
+
+
+QUEUE_SAMPLES = 256  # points of the in-system count the growth trend is fitted to
+
+
+def queue_growth(req: pd.DataFrame) -> tuple[float, float]:
+    """(offered request rate, growth of the waiting queue), both req/s.
+
+    Offered rate = (n − 1) / (last arrival − first arrival). Growth = least-squares slope of the
+    waiting queue (requests arrived and not yet scheduled for the first time), sampled at
+    ``QUEUE_SAMPLES`` even times over the second half of the arrivals (from half-way between the
+    first and last arrival to the last, past the warm-up): ≈ 0 when the policy keeps up, ≈ offered
+    rate − capacity when it does not. Requests that are running are not counted, so a batch that
+    is still filling with long requests is not mistaken for a growing queue. NaN for a single
+    request or when all arrive at once.
+    """
+    if len(req) < 2:
+        return float("nan"), float("nan")
+    arr = np.sort(req["arrival_s"].to_numpy(dtype=float))
+    sched = np.sort(req["first_scheduled_s"].to_numpy(dtype=float))
+    span = arr[-1] - arr[0]
+    if span <= 0:
+        return float("inf"), float("nan")
+    t = np.linspace(arr[0] + span / 2, arr[-1], QUEUE_SAMPLES)
+    waiting = np.searchsorted(arr, t, "right") - np.searchsorted(sched, t, "right")
+    slope = float(np.polyfit(t - t[0], waiting.astype(float), 1)[0])
+    return float((len(req) - 1) / span), slope

@@ -46,7 +46,7 @@ FULL_BATCH = 0.85  # check 2: batch efficiency at or above this is a full batch
 AT_CAPACITY = 0.95  # offered output tok/s at or above this share of capacity: the node cannot keep up
 TAIL_RATIO = 10.0  # check 2: TTFT P99 at least this many times TTFT P50 is a queue
 SWEEP_TAIL_RATIO = 5.0  # check 2: TTFT P99 at least this many times the sweep's lowest is a queue
-ROOM_GPU_UTIL = 0.90  # check 2: gpu_util below this leaves room for more work
+ROOM_GPU_UTIL = 0.90  # check 2: sol_util (roofline share of the wall time) below this leaves room for more work
 ROOM_CAPACITY_GAIN = 0.10  # check 2 (cap sweeps): a larger value must add this much capacity
 KV_RISE = 0.02  # check 1: KV use rising by this share of the cache (2 percentage points) counts
 LOW_EFFICIENCY = 0.50  # check 3
@@ -370,7 +370,7 @@ def card_cap_too_small(df: pd.DataFrame, knob: str, policy: BatchingPolicy, curr
     offered, capac = df["offered_output_tok_s"].to_numpy(float), df["capacity_output_tok_s"].to_numpy(float)
     col, unit, what = capacity_measure(df, knob)
     gains = df[col].to_numpy(float)
-    gpu = df["gpu_util"].to_numpy(float)
+    gpu = df["sol_util"].to_numpy(float)
     x = df[knob].to_numpy(float)
     best = float(np.nanmin(p99)) if np.isfinite(p99).any() else float("nan")
     over = offered >= AT_CAPACITY * capac
@@ -406,7 +406,7 @@ def card_cap_too_small(df: pd.DataFrame, knob: str, policy: BatchingPolicy, curr
             return Card(2, title, False, _outside(knob, configured, x))
         if not bad[i]:
             return Card(2, title, False, f"Not fired at {_at_configured(knob, configured, x[i])}: batch efficiency "
-                                         f"{_pct(eff[i])}, TTFT P99 {_sec(p99[i])}, gpu_util {_pct(gpu[i])}. "
+                                         f"{_pct(eff[i])}, TTFT P99 {_sec(p99[i])}, sol_util {_pct(gpu[i])}. "
                                          f"(The batch is full while requests queue at {knob} = {values}, values "
                                          "the scenario does not run.)")
     row = df.iloc[i]
@@ -421,7 +421,7 @@ def card_cap_too_small(df: pd.DataFrame, knob: str, policy: BatchingPolicy, curr
     triggers = [f"batch efficiency {_pct(eff[i])} at the offered load ({row['mean_running']:.1f} running of "
                 f"{fmt_value(cap, x[i] if knob == cap else getattr(policy, cap))})",
                 "requests queue: " + "; ".join(evidence),
-                f"gpu_util {_pct(gpu[i])}"]
+                f"sol_util {_pct(gpu[i])}"]
     if knob == cap:
         fine = [j for j in range(i + 1, len(df)) if not queued[j]]
         if fine:

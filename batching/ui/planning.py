@@ -197,7 +197,7 @@ def how_checks_read() -> str:
         f"2. **Batch cap too small**: batch efficiency ≥ {sp.FULL_BATCH * 100:.0f} % at the offered load "
         f"while requests queue (offered load ≥ {sp.AT_CAPACITY * 100:.0f} % of capacity, TTFT P99 ≥ "
         f"{sp.TAIL_RATIO:.0f} × P50, or TTFT P99 ≥ {sp.SWEEP_TAIL_RATIO:.0f} × the sweep's lowest) "
-        f"and the GPU has room (gpu_util < {sp.ROOM_GPU_UTIL * 100:.0f} %, and in a sweep of the cap a "
+        f"and the GPU has room (sol_util < {sp.ROOM_GPU_UTIL * 100:.0f} %, and in a sweep of the cap a "
         f"larger value adds ≥ {sp.ROOM_CAPACITY_GAIN * 100:.0f} % capacity), at the configured cap or a larger "
         "one. Suggests the smallest larger value that stops the queue, at most the knee.\n"
         f"3. **Batch efficiency below {sp.LOW_EFFICIENCY * 100:.0f} %** (static and dynamic batching): "

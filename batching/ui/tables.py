@@ -14,30 +14,46 @@ from batching.charts.formatting import (  # noqa: F401  (re-exported: pages use 
     SHORT_HEADERS,
     MetricSpec,
     _scaled,
+    cell_text,
+    change_frame,
     metric_spec,
+    missing_notes,
     report_frame,
     shown,
 )
+from batching.ui.safe import plain
 
-
-def _column(spec: MetricSpec):
-    return st.column_config.NumberColumn(spec.header, help=spec.help, format=spec.fmt)
+# figures beside the classic table, in its "diagnostics" expander
+DIAGNOSTICS = ("sol_util", "offered_req_s", "capacity_req_s", "queue_growth_req_s", "mean_running")
+GREY = "color: #8A8F98; background-color: #F2F3F5"  # an overloaded run's row
 
 
 def summary_frame(summaries: Mapping[str, dict], keys: Sequence[str] = tuple(COMPARE_COLUMNS)) -> pd.DataFrame:
-    """One row per policy, one column per metric (raw keys), values in display units."""
+    """One row per policy, one column per metric (raw keys), values in display units (numbers)."""
     rows = {}
     for name, s in summaries.items():
         rows[name] = {k: _scaled(k, s.get(k)) for k in keys}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def summary_table(summaries: Mapping[str, dict], keys: Sequence[str] = tuple(COMPARE_COLUMNS)) -> None:
-    """The classic table, with units in the headers and a tooltip per column."""
-    df = summary_frame(summaries, keys)
-    config = {"_index": st.column_config.TextColumn("Policy", help="Batching policy preset")}
-    config.update({k: _column(metric_spec(k)) for k in keys})
-    st.dataframe(df, column_config=config, width="stretch")
+def summary_table(summaries: Mapping[str, dict], keys: Sequence[str] = tuple(COMPARE_COLUMNS)) -> pd.DataFrame:
+    """The classic table as text with units in the cells and a tooltip per column (the metric's definition).
+
+    An overloaded run's row is greyed and its latencies read "unbounded: queue grows (+x.x req/s)"; a figure a
+    run does not have reads "–", with the reason in a footnote. Returns the text frame drawn."""
+    df = report_frame(summaries, keys)
+    over = set(df.attrs.get("overloaded", []))
+    config = {"_index": st.column_config.TextColumn("Policy", help="Batching policy preset; a greyed row is "
+                                                    "overloaded: the offered load is at or above its capacity")}
+    for k in keys:
+        spec = metric_spec(k)
+        config[spec.label] = st.column_config.TextColumn(spec.label, help=spec.help)
+    styler = df.style.apply(lambda row: [GREY if row.name in over else ""] * len(row), axis=1)
+    st.dataframe(styler, column_config=config, width="stretch")
+    notes = missing_notes(summaries, keys)
+    if notes:
+        st.caption(plain(" ".join(notes)))
+    return df
 
 
 def class_frame(summaries: Mapping[str, dict], stat: str = "ttft_p99_s") -> pd.DataFrame:
@@ -56,36 +72,17 @@ def class_frame(summaries: Mapping[str, dict], stat: str = "ttft_p99_s") -> pd.D
 
 def definitions(keys: Sequence[str]) -> None:
     """The definition of each metric in these columns, as a compact list."""
-    lines = [f"- **{metric_spec(k).header}**: {metric_spec(k).help}" for k in keys]
+    lines = [f"- **{metric_spec(k).label}**: {metric_spec(k).help}" for k in keys]
     st.markdown("\n".join(lines))
 
 
 def class_table(summaries: Mapping[str, dict], stat: str = "ttft_p99_s") -> None:
     df = class_frame(summaries, stat)
     spec = metric_spec(stat)
-    config = {c: st.column_config.NumberColumn(c, help=f"{spec.header} of the class {c} (P0 = highest priority). "
-                                                f"{spec.help}", format=spec.fmt) for c in df.columns}
+    # a class name comes from the workload or a trace's class_name column: plain text in the Markdown tooltip
+    config = {c: st.column_config.NumberColumn(c, help=f"{spec.header} of the class {plain(c)} (P0 = highest "
+                                                f"priority). {spec.help}", format=spec.fmt) for c in df.columns}
     st.dataframe(df, column_config=config, width="stretch")
-
-
-def change_frame(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataFrame:
-    """Rows = metrics; per policy its value (text) and, after the first, its change against the first (%)."""
-    names = list(summaries)
-    base = summaries[names[0]] if names else {}
-    rows = []
-    for k in keys:
-        spec = metric_spec(k)
-        row = {"Metric": spec.header}
-        for i, name in enumerate(names):
-            v = summaries[name].get(k)
-            row[name] = shown(k, v, small_s_as_ms=False)
-            if i:
-                b = base.get(k)
-                ok = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (v, b)) and b != 0
-                row[f"{name} vs {names[0]}"] = (v - b) / abs(b) * 100 if ok else float("nan")
-        row["_lower_is_better"] = spec.lower_is_better
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def change_table(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataFrame:
@@ -97,24 +94,30 @@ def change_table(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataF
     def colour(col: pd.Series) -> list[str]:
         out = []
         for v, lo in zip(col, lower):
-            if not isinstance(v, float) or not math.isfinite(v) or abs(v) < 0.5:
+            # lo None: neither better nor worse (batch efficiency, busy, load, KV in use)
+            if lo is None or not isinstance(v, float) or not math.isfinite(v) or abs(v) < 0.5:
                 out.append("")
             else:
                 better = (v < 0) == bool(lo)
                 out.append("color: #1E8449; font-weight: 600" if better else "color: #C0392B; font-weight: 600")
         return out
 
-    styler = (df.style.format("{:+.1f} %", subset=change_cols, na_rep="n/a")
+    first = list(summaries)[0]
+    # an overloaded policy's columns (its values and its change) are greyed, as its row is in the classic table
+    grey = [c for c in df.columns for k, v in summaries.items()
+            if v.get("overloaded") and c in (k, f"{k} vs {first}")]
+    styler = (df.style.format("{:+.1f} %", subset=change_cols, na_rep="–")
               .apply(colour, subset=change_cols).hide(axis="index"))
-    config = {c: st.column_config.Column(c, help=f"Change against {list(summaries)[0]}, in % of its value; "
-                                              "green is better, red worse") for c in change_cols}
-    config["Metric"] = st.column_config.Column("Metric", help="Units in brackets; definitions below the table",
+    if grey:
+        styler = styler.apply(lambda col: [GREY] * len(col), subset=grey)
+    config = {c: st.column_config.Column(c, help=f"Change against {plain(list(summaries)[0])}, in % of its value; "
+                                              "green is better, red worse, uncoloured when neither; – where a "
+                                              "latency is unbounded (an overloaded policy) or a figure is missing")
+              for c in change_cols}
+    config["Metric"] = st.column_config.Column("Metric", help="Units in the cells; definitions below the table",
                                                width="medium", pinned=True)
     st.dataframe(styler, column_config=config, width="stretch", hide_index=True, height=36 * (len(df) + 1) + 3)
+    notes = missing_notes(summaries, keys)
+    if notes:
+        st.caption(plain(" ".join(notes)))
     return df
-
-
-def definitions(keys: Sequence[str]) -> None:
-    """The definition of each metric in these columns, as a compact list."""
-    lines = [f"- **{metric_spec(k).header}**: {metric_spec(k).help}" for k in keys]
-    st.markdown("\n".join(lines))

@@ -26,10 +26,31 @@ def test_default_render():
     table = _table(at)
     assert list(table.columns) == ["Metric", "A · dynamic", "B · continuous", "B · continuous vs A · dynamic",
                                    "C · chunked", "C · chunked vs A · dynamic"]
-    assert "TTFT P99 (s)" in set(table["Metric"]) and "TPOT P99 (ms)" in set(table["Metric"])
-    # continuous batching cuts P99 TTFT against dynamic batching at this load
-    row = table[table["Metric"] == "TTFT P99 (s)"].iloc[0]
-    assert row["B · continuous vs A · dynamic"] < -50
+    metrics = set(table["Metric"])
+    assert {"TTFT P99", "TPOT P99", "Load", "GPU util", "Busy", "MFU", "MBU", "KV cache in use"} <= metrics
+    # continuous batching cuts P99 TTFT against dynamic batching at this load (dynamic keeps up at the default rate)
+    row = table[table["Metric"] == "TTFT P99"].iloc[0]
+    if "unbounded" not in row["A · dynamic"]:
+        assert row["B · continuous vs A · dynamic"] < -50
+    assert row["B · continuous"].endswith(" ms")
+    assert not any("None" in str(c) for c in table.to_numpy().ravel())
+
+
+def test_overloaded_policy_reads_unbounded_and_gets_no_change():
+    """3 req/s: static and dynamic cannot keep up. Their latencies read as unbounded and no change is computed
+    against or for them (no -100 % deltas); the utilisation rows still compare."""
+    at = run_page(PAGE, rate="3", n="2000")
+    assert_clean(at)
+    table = _table(at).set_index("Metric")
+    assert table.loc["TTFT P99", "A · dynamic"].startswith("unbounded: queue grows (+")
+    assert table.loc["TTFT P50", "A · dynamic"].endswith(" req/s)")
+    for col in ("B · continuous vs A · dynamic", "C · chunked vs A · dynamic"):
+        for metric in ("TTFT P50", "TTFT P99", "TPOT P99", "E2E P99"):
+            assert math.isnan(table.loc[metric, col]), (metric, col)
+        assert math.isfinite(table.loc["GPU util", col])
+    assert table.loc["Batch efficiency", "B · continuous"].endswith(" of 256)")
+    assert not any("None" in str(c) for c in table.to_numpy().ravel())
+    assert any("Overloaded at this rate: A · dynamic" in c.value for c in at.caption)
 
 
 def test_slots_from_the_url_and_a_fourth_policy():
@@ -49,12 +70,16 @@ def test_customised_slot_and_change_column():
     assert at.slider(key="wid:b_seqs").value == 4
     table = _table(at)
     assert "B · continuous*" in table.columns
-    change = table.set_index("Metric")["B · continuous* vs A · continuous"]
-    # four sequences at a time queue far more than 256
-    assert change["TTFT P99 (s)"] > 100
+    by_metric = table.set_index("Metric")
+    change = by_metric["B · continuous* vs A · continuous"]
+    # four sequences at a time cannot carry the load 256 carry: its queue grows, its latencies are unbounded and
+    # not compared, while its lower throughput still is
+    assert by_metric.loc["TTFT P99", "B · continuous*"].startswith("unbounded: queue grows")
+    assert math.isnan(change["TTFT P99"])
+    assert change["Throughput"] < 0
     assert math.isclose(_table(run_page(PAGE, a_policy="continuous", b_policy="continuous", c_policy="none",
                                         **FAST)).set_index("Metric")["B · continuous vs A · continuous"]
-                        ["TTFT P99 (s)"], 0.0, abs_tol=1e-9)
+                        ["TTFT P99"], 0.0, abs_tol=1e-9)
 
 
 def test_invalid_knob_shows_error_and_keeps_the_last_comparison():
