@@ -2,14 +2,16 @@
 import streamlit as st
 
 from batching.charts import policy as charts
+from batching.charts import load as load_charts
 
 from batching import report
 from batching.studies.compare import COMPARE_COLUMNS, verdict
+from batching.studies import article, load_curve
 from batching.sim.policy import PRESETS
-from batching.ui import cache, page, state, tables, widgets
+from batching.ui import cache, nav, page, state, tables, widgets
 
 scenario = page.setup(
-    "Strategy showdown", ":material/leaderboard:",
+    nav.HOME,
     "Five batching policies serve the same traffic on the simulated node in the sidebar: throughput at this "
     "load and capacity, latency (TTFT, TPOT), GPU use. Change the scenario on the left; the link keeps it.")
 if scenario is None:
@@ -24,15 +26,58 @@ if summaries is None:
 st.session_state["home_last"] = summaries
 name = charts.slug("showdown", report.scenario_slug(scenario))
 
+
+def _cached_summary(sc, saturated: bool) -> dict:
+    # the showdown's own cached runs: capacity runs are shared with the table, reruns cost nothing
+    return cache.capacity_summary(sc) if saturated else cache.summary_cached(sc, False)
+
+
+def _load_curve():
+    with st.spinner(f"Simulating each policy at {load_curve.POINTS} rates up to its capacity…", show_time=True):
+        return load_curve.load_curve(scenario, PRESETS, summarize=_cached_summary)
+
+
+rate = float(scenario.workload.rate_req_s)
+st.subheader("Latency against load", divider="gray")
+try:
+    curve = _load_curve()
+    st.session_state["home_last_curve"] = curve
+except (ValueError, RuntimeError):  # the showdown above has said why (ServerBusy is a RuntimeError)
+    curve = st.session_state.get("home_last_curve")
+    if curve is not None:
+        st.caption("Showing the last curve that ran.")
+if curve is not None:
+    load_fig = load_charts.latency_vs_load(curve, load_curve.slo_targets(scenario), rate)
+    caps = curve.groupby("policy", sort=False)["capacity_req_s"].first()
+    _loads = {k: (summaries[k].get("load") if summaries[k].get("load") is not None else rate / caps[k])
+              for k in summaries if k in caps}
+    _overloaded = [k for k in summaries if summaries[k].get("overloaded", _loads.get(k, 0) >= 1)]
+    widgets.chart(load_fig, "How to read it: each line is one policy's P99 latency as the offered request rate "
+                  f"rises ({load_curve.POINTS} rates, {load_curve.LOW:.0%}-{load_curve.HIGH:.0%} of that policy's "
+                  "capacity); the × ends the line at its capacity, past "
+                  "which its queue grows without bound. Dashed: the workload's SLOs; dotted: the sidebar's rate, "
+                  "where the table below is read. A line further right carries more load; lower is faster.",
+                  f"{name}_latency_vs_load")
+    st.caption(f"At {rate:g} req/s each policy runs at this share of its capacity: "
+               + ", ".join(f"{k} {v:.0%}" for k, v in _loads.items()) + ". "
+               + (f"Overloaded here (their latencies grow with the run, not with the policy): "
+                  f"{', '.join(_overloaded)}." if _overloaded else
+                  "Every policy carries this load, so the table compares them on equal terms."))
+
 sentence = verdict(summaries)
 st.info(sentence, icon=":material/emoji_events:")
 
 st.subheader("The classic table", divider="gray")
 tables.summary_table(summaries)
+_over = [k for k, s in summaries.items() if s.get("overloaded")]
 st.caption("One row per preset. Throughput is measured at the sidebar's request rate, capacity with every request "
-           "queued at t = 0. Hover a header for its definition.")
-with st.expander("What the columns mean"):
-    tables.definitions(list(COMPARE_COLUMNS))
+           "queued at t = 0; Load is the first over the second. GPU util charges idle waits, padded slots and "
+           "finished sequences held in a batch; Busy is what nvidia-smi shows. Hover a header for its definition."
+           + (f" Greyed: overloaded at this rate ({', '.join(_over)}): the queue grows through the run, so their "
+              "latencies measure the run's length and read as unbounded." if _over else ""))
+with st.expander("What the columns mean, and diagnostics"):
+    tables.definitions(list(COMPARE_COLUMNS) + list(tables.DIAGNOSTICS))
+    tables.summary_table(summaries, tables.DIAGNOSTICS)
 
 bars = charts.showdown_bars(summaries)
 widgets.chart(bars, "Left: throughput at this load (light) against capacity (dark); the gap is headroom. Middle "
@@ -71,3 +116,25 @@ def _runs_csv(table: str) -> bytes:
 link = state.current_link()
 widgets.downloads(name=name, summary_json=_summary_json, report_html=_report_html, link=link,
                   requests_csv=lambda: _runs_csv("requests"), steps_csv=lambda: _runs_csv("steps"))
+
+
+# ---------------------------------------------------------------- the article's table, side by side
+st.subheader("The article's table", divider="gray")
+art_sc = article.article_scenario(scenario.workload.num_requests, getattr(scenario.workload, "seed", 0))
+art = widgets.guarded(lambda: cache.compare_summaries(art_sc, article.article_policies()), "The article's table")
+if art is not None:
+    st.markdown(f"**As published** ({article.SOURCE}): a cited measurement; latencies are TTFT.")
+    st.dataframe(article.article_table(), width="stretch", column_config={
+        "Throughput (output tok/s)": st.column_config.NumberColumn(format="%,.0f"),
+        "TTFT P99 (ms)": st.column_config.NumberColumn(format="%,.0f"),
+        "GPU util (%)": st.column_config.NumberColumn(format="%.0f")})
+    st.markdown(f"**The simulator** on the same setting: Qwen2.5-72B BF16 on 8xH100 (TP 8), workload `article` "
+                f"(20 % interactive, 80 % batch; prompts 384-640, outputs 128-384 tokens), "
+                f"{article.ARTICLE_RATE_REQ_S:g} req/s, {art_sc.workload.num_requests:,} requests, seed "
+                f"{art_sc.workload.seed} (the sidebar's count and seed).")
+    st.dataframe(article.simulator_table(art).round(1), width="stretch", column_config={
+        c: st.column_config.NumberColumn(format="%,.0f") for c in article.simulator_table(art).columns
+        if c not in ("TTFT P50 (ms)", "TTFT P99 high / low (ms)")})
+    notes = article.explanations(art)
+    st.markdown("**Why they differ**\n\n" + "\n".join(
+        f"- **{row.label}:** {notes[row.policy]}" for row in article.ARTICLE_ROWS if row.policy in notes))

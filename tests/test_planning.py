@@ -219,8 +219,8 @@ def test_current_values():
 def test_default_rate_range_centres_on_capacity():
     sc = mixed()
     assert sp.default_range("rate_req_s", sc, capacity_req_s=8.0) == (0.8, 12.0, 10, "linear")
-    # without a capacity: the scenario's own rate (3 req/s, the default)
-    assert DEFAULT_RATE_REQ_S == 3.0
+    # without a capacity: the scenario's own rate (mixed() sets 3 req/s)
+    assert sc.workload.rate_req_s == 3.0
     assert sp.default_range("rate_req_s", sc) == (0.3, 4.5, 10, "linear")
     assert sp.default_range("max_num_seqs", sc) == (8, 1024, 8, "log")
     assert sp.default_range("high_share", sc) == (0.0, 1.0, 6, "linear")

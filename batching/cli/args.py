@@ -24,7 +24,7 @@ from batching.sim.simulate import Scenario
 from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
                                 load_json_spec)
 from batching.sim.traces import MAX_TOKENS
-from batching.sim.workload import (DEFAULT_RATE_REQ_S, MAX_NUM_REQUESTS, MAX_RATE_REQ_S, WORKLOAD_PRESETS, LengthDist,
+from batching.sim.workload import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_NUM_REQUESTS, MAX_RATE_REQ_S, WORKLOAD_PRESETS, LengthDist,
                                    TraceWorkload, workload_preset)
 from batching.studies.capacity import ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, class_names, per_class_values
 
@@ -258,7 +258,8 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", default="bf16", choices=list(PRECISIONS))
     g.add_argument("--workload", default="mixed", choices=list(WORKLOAD_PRESETS))
     g.add_argument("--rate", type=float_arg(0.0, MAX_RATE_REQ_S, low_open=True), default=None,
-                   help=f"requests per second (default {DEFAULT_RATE_REQ_S:g})")
+                   help=f"requests per second (default {DEFAULT_RATE_REQ_S:g}; "
+                        f"{ARTICLE_RATE_REQ_S:g} for --workload article, the article's setting)")
     g.add_argument("--requests", type=int_arg(1, MAX_NUM_REQUESTS), default=None,
                    help=f"number of requests (default {DEFAULT_REQUESTS}, at most {MAX_NUM_REQUESTS:,})")
     g.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
@@ -353,7 +354,8 @@ def build_scenario(args) -> Scenario:
     if args.trace is not None:
         wl = trace_workload(args.trace, args.requests, args.rate)
     else:
-        wl = workload_preset(args.workload, args.rate if args.rate is not None else DEFAULT_RATE_REQ_S,
+        default_rate = ARTICLE_RATE_REQ_S if args.workload == "article" else DEFAULT_RATE_REQ_S
+        wl = workload_preset(args.workload, args.rate if args.rate is not None else default_rate,
                              args.requests or DEFAULT_REQUESTS, args.seed)
         if args.prompt_tokens or args.output_tokens:
             classes = []

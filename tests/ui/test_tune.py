@@ -7,11 +7,12 @@ import base64
 
 import numpy as np
 import pytest
+
 from uihelpers import FAST, assert_clean, chart, chart_titles, run_page
 
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.sim.workload import workload_preset
+from batching.sim.workload import DEFAULT_RATE_REQ_S, workload_preset
 from batching.studies import planning as sp
 from batching.studies.capacity import SLO, capacity, default_slo
 from batching.studies.knee import capacity_knee, sweep_knee
@@ -183,7 +184,7 @@ def test_url_reproduces_the_view_and_the_library_sweep():
     res = last(at)
     assert res.values == (16.0, 76.0, 136.0, 196.0, 256.0) and list(res.frames) == ["continuous"]
     assert res.share == pytest.approx(0.10)
-    lib = sweep(Scenario(workload=workload_preset("mixed", 3.0, 200, 0)), "max_num_seqs", res.values,
+    lib = sweep(Scenario(workload=workload_preset("mixed", DEFAULT_RATE_REQ_S, 200, 0)), "max_num_seqs", res.values,
                 policy=PRESETS["continuous"], slo=default_slo(2))
     got = res.frame
     for col in ("capacity_output_tok_s", "ttft_p99_s", "batch_efficiency", "preemptions", "max_rate_req_s"):
@@ -263,7 +264,7 @@ def test_the_slo_inputs_move_the_knee_and_errors_are_messages():
     res = last(at)
     assert res.slo == SLO(ttft_s=(1.0, 30.0), tpot_s=0.03) and not res.slo_is_default
     assert at.query_params["tpot_ms"] == "30"
-    lib = sweep(Scenario(workload=workload_preset("mixed", 3.0, 200, 0)), "max_num_seqs", res.values,
+    lib = sweep(Scenario(workload=workload_preset("mixed", DEFAULT_RATE_REQ_S, 200, 0)), "max_num_seqs", res.values,
                 policy=PRESETS["continuous"], slo=res.slo)
     assert res.frame["max_rate_req_s"].tolist() == pytest.approx(lib["max_rate_req_s"].tolist())
     assert res.knee == sweep_knee(lib, "max_num_seqs", res.share)
