@@ -195,16 +195,19 @@ def policy_label(policy: BatchingPolicy) -> str:
     return next((name for name, p in PRESETS.items() if p == policy), f"custom {policy.mode}")
 
 
-def policy_figures(result: SimResult, label: str | None = None) -> dict[str, tuple[go.Figure, str]]:
+def policy_figures(result: SimResult, label: str | None = None,
+                   timeline_points: int | None = None) -> dict[str, tuple[go.Figure, str]]:
     """Every figure "Explore a policy" shows for one run, in page order, each with its report caption and the
     scenario's caption line drawn under it (``label``: the policy's name there, else the preset it is).
 
     The keys are the file-name suffixes of the dashboard's PNG downloads (``<name>_<key>.png``); the page
     and ``python -m batching report`` both draw from here, so a document's figure is the app's figure.
+    ``timeline_points``: the page's live timeline draws within that many points (``charts.timeline_rows``: the
+    first requests in full, a sample of the rest, said in its subtitle); None, for the exports, draws every request.
     """
     names = result.class_names
     figs = {
-        "timeline": (charts.request_timeline(result.requests, names),
+        "timeline": (charts.request_timeline(result.requests, names, max_points=timeline_points),
                      "Request timeline: queued, prefill, decode and held segments per request."),
         "batch_composition": (charts.batch_composition(result.steps), "Batch composition over time."),
         "kv_queue": (charts.kv_and_queue(result.steps, result.scenario.deployment.kv_capacity_tokens),

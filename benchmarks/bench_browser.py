@@ -923,6 +923,7 @@ def figure_lab(reps: int = 3) -> None:
     from playwright.sync_api import sync_playwright
 
     from batching import report
+    from batching.charts import policy as charts
     from batching.sim.policy import PRESETS
     from batching.sim.simulate import Scenario, simulate
 
@@ -960,6 +961,10 @@ def figure_lab(reps: int = 3) -> None:
               ("timeline 1/2 of requests", every(ta, 2), every(tb, 2)),
               ("timeline 1/4 of requests", every(ta, 4), every(tb, 4)),
               ("timeline SVG 1/4", svg(every(ta, 4)), svg(every(tb, 4)))]
+    if hasattr(charts, "TIMELINE_POINT_BUDGET"):  # the page's timeline: within a point budget, SVG, float32
+        pa, pb = (report.policy_figures(r, timeline_points=charts.TIMELINE_POINT_BUDGET)["timeline"][0]
+                  for r in (a, b))
+        cases.append(("timeline as the page draws", pa.to_plotly_json(), pb.to_plotly_json()))
     js_path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     version = js_path.read_text()[:200].split("plotly.js v")[1].split()[0]
     print(f"Figure lab: Explore's figures (dynamic preset, 2,000 requests) alone in Chromium ({os.cpu_count()} CPUs, "

@@ -6,14 +6,15 @@ from batching.charts import policy as charts
 from batching import report
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.ui import cache, knobs, page, state, tables, widgets
+from batching.ui import cache, knobs, nav, page, state, tables, widgets
+from batching.ui.safe import plain
 
 CARDS = report.POLICY_METRICS
 DEFAULT_PRESET = "continuous"
-LAST = "explore_last"
+LAST = "explore_last"  # (scenario, label) of the last run that worked: its result stays in the cache, not here
 
 scenario = page.setup(
-    "Explore a policy", ":material/tune:",
+    nav.EXPLORE,
     "Start from a preset and move its knobs: every chart below is one simulated run of the sidebar's scenario. "
     "Moving a knob reruns only this part of the page.")
 
@@ -33,7 +34,7 @@ def explore(base: Scenario) -> None:
 
     result = None
     if choice.error:
-        st.error(f"**These knobs cannot run:** {choice.error}", icon=":material/error:")
+        st.error(f"**These knobs cannot run:** {plain(choice.error)}", icon=":material/error:")
     else:
         run = sc.with_policy(choice.policy)
         result = widgets.guarded(
@@ -43,11 +44,14 @@ def explore(base: Scenario) -> None:
     if stale:
         if LAST not in st.session_state:
             return
-        result, label = st.session_state[LAST]
+        last, label = st.session_state[LAST]
+        result = widgets.guarded(lambda: cache.simulate_cached(last), "The last run")  # a cache hit, or run again
+        if result is None:
+            return
         st.caption(f"Showing the last run that worked ({label}).")
     else:
         label = choice.label
-        st.session_state[LAST] = (result, label)
+        st.session_state[LAST] = (result.scenario, label)
     run = result.scenario
     summary = result.summary()
 
@@ -58,15 +62,16 @@ def explore(base: Scenario) -> None:
             baseline = cache.summary_cached(base.with_policy(PRESETS[preset]))
             st.caption(f"Deltas compare with the unchanged '{preset}' preset on the sidebar's scenario.")
         except (ValueError, RuntimeError) as exc:
-            st.caption(f"No deltas: the unchanged '{preset}' preset cannot run this scenario ({exc}).")
+            st.caption(f"No deltas: the unchanged '{preset}' preset cannot run this scenario ({plain(exc)}).")
     widgets.metric_cards(summary, CARDS, baseline)
 
     name = charts.slug("explore", label.replace("*", "-custom"), report.scenario_slug(run))
-    figs = report.policy_figures(result)  # the same figures `python -m batching report` exports
-    figures = list(figs.values())
+    # the same figures `python -m batching report` exports, but the timeline within a point budget: the first
+    # requests in full and a sample of the rest, said in a note (the exports below draw every request)
+    figs = report.policy_figures(result, timeline_points=charts.TIMELINE_POINT_BUDGET)
 
     tl = figs["timeline"][0]
-    _, note = charts.timeline_sample(result.requests)
+    _, note = charts.timeline_rows(result.requests, max_points=charts.TIMELINE_POINT_BUDGET)
     if note:
         st.info(note, icon=":material/filter_alt:")
     widgets.chart(tl, "Each row is a request in arrival order: dotted = queued, thick = prefill, solid = decode, "
@@ -98,13 +103,19 @@ def explore(base: Scenario) -> None:
     link = state.current_link()
     policies = {label: result.scenario.policy}
     one = {label: summary}
+
+    def _report_html() -> str:
+        figures = list(report.policy_figures(cache.result_for_download(run)).values())
+        return report.html_report(f"Explore a policy: {label}", run, figures=figures,
+                                  tables=[("Metrics", tables.report_frame(one, CARDS))], policies=policies, link=link)
+
+    # the buttons keep the scenario, not the result or its figures (a session may stay open for days): a click
+    # takes the result from the cache (or runs it again) and draws the figures then
     widgets.downloads(
         name=name, link=link,
-        requests_csv=lambda: report.requests_csv(result), steps_csv=lambda: report.steps_csv(result),
-        summary_json=lambda: report.summary_json(one, run, policies),
-        report_html=lambda: report.html_report(f"Explore a policy: {label}", run, figures=figures,
-                                               tables=[("Metrics", tables.report_frame(one, CARDS))],
-                                               policies=policies, link=link))
+        requests_csv=lambda: report.requests_csv(cache.result_for_download(run)),
+        steps_csv=lambda: report.steps_csv(cache.result_for_download(run)),
+        summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html)
 
 
 if scenario is None:

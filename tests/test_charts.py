@@ -94,10 +94,10 @@ def test_class_bars(summaries):
     assert fig.data[0].y[1] == pytest.approx(summaries["continuous"]["by_priority"]["0"]["ttft_p99_s"])
 
 
-def test_request_timeline_webgl(runs):
+def test_request_timeline_segments(runs):
     res = runs["dynamic"]
     fig = charts.request_timeline(res.requests, res.class_names)
-    _check(fig, {"scattergl"})
+    _check(fig, {"scatter"})  # 150 requests: a few thousand points, SVG
     assert "Simulated time (s)" == fig.layout.xaxis.title.text
     # the decode segments of class 0 start at first_token_s and end at finish_s
     dec = [t for t in fig.data if t.name.endswith("· decode")][0]
@@ -144,15 +144,83 @@ def test_request_timeline_samples_big_runs(runs):
     assert rows <= 1000
 
 
+def _big_requests(runs, n: int) -> pd.DataFrame:
+    """``n`` requests: the continuous run's 150 repeated back to back in time (each copy after the last)."""
+    req = runs["continuous"].requests.sort_values("arrival_s", kind="stable")
+    span = float(req["release_s"].max()) + 1.0
+    copies = math.ceil(n / len(req))
+    parts = []
+    for i in range(copies):
+        part = req.copy()
+        for c in ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "release_s"):
+            part[c] = part[c] + i * span
+        parts.append(part)
+    big = pd.concat(parts, ignore_index=True).iloc[:n].copy()
+    big["request_id"] = np.arange(len(big))
+    return big
+
+
+def _points(fig: go.Figure) -> int:
+    return sum(len(t.x) for t in fig.data)
+
+
+def test_request_timeline_within_a_point_budget_at_20000_requests(runs):
+    """The dashboard's timeline: at most TIMELINE_POINT_BUDGET points at 20,000 requests, the first 100 requests
+    (the view it opens on) drawn in full, every k-th of the rest, SVG; a note says what is drawn."""
+    big = _big_requests(runs, 20_000)
+    names = runs["continuous"].class_names
+    budget = charts.TIMELINE_POINT_BUDGET
+    fig = charts.request_timeline(big, names, max_points=budget)
+    assert _points(fig) <= budget
+    assert {t.type for t in fig.data} == {"scatter"}  # under SVG_MAX_POINTS: SVG, not software WebGL
+    rows = set()
+    for t in fig.data:
+        rows |= {int(v) for v in np.asarray(t.y, float) if np.isfinite(v)}
+    assert set(range(charts.TIMELINE_WINDOW)) <= rows  # the first window in full
+    df, note = charts.timeline_rows(big, max_points=budget)
+    assert rows == set(df["request_id"]) and 500 < len(df) < 20_000
+    assert note and "first 100 requests in full" in note and "of 20,000 requests" in note and "CSV" in note
+    assert "then a sample" in fig.layout.title.subtitle.text and "double-click" in fig.layout.title.subtitle.text
+    # the opening view is the same as without a budget: the first 100 rows and their time span
+    full = charts.request_timeline(big.iloc[:1000], names)  # every request drawn
+    assert fig.layout.xaxis.range == full.layout.xaxis.range and fig.layout.yaxis.range == full.layout.yaxis.range
+    # a run within the budget is drawn whole, with no note
+    small = runs["continuous"].requests
+    assert charts.timeline_rows(small, max_points=budget)[1] is None
+    assert _points(charts.request_timeline(small, names, max_points=budget)) == \
+        _points(charts.request_timeline(small, names))
+
+
+def test_line_trace_type_by_point_count(runs):
+    """SVG up to SVG_MAX_POINTS points, WebGL above: the exports' full timeline of 2,000 requests is WebGL, the
+    page's budgeted one SVG; coordinates go out as float32 typed arrays."""
+    assert charts.line_trace(charts.SVG_MAX_POINTS) is go.Scatter
+    assert charts.line_trace(charts.SVG_MAX_POINTS + 1) is go.Scattergl
+    big = _big_requests(runs, 2000)
+    names = runs["continuous"].class_names
+    full = charts.request_timeline(big, names)
+    assert _points(full) > charts.SVG_MAX_POINTS and {t.type for t in full.data} == {"scattergl"}
+    live = charts.request_timeline(big, names, max_points=charts.TIMELINE_POINT_BUDGET)
+    assert {t.type for t in live.data} == {"scatter"}
+    spec = live.to_plotly_json()
+    assert all(t["x"]["dtype"] == t["y"]["dtype"] == "f4" for t in spec["data"])  # base64 float32 arrays
+    assert '"dtype":"f4"' in pio.to_json(live, validate=False).replace(" ", "")
+    # float32 is far finer than a pixel: the segments' ends within 0.1 ms of the data
+    dec = [t for t in live.data if t.name.endswith("· decode")][0]
+    first = big[big["priority"] == 0].sort_values("arrival_s")["first_token_s"].iloc[0]
+    assert abs(float(dec.x[0]) - first) < 1e-4
+
+
 @pytest.mark.parametrize("policy", ["dynamic", "continuous"])
 def test_batch_composition_shows_decode_on_its_own_scale(runs, policy):
     """Prefill (with padding stacked on it) on top and decode below, each panel on its own y axis: decode tokens
     per step fill their panel instead of a sliver under the prefill spikes."""
     res = runs[policy]
     fig = charts.batch_composition(res.steps)
-    _check(fig, {"bar"})
-    assert fig.layout.barmode == "stack"
+    _check(fig, {"scatter"})  # filled step areas: one SVG path per series, not one element per bar
     by = {t.name: t for t in fig.data}
+    assert by["prefill tokens"].stackgroup == by["padded slots"].stackgroup != by["decode tokens"].stackgroup
+    assert all(t.line.shape == "hv" for t in fig.data)
     assert list(by) == ["prefill tokens", "padded slots", "decode tokens"]
     assert by["prefill tokens"].yaxis == by["padded slots"].yaxis == "y"
     assert by["decode tokens"].yaxis == "y2" and by["decode tokens"].xaxis == "x2"
@@ -167,6 +235,12 @@ def test_batch_composition_shows_decode_on_its_own_scale(runs, policy):
     raw = {t.name: t for t in charts.batch_composition(few).data}
     assert np.asarray(raw["decode tokens"].y, float).sum() == few["decode_tokens"].sum()
     assert np.asarray(raw["padded slots"].y, float).sum() == few["padded_tokens"].sum()
+    # each step's value holds from its start to its end, 0 in idle gaps between steps
+    s = few.sort_values("start_s", kind="stable")
+    x, y = np.asarray(raw["decode tokens"].x, float), np.asarray(raw["decode tokens"].y, float)
+    at = np.searchsorted(x, s["start_s"].to_numpy(np.float32).astype(float))
+    assert np.allclose(y[at], s["decode_tokens"].to_numpy())
+    assert y[-1] == 0 and x[-1] == pytest.approx((s["start_s"] + s["duration_s"]).max(), rel=1e-6)
 
 
 def test_time_average_is_exact():

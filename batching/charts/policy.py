@@ -8,6 +8,7 @@ decade (or 1-2-5) labels from ``log_axis``.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,14 @@ LATENCY_UNITS = {
 }
 TIMELINE_MAX_ROWS = 4000
 TIMELINE_WINDOW = 100  # requests the timeline opens on
+# The dashboard's timeline draws at most this many points (3 per segment: start, end, a break): the first
+# TIMELINE_WINDOW requests in full, then every k-th of the rest (a note says which). About 2,000 rows of segments
+# fit the ~400 pixels of plot height several times over, so the zoomed-out view looks the same; every request stays
+# in the Requests CSV and the HTML report.
+TIMELINE_POINT_BUDGET = 6000
+# Up to this many points a line chart is SVG (go.Scatter), above it WebGL (go.Scattergl): headless browsers and
+# many laptops render WebGL in software, where a few thousand SVG points draw faster than a WebGL context.
+SVG_MAX_POINTS = 10_000
 TIME_BINS = 600
 RAW_STEPS_MAX = 1500
 
@@ -87,6 +96,17 @@ def slug(*parts: object) -> str:
     return text[:150] or "chart"
 
 
+def f32(values) -> np.ndarray:
+    """Plot coordinates as float32: Plotly sends numpy arrays as typed arrays, so this halves a figure's bytes;
+    float32 keeps 7 significant digits (60 µs at 10 minutes of simulated time), far below a pixel."""
+    return np.asarray(values, dtype=np.float32)
+
+
+def line_trace(points: int):
+    """The line trace class for this many points: SVG (go.Scatter) up to ``SVG_MAX_POINTS``, else WebGL."""
+    return go.Scatter if points <= SVG_MAX_POINTS else go.Scattergl
+
+
 def png_config(filename: str) -> dict:
     """Plotly modebar config: PNG download named ``filename`` at scale 2."""
     return {
@@ -103,10 +123,21 @@ def _title(text: str, subtitle: str | None = None) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=128)
+def _layout(title: str, subtitle: str | None, height: int) -> go.Layout:
+    return go.Layout(template=TEMPLATE, title=_title(title, subtitle), height=height)
+
+
 def _figure(title: str, subtitle: str | None = None, height: int = 420) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(template=TEMPLATE, title=_title(title, subtitle), height=height)
-    return fig
+    # from a layout built once per title (validating it again each rerun costs ~4 ms; Plotly copies it in)
+    return go.Figure(layout=_layout(title, subtitle, height))
+
+
+def _from_skeleton(build, *args) -> go.Figure:
+    """A new figure on a copy of the layout ``build(*args)`` makes, built once per arguments (``make_subplots`` and
+    its axis updates cost ~18 ms a figure; a copy ~2 ms). Traces then name their axes ("x2", "y2"): a copied
+    layout has no subplot grid for ``row=``/``col=``."""
+    return go.Figure(layout=build(*args))
 
 
 def _fmt_value(value: float, unit: str) -> str:
@@ -338,20 +369,59 @@ def _ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
-def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
-                     max_rows: int = TIMELINE_MAX_ROWS, window: int = TIMELINE_WINDOW) -> go.Figure:
-    """One row per request: queued, prefill, decode and held segments, coloured by class (WebGL).
+def _segment_counts(df: pd.DataFrame) -> np.ndarray:
+    """Segments ``request_timeline`` draws per row: queued, prefill, decode, held (each only when it has length)."""
+    arrival, sched, first, finish, release = (df[c].to_numpy(float) for c in (
+        "arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "release_s"))
+    with np.errstate(invalid="ignore"):
+        return ((sched > arrival).astype(int) + (first > sched) + (finish > first) + ((release - finish) > 1e-6))
 
-    Every request is drawn, but the chart opens on the first ``window`` of them (the x and y ranges set to their
-    rows and their time span), where single requests can be read; double-click or Autoscale shows the whole run.
+
+def timeline_rows(requests: pd.DataFrame, max_rows: int = TIMELINE_MAX_ROWS, window: int = TIMELINE_WINDOW,
+                  max_points: int | None = None) -> tuple[pd.DataFrame, str | None]:
+    """The rows the request timeline draws, in arrival order, and a note saying what is shown (None: every request).
+
+    ``max_points`` None: every request up to ``max_rows`` (``timeline_sample``). Else at most that many points: the
+    first ``window`` requests (the view the chart opens on) in full, then every k-th of the others, k as small as
+    the budget allows."""
+    if max_points is None:
+        df, note = timeline_sample(requests, max_rows)
+        return df.sort_values("arrival_s", kind="stable"), note
+    df = requests.sort_values("arrival_s", kind="stable")
+    n = len(df)
+    if n <= window:
+        return df, None
+    points = 3 * _segment_counts(df)
+    if points.sum() <= max_points:
+        return df, None
+    rest = points[window:]
+    room = max(int(max_points - points[:window].sum()), 1)
+    k = max(2, math.ceil(rest.sum() / room))
+    while k < len(rest) and rest[::k].sum() > room:
+        k += 1
+    keep = np.concatenate([np.arange(window), window + np.arange(0, n - window, k)])
+    return df.iloc[keep], (
+        f"The timeline draws the first {window} requests in full, then every {_ordinal(k)} of the other "
+        f"{n - window:,} ({len(keep):,} of {n:,} requests, at most {max_points:,} points, so the chart stays quick "
+        "to draw); the Requests CSV has every request.")
+
+
+def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
+                     max_rows: int = TIMELINE_MAX_ROWS, window: int = TIMELINE_WINDOW,
+                     max_points: int | None = None) -> go.Figure:
+    """One row per request: queued, prefill, decode and held segments, coloured by class.
+
+    The chart opens on the first ``window`` requests (the x and y ranges set to their rows and their time span),
+    where single requests can be read; double-click or Autoscale shows the whole run. ``max_points``: draw within
+    that many points (``timeline_rows``: the first ``window`` in full, a sample of the rest, said in the subtitle);
+    None draws every request up to ``max_rows``. SVG lines up to ``SVG_MAX_POINTS`` points, else WebGL;
+    coordinates as float32.
     """
-    df, note = timeline_sample(requests, max_rows)
+    df, note = timeline_rows(requests, max_rows, window, max_points)
     fig = _figure("Request timeline: queued, prefill, decode", note or "One row per request, in arrival order",
                   height=520)
     if df.empty:
         return _no_data(fig)
-    order = np.argsort(df["arrival_s"].to_numpy(), kind="stable")
-    df = df.iloc[order]
     row = df["request_id"].to_numpy() if "request_id" in df else np.arange(len(df))
     arrival = df["arrival_s"].to_numpy(float)
     sched = df["first_scheduled_s"].to_numpy(float)
@@ -366,38 +436,41 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
         ("decode", first, finish, dict(width=2), 0.9),
         ("held until batch release", finish, release, dict(width=1, dash="dash"), 0.6),
     )
+    trace = line_trace(3 * int(_segment_counts(df).sum()))
     for level in np.unique(prio):
         mask = prio == level
         cname = names[int(level)] if int(level) < len(names) else f"class {level}"
         color = CLASS_COLORS[int(level) % len(CLASS_COLORS)]
         for seg, start, end, line, opacity in segments:
-            m = mask & (end > start)
-            if seg.startswith("held"):
-                m &= (end - start) > 1e-6
+            with np.errstate(invalid="ignore"):
+                m = mask & (end > start)
+                if seg.startswith("held"):
+                    m &= (end - start) > 1e-6
             if not m.any():
                 continue
             k = int(m.sum())
-            x = np.empty(3 * k)
+            x = np.empty(3 * k, np.float32)
             x[0::3], x[1::3], x[2::3] = start[m], end[m], np.nan
-            y = np.empty(3 * k)
+            y = np.empty(3 * k, np.float32)
             y[0::3] = y[1::3] = row[m]
             y[2::3] = np.nan
-            fig.add_trace(go.Scattergl(x=x, y=y, mode="lines", name=f"{cname} · {seg}", legendgroup=cname,
-                                       line=dict(color=color, **line), opacity=opacity, connectgaps=False,
-                                       hovertemplate=f"request %{{y:.0f}} · {seg}<br>t = %{{x:,.2f}} s"
-                                                     f"<extra>{cname}</extra>"))
+            fig.add_trace(trace(x=x, y=y, mode="lines", name=f"{cname} · {seg}", legendgroup=cname,
+                                line=dict(color=color, **line), opacity=opacity, connectgaps=False,
+                                hovertemplate=f"request %{{y:.0f}} · {seg}<br>t = %{{x:,.2f}} s"
+                                              f"<extra>{cname}</extra>"))
     # no reversed y axis: Streamlit's plotly.js draws WebGL lines wrongly on a reversed axis
     fig.update_layout(xaxis_title="Simulated time (s)", yaxis_title="Request (arrival order, first at the bottom)")
     if len(df) > window:
         # open on the first `window` requests; the data stay whole, so zooming out shows the run
+        sampled = f": the first {window}, then a sample" if note and max_points is not None else ""
         ends = np.where(np.isfinite(release), release, np.where(np.isfinite(finish), finish, arrival))
         x0, x1 = float(arrival[:window].min()), float(np.nanmax(ends[:window]))
         pad = 0.02 * max(x1 - x0, 1e-3)
         fig.update_xaxes(range=[x0 - pad, x1 + pad])
         fig.update_yaxes(range=[float(row[0]) - 0.5, float(row[window - 1]) + 0.5])
         fig.layout.title.subtitle.text = (
-            f"One row per request in arrival order ({len(df):,} of {len(requests):,} drawn); opens on the first "
-            f"{window}, double-click for all" if note else
+            f"One row per request in arrival order ({len(df):,} of {len(requests):,} drawn{sampled}); opens on the "
+            f"first {window}, double-click for all" if note else
             f"One row per request in arrival order; opens on the first {window} of {len(df):,}, double-click for all")
     return fig
 
@@ -456,6 +529,21 @@ def _per_step_or_binned(steps: pd.DataFrame, columns: Sequence[str], bins: int =
     return edges[:-1], np.diff(edges), ys, note
 
 
+@functools.lru_cache(maxsize=8)
+def _composition_layout() -> go.Layout:
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.14,
+                        subplot_titles=("Prompt work: prefill tokens and padded slots per step",
+                                        "Decode tokens per step (one per decoding sequence)"))
+    fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
+                      title=_title("Batch composition: tokens per forward pass"))
+    fig.update_layout(hovermode="x unified", legend_traceorder="normal")
+    fig.update_yaxes(title_text="Tokens per step", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="Tokens per step", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(title_text="Simulated time (s)", row=2, col=1)
+    fig.update_annotations(font_size=13)
+    return fig.layout
+
+
 def batch_composition(steps: pd.DataFrame, bins: int = TIME_BINS) -> go.Figure:
     """Tokens per forward pass over time in two panels sharing the time axis, each on its own scale: prompt work
     on top (prefill tokens, padded slots stacked on them), decode tokens below.
@@ -466,64 +554,82 @@ def batch_composition(steps: pd.DataFrame, bins: int = TIME_BINS) -> go.Figure:
     sequences below), which a secondary axis over one stack or a share per step would not.
     """
     cols = ("prefill_tokens", "decode_tokens", "padded_tokens")
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.14,
-                        subplot_titles=("Prompt work: prefill tokens and padded slots per step",
-                                        "Decode tokens per step (one per decoding sequence)"))
-    fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
-                      title=_title("Batch composition: tokens per forward pass"))
+    fig = _from_skeleton(_composition_layout)
     if steps.empty:
         return _no_data(fig)
     x, width, ys, note = _per_step_or_binned(steps, cols, bins)
-    fig.layout.title.subtitle = dict(text=f"Each panel on its own scale; {note}", font=dict(SUBTITLE_FONT))
+    fig.layout.title.subtitle = dict(text=f"Each panel on its own scale; {note.replace('bar', 'value')}",
+                                     font=dict(SUBTITLE_FONT))
+    xs, index = _step_outline(x, width)
     for col, label, row in (("prefill_tokens", "prefill tokens", 1), ("padded_tokens", "padded slots", 1),
                             ("decode_tokens", "decode tokens", 2)):
         kind = col.split("_")[0]
-        fig.add_trace(go.Bar(x=x, y=ys[col], width=width, offset=0, name=label,
-                             marker=dict(color=TOKEN_COLORS[kind], line=dict(width=0)),
-                             hovertemplate=f"t = %{{x:,.1f}} s<br>{label}: %{{y:,.0f}} per step<extra></extra>"),
-                      row=row, col=1)
-    fig.update_layout(barmode="stack", bargap=0, hovermode="x unified", legend_traceorder="normal")
-    fig.update_yaxes(title_text="Tokens per step", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="Tokens per step", rangemode="tozero", row=2, col=1)
+        axes = ("x", "y") if row == 1 else ("x2", "y2")
+        y = np.append(ys[col], 0.0)[index]  # each step's (or bin's) value over its span, 0 in idle gaps
+        fig.add_trace(go.Scatter(x=xs, y=f32(y), mode="lines", name=label, xaxis=axes[0], yaxis=axes[1],
+                                 stackgroup=f"tokens{row}", fillcolor=TOKEN_COLORS[kind],
+                                 line=dict(color=TOKEN_COLORS[kind], width=0.5, shape="hv"),
+                                 hovertemplate=f"t = %{{x:,.1f}} s<br>{label}: %{{y:,.0f}} per step<extra></extra>"))
+    return fig
+
+
+def _step_outline(start: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spans [start, start + width) as the x of an "hv" step line, and for each x the index of its span's value
+    (``len(start)``, meaning 0, where a gap between spans starts and at the end): a filled step area draws what
+    stacked bars with no gap between them drew, as one SVG path per series instead of one element per bar
+    (~130 ms less to draw in the browser per rerun at 600 bins)."""
+    start = np.asarray(start, float)
+    end = start + np.asarray(width, float)
+    n = len(start)
+    gap = np.append(start[1:] > end[:-1] + 1e-9, True)  # a span followed by idle time (or the last one)
+    xs = np.empty(n + int(gap.sum()))
+    index = np.empty(len(xs), dtype=int)
+    pos = np.arange(n) + np.concatenate(([0], np.cumsum(gap)[:-1]))  # where each span's start goes
+    xs[pos], index[pos] = start, np.arange(n)
+    xs[pos[gap] + 1], index[pos[gap] + 1] = end[gap], n
+    return f32(xs), index
+
+
+@functools.lru_cache(maxsize=32)
+def _kv_layout(kv_capacity_tokens: int, per_replica: bool) -> go.Layout:
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=(f"KV cache in use (capacity {int(kv_capacity_tokens):,} tokens per replica)",
+                                        "Queue depth (per replica)" if per_replica else "Queue depth"))
+    fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
+                      title=_title("KV cache use and queue depth"))
+    fig.update_yaxes(title_text="KV used (%)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="Requests (count)", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(title_text="Simulated time (s)", row=2, col=1)
     fig.update_annotations(font_size=13)
-    return fig
+    return fig.layout
 
 
 def kv_and_queue(steps: pd.DataFrame, kv_capacity_tokens: int, bins: int = TIME_BINS) -> go.Figure:
     """KV cache use (% of capacity) and queue depth (waiting, running, swapped) over time."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=(f"KV cache in use (capacity {int(kv_capacity_tokens):,} tokens per replica)",
-                                        "Queue depth"))
-    fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
-                      title=_title("KV cache use and queue depth"))
+    per_replica = (not steps.empty) and steps.get("replica", pd.Series([0])).nunique() > 1
+    fig = _from_skeleton(_kv_layout, int(kv_capacity_tokens), bool(per_replica))
     if steps.empty:
         return _no_data(fig)
     cols = ("kv_blocks", "waiting", "running", "swapped")
     x, _, ys, note = _per_step_or_binned(steps, cols, bins)
+    x, ys = f32(x), {c: f32(v) for c, v in ys.items()}
     shape = "hv"
     fig.layout.title.subtitle = dict(text=note.replace("one bar per step", "one point per step").capitalize(),
                                      font=dict(SUBTITLE_FONT))
     cap = max(1, int(kv_capacity_tokens))
     kv_pct = ys["kv_blocks"] * KV_BLOCK_TOKENS / cap * 100.0
     fig.add_trace(go.Scatter(x=x, y=kv_pct, name="KV cache used", mode="lines", fill="tozeroy",
-                             line=dict(color="#72B7B2", shape=shape),
-                             hovertemplate="t = %{x:,.1f} s<br>KV used: %{y:.1f} %<extra></extra>"), row=1, col=1)
+                             line=dict(color="#72B7B2", shape=shape), xaxis="x", yaxis="y",
+                             hovertemplate="t = %{x:,.1f} s<br>KV used: %{y:.1f} %<extra></extra>"))
     fig.add_trace(go.Scatter(x=x, y=ys["waiting"], name="waiting (queue)", mode="lines",
-                             line=dict(color="#E45756", shape=shape),
-                             hovertemplate="t = %{x:,.1f} s<br>waiting: %{y:,.1f}<extra></extra>"), row=2, col=1)
+                             line=dict(color="#E45756", shape=shape), xaxis="x2", yaxis="y2",
+                             hovertemplate="t = %{x:,.1f} s<br>waiting: %{y:,.1f}<extra></extra>"))
     fig.add_trace(go.Scatter(x=x, y=ys["running"], name="running", mode="lines",
-                             line=dict(color="#4C78A8", shape=shape),
-                             hovertemplate="t = %{x:,.1f} s<br>running: %{y:,.1f}<extra></extra>"), row=2, col=1)
+                             line=dict(color="#4C78A8", shape=shape), xaxis="x2", yaxis="y2",
+                             hovertemplate="t = %{x:,.1f} s<br>running: %{y:,.1f}<extra></extra>"))
     if np.nanmax(ys["swapped"], initial=0) > 0:
-        fig.add_trace(go.Scatter(x=x, y=ys["swapped"], name="swapped to host", mode="lines",
-                                 line=dict(color="#9D755D", dash="dot", shape=shape)), row=2, col=1)
-    if steps.get("replica", pd.Series([0])).nunique() > 1:
-        fig.layout.annotations[1].text = "Queue depth (per replica)"
-    fig.update_yaxes(title_text="KV used (%)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="Requests (count)", rangemode="tozero", row=2, col=1)
-    fig.update_xaxes(title_text="Simulated time (s)", row=2, col=1)
-    fig.update_annotations(font_size=13)
+        fig.add_trace(go.Scatter(x=x, y=ys["swapped"], name="swapped to host", mode="lines", xaxis="x2", yaxis="y2",
+                                 line=dict(color="#9D755D", dash="dot", shape=shape)))
     return fig
 
 

@@ -28,7 +28,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Pyt
 PAGES = [
     ("explore", "policy=dynamic&workload=chat&rate=0.2&n=100", "Explore a policy", 7),
     ("compare", "n=200", "Compare policies", 6),
-    ("", "n=200&rate=4", "Strategy showdown", 2),
+    ("", "n=200&rate=4", "Strategy showdown", 3),
     ("model_and_hardware", "n=200", "Model and hardware", None),
     ("tune", "n=200", "Tune a knob", 4),
     ("capacity", "n=200", "Capacity planning", 2),
