@@ -149,8 +149,11 @@ def test_dashboard_extremes_from_a_link_clamp_with_notices_and_show_a_clear_erro
 def test_dashboard_rate_far_above_capacity_and_batch_of_one() -> None:
     at = run_page("pages/explore.py", n="500", rate="1000", policy="static", batch="1")
     assert not at.exception and not at.error, [e.value for e in at.error]
-    result, _ = at.session_state["explore_last"]
-    assert result.scenario.policy.max_batch_size == 1
+    scenario, _ = at.session_state["explore_last"]  # the scenario of the last run; its result stays in the cache
+    assert scenario.policy.max_batch_size == 1
+    from batching.ui import cache
+
+    result = cache.simulate_cached(scenario)  # a cache hit
     assert result.summary()["num_requests"] == 500 and result.steps["running"].max() == 1
     assert len(at.get("plotly_chart")) == 7
 
@@ -159,8 +162,8 @@ def test_dashboard_rate_far_above_capacity_and_batch_of_one() -> None:
     ({"n": "-5"}, "n=-5 for number of requests is out of range"),
     ({"n": "1e30"}, "n=1e30 for number of requests is out of range"),
     ({"n": "12.7"}, "n=12.7 for number of requests is not a whole number; using 13"),
-    ({"rate": "0"}, "rate=0 for request rate (req/s) is out of range (allowed 0.1 to 1,000); using 0.1"),
-    ({"rate": "1e308"}, "using 1,000"),
+    ({"rate": "0"}, "rate=0 for request rate (req/s) is out of range (allowed 0.1 to 10,000); using 0.1"),
+    ({"rate": "1e308"}, "using 10,000"),
     ({"rate": "inf"}, "rate='inf' for request rate (req/s) is not valid"),
     ({"rate": "nan"}, "rate='nan' for request rate (req/s) is not valid"),
     ({"seed": "-1"}, "seed=-1 for seed is out of range"),
