@@ -156,7 +156,7 @@ def report_frame(summaries: Mapping[str, dict], keys: Sequence[str] = tuple(COMP
 
 def class_frame(summaries: Mapping[str, dict], stat: str = "ttft_p99_s") -> pd.DataFrame:
     """One row per policy, one column per priority class: that class's statistic in display units (the home
-    page's per-class table; ``ui.tables.class_frame`` draws the same)."""
+    page's per-class table; ``ui.tables.class_table`` draws it)."""
     spec = metric_spec(stat)
     rows: dict[str, dict] = {}
     for name, s in summaries.items():

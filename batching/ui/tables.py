@@ -16,6 +16,7 @@ from batching.charts.formatting import (  # noqa: F401  (re-exported: pages use 
     _scaled,
     cell_text,
     change_frame,
+    class_frame,
     metric_spec,
     missing_notes,
     report_frame,
@@ -53,20 +54,6 @@ def summary_table(summaries: Mapping[str, dict], keys: Sequence[str] = tuple(COM
     notes = missing_notes(summaries, keys)
     if notes:
         st.caption(plain(" ".join(notes)))
-    return df
-
-
-def class_frame(summaries: Mapping[str, dict], stat: str = "ttft_p99_s") -> pd.DataFrame:
-    """One row per policy, one column per priority class: that class's statistic in display units."""
-    spec = metric_spec(stat)
-    rows: dict[str, dict] = {}
-    for name, s in summaries.items():
-        row = {}
-        for level, cls in sorted(s.get("by_priority", {}).items(), key=lambda kv: int(kv[0])):
-            row[f"{cls.get('class_name', level)} (P{level})"] = _scaled(stat, cls.get(stat))
-        rows[name] = row
-    df = pd.DataFrame.from_dict(rows, orient="index")
-    df.attrs["header"] = spec.header
     return df
 
 
