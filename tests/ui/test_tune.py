@@ -127,7 +127,7 @@ def test_card_2_fires_on_a_tiny_max_num_seqs_at_high_rate():
     assert any(t.startswith("**2 · Batch cap too small") for t in texts)
     text = [t for t in texts if t.startswith("**2")][0]
     assert "The configured max_num_seqs = 4 is too small" in text
-    assert "batch efficiency" in text and "requests queue" in text and "gpu_util" in text
+    assert "batch efficiency" in text and "requests queue" in text and "sol_util" in text
     # the numbers quoted come from the sweep itself
     df = res.frame
     shown = {f"{e * 100:.0f} %" for e in df["batch_efficiency"]}
