@@ -11,7 +11,8 @@ from batching.sim import costmodel as cm
 from batching.sim.simulate import Scenario
 from batching.sim.specs import (KV_BLOCK_TOKENS, Deployment, GPU_ARCHS, deployment, gpu_from_dict, gpu_to_dict,
                             model_from_dict, model_to_dict)
-from batching.ui import cache, page, widgets
+from batching.ui import cache, nav, page, widgets
+from batching.ui.safe import plain
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 PROMPT_LENGTHS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768)
@@ -19,7 +20,7 @@ KV_LABELS = {"auto": "BF16", "fp8": "FP8"}
 CUSTOM = "custom_specs"  # session: (Model, GPU) entered in the form
 
 scenario = page.setup(
-    "Model and hardware", ":material/memory:",
+    nav.MODEL_AND_HARDWARE,
     "Where a forward pass spends its time for the sidebar's model and node, how much KV cache is left after the "
     "weights, and how the step-time model behind every simulation was calibrated against measured H100 data.")
 
@@ -140,7 +141,7 @@ def custom_form(dep: Deployment) -> tuple | None:
         gpu = gpu_from_dict({"name": gname, "memory_gib": mem, "hbm_bandwidth_tb_s": bw, "peak_bf16_tflops": bf16,
                              "peak_fp8_tflops": fp8, "nvlink_gb_s": nvl, "pcie_gb_s": pcie, "arch": arch})
     except ValueError as exc:
-        st.error(f"**These specs are not valid:** {exc}", icon=":material/error:")
+        st.error(f"**These specs are not valid:** {plain(exc)}", icon=":material/error:")
         return None
     st.session_state[CUSTOM] = (model, gpu)
     return model, gpu
@@ -159,8 +160,9 @@ def page_body(sc: Scenario) -> None:
     allreduce = o[1].selectbox("All-reduce implementation", list(cm.ALLREDUCE_IMPLS),
                                index=list(cm.ALLREDUCE_IMPLS).index(sc.allreduce), key="mh_allreduce",
                                help="Which measured H100 table prices the two all-reduces per layer.")
-    o[2].caption(f"{dep.model.name} in {dep.precision.upper()} on {dep.node.num_gpus}× {dep.node.gpu.name}, TP "
-                 f"{dep.node.tp} ({dep.node.replicas} replica{'s' if dep.node.replicas > 1 else ''}). Decode steps "
+    o[2].caption(f"{plain(dep.model.name)} in {dep.precision.upper()} on {dep.node.num_gpus}× "
+                 f"{plain(dep.node.gpu.name)}, TP {dep.node.tp} ({dep.node.replicas} "
+                 f"replica{'s' if dep.node.replicas > 1 else ''}). Decode steps "
                  f"read {prompt_mean + output_mean / 2:,.0f} tokens of context per sequence: this workload's mean "
                  f"prompt plus half its mean output.")
     view = widgets.guarded(lambda: deployment(dep.node.gpu, dep.model, dep.node.tp, dep.node.num_gpus, dep.precision,

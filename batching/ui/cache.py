@@ -1,15 +1,25 @@
-"""Cached, bounded simulation calls, keyed on the frozen scenario (the same inputs never simulate twice)."""
+"""Cached, bounded simulation calls, keyed on the frozen scenario (the same inputs never simulate twice).
+
+Results live in one process-wide store bounded by bytes (``BATCHING_CACHE_MB``), least recently used first out.
+A hit hands out a copy-on-write view of the stored result (pandas 3: the frames share the stored data until
+someone writes to them), so a hit costs no memory and no unpickling, and no caller can change what the next one
+gets. Pages keep scenarios, not results, between reruns; what a session holds is a view while its script runs.
+"""
 from __future__ import annotations
 
 import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from copy import deepcopy
 from dataclasses import fields, replace
-from functools import lru_cache
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 from batching.studies.compare import with_capacity
@@ -19,15 +29,44 @@ from batching.sim.workload import ArrivalProcess, SyntheticWorkload, TraceWorklo
 
 T = TypeVar("T")
 
-# hosted mode (deploy/ sets these): at most this many simulations at once in the process (each holds a
-# core), this many simulation results kept (summaries, small, 8 times as many), and how long a run waits
-# for a free slot before it gives up with a "try again" message
+# hosted mode (deploy/ sets these): at most this many simulations at once in the process (each holds a core and
+# ~2.8 times the memory of the result it makes, see the ceiling below), the bytes of simulation results kept (a
+# 20,000-request result takes 5 to 75 MiB on a busy node, up to ~760 MiB when every request runs alone), and how
+# long a run waits for a free slot before it gives up with a "try again" message
 MAX_CONCURRENT = max(1, int(os.environ.get("BATCHING_MAX_CONCURRENT_SIMULATIONS", "2")))
+CACHE_MB = max(16.0, float(os.environ.get("BATCHING_CACHE_MB", "1024")))
+CACHE_BYTES = int(CACHE_MB * 2**20)
+SUMMARY_BYTES = max(4 * 2**20, CACHE_BYTES // 64)  # summaries (a few KiB each), in their own store
+# entries of the small study caches (sweep frames, capacity searches; batching/ui/planning.py)
 CACHE_ENTRIES = max(4, int(os.environ.get("BATCHING_CACHE_ENTRIES", "24")))
 BUSY_TIMEOUT_S = max(1.0, float(os.environ.get("BATCHING_BUSY_TIMEOUT_S", "60")))
 BUSY_POLL_S = 0.5  # how often a waiting run retries and refreshes its message
 _SLOTS = threading.BoundedSemaphore(MAX_CONCURRENT)
 _KERNEL = {"ready": False}
+
+# The server's memory ceiling (README, "Hosting" > "Memory"; tests/load/test_load.py asserts it). Measured with
+# tracemalloc and RSS on 20,000-request runs: a result takes 5 to 75 MiB on a busy node and up to ~760 MiB when
+# every request runs alone (batch analysis at 0.05 req/s: 5.9 million steps), i.e. ~40 KiB per request at most; a
+# simulation peaks at ~2.8 times the result it makes; a page drawing a result adds ~0.6 times it (binned charts)
+# plus ~30 MiB (figures, their JSON, the messages)
+BASE_MIB = 450  # Python, Streamlit, NumPy/pandas/Plotly, the compiled kernel, the small caches, allocator slack
+RESULT_KIB_PER_REQUEST_MAX = 40
+SIMULATION_PER_RESULT = 2.8
+PAGE_RUN_MIB, PAGE_RUN_PER_RESULT = 30, 0.6
+
+
+def largest_result_mib(max_requests: int) -> float:
+    """The largest result a run of ``max_requests`` requests can make (every request alone in its steps)."""
+    return RESULT_KIB_PER_REQUEST_MAX * max_requests / 1024
+
+
+def memory_ceiling_mib(cache_mb: float, max_concurrent: int, page_runs: int, result_mib: float) -> float:
+    """Most resident memory (MiB) the server needs: the stores (results + summaries), ``max_concurrent``
+    simulations running, ``page_runs`` pages being drawn at that moment (at most the sessions open), each run's
+    result at most ``result_mib`` (``largest_result_mib`` for any scenario). Uploaded traces come on top: up to
+    twice the upload limit per session that holds one, and ~16 times a file while it is parsed."""
+    return (BASE_MIB + cache_mb * (1 + 1 / 64) + max_concurrent * SIMULATION_PER_RESULT * result_mib
+            + page_runs * (PAGE_RUN_MIB + PAGE_RUN_PER_RESULT * result_mib))
 
 
 class ServerBusy(RuntimeError):
@@ -141,9 +180,108 @@ run_in_slot = _run_in_slot
 with_slot = _with_slot
 
 
-@lru_cache(maxsize=16)
+class ByteStore:
+    """A thread-safe LRU map bounded by the bytes of its values (as ``put`` counts them), not their number.
+
+    An entry larger than the whole budget is not kept. ``held_bytes`` never exceeds ``budget_bytes``.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = int(budget_bytes)
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @property
+    def held_bytes(self) -> int:
+        with self._lock:
+            return self._held
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return default
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: Hashable, value: Any, nbytes: int) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._held -= old[1]
+            if nbytes > self.budget_bytes:
+                return
+            while self._entries and self._held + nbytes > self.budget_bytes:
+                _, (_, freed) = self._entries.popitem(last=False)
+                self._held -= freed
+            self._entries[key] = (value, nbytes)
+            self._held += nbytes
+
+    def resize(self, budget_bytes: int) -> None:
+        """A new budget (tests); entries beyond it go, oldest first."""
+        with self._lock:
+            self.budget_bytes = int(budget_bytes)
+            while self._entries and self._held > self.budget_bytes:
+                _, (_, freed) = self._entries.popitem(last=False)
+                self._held -= freed
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._held = 0
+
+
+class _KeyLocks:
+    """One lock per key in use: the second session asking for a result being simulated waits for it instead of
+    simulating it again. Locks are always taken summary before result, so they cannot deadlock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[Hashable, list] = {}
+
+    @contextmanager
+    def hold(self, key: Hashable) -> Iterator[None]:
+        with self._lock:
+            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._locks[key]
+
+
+RESULTS = ByteStore(CACHE_BYTES)
+SUMMARIES = ByteStore(SUMMARY_BYTES)
+_KEYS = _KeyLocks()
+_MISSING = object()
+
+# a trace's digest, remembered for the bytes objects seen last (the key holds the object, so its id stays valid)
+_DIGESTS: OrderedDict[int, tuple[bytes, str]] = OrderedDict()
+_DIGEST_LOCK = threading.Lock()
+_DIGEST_KEEP = 4
+
+
 def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    with _DIGEST_LOCK:
+        hit = _DIGESTS.get(id(data))
+        if hit is not None and hit[0] is data:
+            _DIGESTS.move_to_end(id(data))
+            return hit[1]
+    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+    with _DIGEST_LOCK:
+        _DIGESTS[id(data)] = (data, digest)
+        while len(_DIGESTS) > _DIGEST_KEEP:  # these bytes are also held by the sessions that uploaded them
+            _DIGESTS.popitem(last=False)
+    return digest
 
 
 def _token(value):
@@ -159,22 +297,67 @@ def scenario_token(scenario: Scenario) -> tuple:
     return tuple((f.name, _token(getattr(scenario, f.name))) for f in fields(scenario))
 
 
-_HASH = {Scenario: scenario_token}
+def _frame_bytes(df: pd.DataFrame) -> int:
+    return int(df.memory_usage(index=True, deep=True).sum())
 
 
-@st.cache_data(max_entries=CACHE_ENTRIES, show_spinner=False, hash_funcs=_HASH)
+def result_bytes(result: SimResult) -> int:
+    """The memory a stored result holds: its frames (object columns included), histogram, and a trace's bytes."""
+    wl = result.scenario.workload
+    trace = len(wl.data) if isinstance(wl, TraceWorkload) else 0
+    return (_frame_bytes(result.requests) + _frame_bytes(result.steps) + result.itl_hist.nbytes
+            + result.itl_edges.nbytes + trace + 4096)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def _view(result: SimResult) -> SimResult:
+    """A copy-on-write view: new frame objects over the stored data (pandas copies a block only when written),
+    read-only arrays, and the stored summary (``summary()`` hands out copies of it)."""
+    view = replace(result, requests=result.requests.copy(deep=False), steps=result.steps.copy(deep=False),
+                   itl_hist=_frozen(result.itl_hist), itl_edges=_frozen(result.itl_edges))
+    view.__dict__["_summary"] = result._summary  # computed once, when stored
+    return view
+
+
+def _cached(store: ByteStore, key: Hashable, compute: Callable[[], T], size: Callable[[T], int],
+            in_slot: bool = True) -> T:
+    """``store[key]``, or ``compute()`` stored with ``size(value)`` bytes; ``in_slot``: computed in a simulation
+    slot (``_run_in_slot`` raises ``_NoSlot`` when none is free, which leaves the key's lock)."""
+    hit = store.get(key, _MISSING)
+    if hit is not _MISSING:
+        return hit
+    with _KEYS.hold(key):
+        hit = store.get(key, _MISSING)  # another session may have simulated it while this one waited
+        if hit is not _MISSING:
+            return hit
+        value = _run_in_slot(compute) if in_slot else compute()
+        store.put(key, value, size(value))
+        return value
+
+
 def _simulate(scenario: Scenario, saturated: bool) -> SimResult:
-    return _run_in_slot(lambda: simulate(scenario, saturated=saturated))
+    def run() -> SimResult:
+        result = simulate(scenario, saturated=saturated)
+        result.summary()  # computed once here, shared by every view
+        return result
+
+    return _view(_cached(RESULTS, ("result", scenario_token(scenario), saturated), run, result_bytes))
 
 
-@st.cache_data(max_entries=8 * CACHE_ENTRIES, show_spinner=False, hash_funcs=_HASH)
 def _summary(scenario: Scenario, saturated: bool) -> dict:
-    return _simulate(scenario, saturated).summary()  # the cached call, not the one that draws messages
+    stored = _cached(SUMMARIES, ("summary", scenario_token(scenario), saturated),
+                     lambda: _simulate(scenario, saturated).summary(), lambda s: len(repr(s)) + 4096,
+                     in_slot=False)  # a stored result needs no slot; a simulation takes its own
+    return deepcopy(stored)
 
 
-# the cache keys on the arguments as passed, so every call goes through these with both given
 def simulate_cached(scenario: Scenario, saturated: bool = False) -> SimResult:
-    """``simulate`` through the bounded cache (a copy of the cached result).
+    """``simulate`` through the bounded store: a copy-on-write view of the stored result.
 
     At most MAX_CONCURRENT simulations run at once in the process; a run that finds every slot taken
     shows "The server is busy…" while it waits and raises ServerBusy after BUSY_TIMEOUT_S.
@@ -183,13 +366,27 @@ def simulate_cached(scenario: Scenario, saturated: bool = False) -> SimResult:
 
 
 def summary_cached(scenario: Scenario, saturated: bool = False) -> dict:
-    """The run's ``summary()`` through its own, larger cache (small dicts); slots as ``simulate_cached``."""
+    """The run's ``summary()`` through its own store (small dicts); slots as ``simulate_cached``."""
     return _with_slot(lambda: _summary(scenario, bool(saturated)))
 
 
+def result_for_download(scenario: Scenario, saturated: bool = False) -> SimResult:
+    """``simulate_cached`` for a download button's deferred callable, which runs outside the page's script (no
+    messages can be drawn there): waits for a slot silently, ServerBusy after BUSY_TIMEOUT_S."""
+    try:
+        return _simulate(scenario, bool(saturated))
+    except _NoSlot:
+        pass
+    SLOTS.wait(lambda running, waited: None, BUSY_TIMEOUT_S)
+    try:
+        return _simulate(scenario, bool(saturated))
+    finally:
+        SLOTS.release()
+
+
 def clear() -> None:
-    _simulate.clear()
-    _summary.clear()
+    RESULTS.clear()
+    SUMMARIES.clear()
 
 
 def capacity_scenario(scenario: Scenario) -> Scenario:

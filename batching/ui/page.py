@@ -1,4 +1,4 @@
-"""Page set-up shared by every page: config, style, the scenario sidebar."""
+"""Page set-up shared by every page: config, style, sign-in (when the host asks for it), the scenario sidebar."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,17 +6,27 @@ from pathlib import Path
 import streamlit as st
 
 from batching.sim.simulate import Scenario
+from batching.ui import access
+from batching.ui.nav import PageInfo
 from batching.ui.sidebar import scenario_sidebar
 
 STYLE = Path(__file__).resolve().parents[2] / "assets" / "style.css"
 
 
-def setup(title: str, icon: str, intro: str) -> Scenario | None:
-    """Configure the page, draw its title and the shared sidebar; return the scenario to show."""
-    st.set_page_config(page_title=f"{title} · Batching explorer", page_icon=icon, layout="wide",
+def setup(page: PageInfo, intro: str) -> Scenario | None:
+    """Configure the page, draw its title and the shared sidebar; return the scenario to show.
+
+    ``page`` is the page's entry in ``batching.ui.nav`` (title and icon are defined there, once). When the host
+    configured ``[auth]`` in its secrets and this session has not signed in, the page shows only the sign-in
+    prompt and stops here (``batching.ui.access``)."""
+    st.set_page_config(page_title=f"{page.title} · Batching explorer", page_icon=page.icon, layout="wide",
                        initial_sidebar_state="expanded")
     if STYLE.exists():
         st.html(f"<style>{STYLE.read_text()}</style>")
-    st.title(title)
+    if not access.gate():
+        st.stop()
+    st.title(page.title)
     st.caption(intro)
-    return scenario_sidebar(title)
+    scenario = scenario_sidebar(page.title)
+    access.account_box()
+    return scenario

@@ -9,29 +9,26 @@ import streamlit as st
 
 from batching.sim.simulate import Scenario
 from batching.sim.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
-from batching.sim.workload import WORKLOAD_PRESETS, TraceWorkload, workload_preset
-from batching.ui import state
+from batching.sim.workload import (DEFAULT_RATE_REQ_S, MAX_RATE_REQ_S, WORKLOAD_PRESETS, TraceWorkload,
+                                   workload_preset)
+from batching.ui import nav, state
 from batching.ui.params import Param
+from batching.ui.safe import plain
 
 APP_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TRACE = APP_ROOT / "assets" / "sample_trace.csv"
 TRACE = "trace"
 # hosted mode: a cap on simulated requests per run
 MAX_REQUESTS = max(10, int(os.environ.get("BATCHING_MAX_REQUESTS", "20000")))
-PAGES = (
-    ("app.py", "Strategy showdown", ":material/leaderboard:"),
-    ("pages/explore.py", "Explore a policy", ":material/tune:"),
-    ("pages/compare.py", "Compare policies", ":material/compare_arrows:"),
-    ("pages/tune.py", "Tune a knob", ":material/show_chart:"),
-    ("pages/capacity.py", "Capacity planning", ":material/dns:"),
-    ("pages/model_and_hardware.py", "Model and hardware", ":material/memory:"),
-)
+MIN_RATE_REQ_S = 0.1  # the rate input shows one decimal; the top is the workload's own limit
+PAGES = nav.PAGES  # (path, title, icon) per page, defined once in batching/ui/nav.py
 WORKLOAD_LABELS = {
     "mixed": "mixed: 30 % interactive chat + 70 % batch analysis",
     "chat": "chat (Azure conversation lengths)",
     "code": "code (long prompts, short outputs)",
     "batch": "batch analysis (documents)",
     "sharegpt": "ShareGPT-like (short prompts, ~195-token answers)",
+    "article": "article: 512 in / 256 out on average, 20 % high priority (4 req/s in the article section)",
     TRACE: "trace: replay a file",
 }
 _UPLOAD = "trace_upload"  # session: (file name, bytes) of the uploaded trace
@@ -46,7 +43,7 @@ def params() -> list[Param]:
         Param("tp", 8, choices=(1, 2, 4, 8), label="tensor parallel"),
         Param("precision", "bf16", choices=PRECISIONS, label="precision"),
         Param("workload", "mixed" if "mixed" in workloads else workloads[0], choices=workloads, label="workload"),
-        Param("rate", 3.0, low=0.1, high=1000.0, label="request rate (req/s)"),
+        Param("rate", DEFAULT_RATE_REQ_S, low=MIN_RATE_REQ_S, high=MAX_RATE_REQ_S, label="request rate (req/s)"),
         Param("n", 2000, low=10, high=MAX_REQUESTS, label="number of requests"),
         Param("seed", 0, low=0, high=2**31 - 1, label="seed"),
         Param("recorded", True, label="replay at the recorded rate"),
@@ -116,14 +113,15 @@ def _draw(ps: list[Param]) -> None:
         st.toggle("Skip bad rows", key="trace_skip_bad", persist_state="session",
                   help="Drop rows that do not parse; the count is shown.")
         st.toggle("Replay at the recorded rate", **state.bind("recorded"))
-    st.number_input("Request rate (req/s)", min_value=0.1, max_value=1000.0, step=0.5, format="%.1f",
+    bounds = {p.key: p.widget_range() for p in ps if p.key in ("rate", "n", "seed")}
+    st.number_input("Request rate (req/s)", **bounds["rate"], step=0.5, format="%.1f",
                     disabled=is_trace and state.value("recorded"),
                     help="Mean arrival rate (Poisson for the presets; a trace is sped up or slowed down).",
                     **state.bind("rate"))
-    st.number_input("Number of requests", min_value=10, max_value=MAX_REQUESTS, step=100,
+    st.number_input("Number of requests", **bounds["n"], step=100,
                     help=f"Requests simulated per run (at most {MAX_REQUESTS:,}); a trace keeps its first N.",
                     **state.bind("n"))
-    st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, help="Same seed, same requests.",
+    st.number_input("Seed", **bounds["seed"], step=1, help="Same seed, same requests.",
                     **state.bind("seed"))
     st.button("Reset to defaults", on_click=_reset, icon=":material/restart_alt:", width="stretch")
 
@@ -140,6 +138,7 @@ def _build() -> Scenario:
             wl = wl.with_num_requests(int(v("n")))
             if not v("recorded"):
                 wl = wl.with_rate(float(v("rate")))
+            wl.generate()  # the request cap and the time range too, before the caption replays it
         except ValueError as exc:
             raise ValueError(f"trace {name}: {exc}. Fix the file, turn on 'Skip bad rows', or pick a preset "
                              "workload.") from None
@@ -150,7 +149,7 @@ def _build() -> Scenario:
 
 def _trace_caption(wl: TraceWorkload) -> str:
     reqs = wl.generate()
-    text = f"Trace **{wl.filename}**: {len(reqs):,} requests at {reqs.mean_rate_req_s:.2f} req/s"
+    text = f"Trace **{plain(wl.filename)}**: {len(reqs):,} requests at {reqs.mean_rate_req_s:.2f} req/s"
     if wl.skipped_rows:
         text += f"; {wl.skipped_rows:,} bad rows skipped"
     if _UPLOAD in st.session_state:
@@ -170,11 +169,11 @@ def scenario_sidebar(page_id: str = "") -> Scenario | None:
         _draw(ps)
     state.publish(ps)
     for note in state.notices():
-        st.warning(note, icon=":material/link:")
+        st.warning(plain(note), icon=":material/link:")  # quotes the link: plain text
     try:
         scenario = _build()
     except (ValueError, RuntimeError) as exc:
-        st.error(f"**This scenario cannot run:** {exc}", icon=":material/error:")
+        st.error(f"**This scenario cannot run:** {plain(exc)}", icon=":material/error:")
         last = st.session_state.get(_LAST)
         if last is not None:
             st.caption("Showing the last scenario that ran.")

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from batching.ui.params import Param
+from batching.ui.safe import plain
 
 _STORE = "val:"
 _WIDGET = "wid:"
@@ -62,7 +63,7 @@ def load(params: Iterable[Param]) -> list[str]:
 def load_with_notices(params: Iterable[Param]) -> None:
     """``load``, showing a warning for each value the link had to correct (for values drawn after the sidebar)."""
     for note in load(params):
-        st.warning(note, icon=":material/link:")
+        st.warning(plain(note), icon=":material/link:")  # quotes the link: plain text
 
 
 def notices() -> list[str]:

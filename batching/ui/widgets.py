@@ -10,6 +10,7 @@ import streamlit as st
 from batching.charts import policy as charts
 from batching.ui import state
 from batching.ui.cache import ServerBusy
+from batching.ui.safe import plain
 from batching.ui.tables import metric_spec, shown
 
 T = TypeVar("T")
@@ -24,14 +25,15 @@ def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None) -
 
 def guarded(fn: Callable[[], T], what: str) -> T | None:
     """Run a library call; a ValueError or RuntimeError becomes an st.error saying what to change
-    (or, when every simulation slot stayed taken, that the server is busy and to try again)."""
+    (or, when every simulation slot stayed taken, that the server is busy and to try again). ``what`` and the
+    message are shown as plain text: they may quote a spec name, a file name or a trace cell."""
     try:
         return fn()
     except ServerBusy as exc:
-        st.error(f"**{what} did not run:** {exc}", icon=":material/hourglass_disabled:")
+        st.error(f"**{plain(what)} did not run:** {plain(exc)}", icon=":material/hourglass_disabled:")
         return None
     except (ValueError, RuntimeError) as exc:
-        st.error(f"**{what} failed:** {exc}", icon=":material/error:")
+        st.error(f"**{plain(what)} failed:** {plain(exc)}", icon=":material/error:")
         return None
 
 

@@ -6,8 +6,13 @@ press to the chart update (P50/P99 over every press of every session) and the se
 the server process and its children, sampled every 0.5 s).
 
 - ``test_load_smoke`` (part of the default run): 4 sessions for 20 s.
+- ``test_memory_ceiling_smoke`` (part of the default run): 3 sessions, 5 presses each, at the hosted cap of 20,000
+  requests per run on a busy node (every press a new ~46 MiB result) with a 64 MB result store: the server's
+  peak RSS stays under ``batching.ui.cache.memory_ceiling_mib`` (README, "Hosting" > "Memory").
 - ``test_load_full`` (only with ``LOAD_FULL=1``): ``LOAD_SESSIONS`` sessions (default 8) for ``LOAD_SECONDS``
   seconds (default 60). ``python benchmarks/load_report.py`` runs the same with flags.
+
+Every run asserts the memory ceiling for its settings and its number of sessions.
 
 One Chromium (Debian's /usr/bin/chromium, as tests/e2e), one browser context per session, driven with
 Playwright's async API under ``asyncio.gather``. Every wait is bounded, and the server is stopped at the end.
@@ -34,6 +39,11 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 # light traffic: a dynamic batch waits its whole max wait, so every slider value changes the charts
 QUERY = "policy=dynamic&workload=chat&rate=0.5&n=500"
+# the memory run: the most requests a hosted run may take, on a busy node (a simulation takes a fraction of a
+# second), so every slider value is a new ~46 MiB result; the deploy files' allocator setting
+MEMORY_QUERY = "policy=dynamic&workload=mixed&rate=3&n=20000"
+MEMORY_ENV = {"BATCHING_MAX_REQUESTS": "20000", "BATCHING_CACHE_MB": "64", "BATCHING_MAX_CONCURRENT_SIMULATIONS": "2",
+              "MALLOC_ARENA_MAX": "2"}
 FIRST_RENDER_TIMEOUT_MS = 180_000  # the first page of a cold server loads the kernel
 UPDATE_TIMEOUT_MS = 90_000  # one key press to its chart update, under load
 SLIDER_STEP_MS, SLIDER_MIN_MS, SLIDER_MAX_MS = 10, 0, 2000
@@ -134,13 +144,14 @@ async def _errors_on_page(page) -> list[str]:
     return found
 
 
-async def _drive(browser, base_url: str, s: Session, seconds: float) -> None:
+async def _drive(browser, base_url: str, s: Session, seconds: float, query: str = QUERY,
+                 min_presses: int = 0) -> None:
     context = await browser.new_context(viewport={"width": 1024, "height": 720})
     page = await context.new_page()
     page.on("pageerror", lambda exc: s.errors.append(f"page error: {exc}"))
     try:
         t0 = time.monotonic()
-        await page.goto(f"{base_url}/explore?{QUERY}&seed={s.index}", timeout=FIRST_RENDER_TIMEOUT_MS)
+        await page.goto(f"{base_url}/explore?{query}&seed={s.index}", timeout=FIRST_RENDER_TIMEOUT_MS)
         slider = page.locator('[data-testid="stSlider"]').filter(has_text="Max wait (ms)")
         thumb = slider.locator('input[type="range"]')
         await thumb.wait_for(timeout=FIRST_RENDER_TIMEOUT_MS)
@@ -150,7 +161,7 @@ async def _drive(browser, base_url: str, s: Session, seconds: float) -> None:
         stop_at = time.monotonic() + seconds  # the slider moves for `seconds` once the page is there
         value = int(await thumb.input_value())
         direction = 1
-        while time.monotonic() < stop_at and not s.errors:
+        while (time.monotonic() < stop_at or len(s.latencies_s) < min_presses) and not s.errors:
             if not SLIDER_MIN_MS <= value + direction * SLIDER_STEP_MS <= SLIDER_MAX_MS:
                 direction = -direction
             target = value + direction * SLIDER_STEP_MS
@@ -194,7 +205,8 @@ async def _sample_rss(pid: int, samples: list[int], stop: asyncio.Event) -> None
             pass
 
 
-async def _run(server: StreamlitServer, sessions: int, seconds: float) -> tuple[list[Session], list[int], float]:
+async def _run(server: StreamlitServer, sessions: int, seconds: float, query: str = QUERY,
+               min_presses: int = 0) -> tuple[list[Session], list[int], float]:
     from playwright.async_api import async_playwright
 
     samples: list[int] = []
@@ -205,8 +217,9 @@ async def _run(server: StreamlitServer, sessions: int, seconds: float) -> tuple[
         try:
             started = time.monotonic()
             runs = [Session(i) for i in range(sessions)]
-            await asyncio.wait_for(asyncio.gather(*(_drive(browser, server.url, s, seconds) for s in runs)),
-                                   timeout=seconds + FIRST_RENDER_TIMEOUT_MS / 1e3 + UPDATE_TIMEOUT_MS / 1e3 + 60)
+            drives = (_drive(browser, server.url, s, seconds, query, min_presses) for s in runs)
+            await asyncio.wait_for(asyncio.gather(*drives), timeout=seconds + FIRST_RENDER_TIMEOUT_MS / 1e3
+                                   + (1 + min_presses) * UPDATE_TIMEOUT_MS / 1e3 + 60)
             wall = time.monotonic() - started
         finally:
             stop.set()
@@ -224,12 +237,42 @@ def _percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def run_load(sessions: int, seconds: float, env: dict[str, str] | None = None) -> dict:
-    """Start a server, drive ``sessions`` browser sessions for ``seconds``, stop the server; the figures."""
+def _setting(env: dict[str, str] | None, name: str, default: str) -> str:
+    return (env or {}).get(name, os.environ.get(name, default))
+
+
+def result_mib(query: str) -> float:
+    """The size of the result the sessions' first page run makes (seed 0; the other seeds and slider values
+    differ by a few percent: 25 % margin), as the result store counts it."""
+    from urllib.parse import parse_qs
+
+    from batching.sim.policy import PRESETS
+    from batching.sim.simulate import Scenario, simulate
+    from batching.sim.workload import workload_preset
+    from batching.ui.cache import result_bytes
+
+    q = {k: v[0] for k, v in parse_qs(query).items()}
+    sc = Scenario(workload=workload_preset(q["workload"], float(q["rate"]), int(q["n"]), 0))
+    return 1.25 * result_bytes(simulate(sc.with_policy(PRESETS[q["policy"]]))) / 2**20
+
+
+def ceiling_mib(env: dict[str, str] | None, sessions: int, query: str = QUERY) -> float:
+    """The documented memory ceiling for the server's settings and these runs, every session drawing at once."""
+    from batching.ui.cache import memory_ceiling_mib
+
+    return memory_ceiling_mib(float(_setting(env, "BATCHING_CACHE_MB", "1024")),
+                              int(_setting(env, "BATCHING_MAX_CONCURRENT_SIMULATIONS", "2")), sessions,
+                              result_mib(query))
+
+
+def run_load(sessions: int, seconds: float, env: dict[str, str] | None = None, query: str = QUERY,
+             min_presses: int = 0) -> dict:
+    """Start a server, drive ``sessions`` browser sessions for ``seconds`` (and at least ``min_presses`` key
+    presses each), stop the server; the figures."""
     with StreamlitServer("load-server.log", env) as server:
         idle_rss = rss_bytes(server.proc.pid)
         cpu0, (busy0, total0) = cpu_seconds(server.proc.pid), machine_cpu()
-        runs, samples, wall = asyncio.run(_run(server, sessions, seconds))
+        runs, samples, wall = asyncio.run(_run(server, sessions, seconds, query, min_presses))
         server_cpu = cpu_seconds(server.proc.pid) - cpu0
         busy1, total1 = machine_cpu()
         final_rss = rss_bytes(server.proc.pid)
@@ -257,6 +300,9 @@ def run_load(sessions: int, seconds: float, env: dict[str, str] | None = None) -
         "server_rss_idle_mib": round(idle_rss / 2**20, 1),
         "server_rss_peak_mib": round(max(samples, default=0) / 2**20, 1),
         "server_rss_end_mib": round(final_rss / 2**20, 1),
+        "server_rss_ceiling_mib": round(ceiling_mib(env, sessions, query), 1),
+        "query": query,
+        "cache_mb": _setting(env, "BATCHING_CACHE_MB", "1024"),
         "max_concurrent_simulations": (env or {}).get("BATCHING_MAX_CONCURRENT_SIMULATIONS",
                                                       os.environ.get("BATCHING_MAX_CONCURRENT_SIMULATIONS", "2")),
     }
@@ -274,7 +320,8 @@ def print_figures(f: dict) -> None:
     print(f"  key press -> server rerun over (URL updated, script idle): P50 {f['server_done_p50_s']} s, "
           f"P99 {f['server_done_p99_s']} s")
     print(f"  server RSS: idle {f['server_rss_idle_mib']} MiB, peak {f['server_rss_peak_mib']} MiB, "
-          f"end {f['server_rss_end_mib']} MiB")
+          f"end {f['server_rss_end_mib']} MiB; ceiling {f['server_rss_ceiling_mib']} MiB "
+          f"(BATCHING_CACHE_MB={f['cache_mb']}, {f['sessions']} sessions)")
     share = f["server_cpu_s"] / max(f["wall_s"] * (f["cores"] or 1), 1e-9)
     print(f"  server CPU per page run (first renders and updates): {f['server_cpu_per_update_s']} s")
     print(f"  server CPU: {f['server_cpu_s']} s over {f['wall_s']} s wall on {f['cores']} cores ({share:.0%} of the "
@@ -288,6 +335,9 @@ def _check(f: dict, name: str) -> None:
     (ARTIFACTS / f"{name}.json").write_text(json.dumps(f, indent=2))
     assert f["errors"] == 0, f["error_messages"]
     assert all(n >= 1 for n in f["updates_per_session"]), f["updates_per_session"]  # every session saw one
+    assert f["server_rss_peak_mib"] <= f["server_rss_ceiling_mib"], (
+        f"server peak RSS {f['server_rss_peak_mib']} MiB above the documented ceiling "
+        f"{f['server_rss_ceiling_mib']} MiB")
 
 
 def _playwright_installed() -> bool:
@@ -311,9 +361,41 @@ def test_load_smoke():
 
 @needs_chromium
 @needs_playwright
+def test_memory_ceiling_smoke():
+    # at least 3 + 3 x 5 = 18 new 20,000-request results of ~46 MiB: a store of 64 MB overflows many times over,
+    # where one counted in entries (24 by default before it was bounded by bytes), or sessions keeping their
+    # results, would hold ~0.8 GiB of them and pass the ceiling
+    f = run_load(sessions=3, seconds=20, env=MEMORY_ENV, query=MEMORY_QUERY, min_presses=5)
+    _check(f, "memory_smoke")
+    assert all(n >= 5 for n in f["updates_per_session"]), f["updates_per_session"]
+
+
+@needs_chromium
+@needs_playwright
 @pytest.mark.skipif(os.environ.get("LOAD_FULL") != "1", reason="the full load test runs with LOAD_FULL=1 "
                     "(LOAD_SESSIONS, LOAD_SECONDS; or python benchmarks/load_report.py)")
 def test_load_full():
     sessions = int(os.environ.get("LOAD_SESSIONS", "8"))
     seconds = float(os.environ.get("LOAD_SECONDS", "60"))
     _check(run_load(sessions, seconds), "load_full")
+
+
+def test_deploy_memory_limits_cover_the_documented_ceiling():
+    """systemd's MemoryMax= and the Docker instructions' --memory hold the worst case of the deploy settings:
+    results of 20,000 requests each running alone in its steps, four pages drawing such runs at once."""
+    import re
+
+    from batching.ui.cache import largest_result_mib, memory_ceiling_mib
+
+    unit = (ROOT / "deploy" / "batching-explorer.service").read_text()
+    docker = (ROOT / "deploy" / "Dockerfile").read_text()
+    readme = (ROOT / "README.md").read_text()
+    env = dict(re.findall(r"^Environment=(BATCHING_\w+)=(\S+)$", unit, re.M))
+    assert env == dict(re.findall(r"^\s+(BATCHING_\w+)=(\S+?)(?: \\)?$", docker, re.M))  # the same settings
+    ceiling = memory_ceiling_mib(float(env["BATCHING_CACHE_MB"]), int(env["BATCHING_MAX_CONCURRENT_SIMULATIONS"]),
+                                 4, largest_result_mib(int(env["BATCHING_MAX_REQUESTS"])))
+    gib = int(re.search(r"^MemoryMax=(\d+)G$", unit, re.M).group(1))
+    assert ceiling <= gib * 1024, (ceiling, gib)
+    for text in (docker, readme):  # the docker run lines give the same limit
+        assert re.findall(r"--memory (\d+)g --memory-swap (\d+)g", text) == [(str(gib), str(gib))]
+    assert f"{ceiling / 1024:.1f} GiB in the worst case" in readme

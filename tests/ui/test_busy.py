@@ -154,3 +154,28 @@ def test_a_run_may_hold_extra_slots_and_give_them_back():
     finally:
         cache.SLOTS.release()
     assert not cache.SLOTS.held_here() and cache.SLOTS.running == 0
+
+
+def test_a_download_gets_its_run_outside_the_page_and_never_draws(fresh, monkeypatch):
+    """Download buttons keep the scenario; a click runs ``result_for_download`` in Streamlit's worker thread,
+    where nothing can be drawn: it takes the cached run, or waits for a slot silently and gives up in time."""
+    monkeypatch.setattr(cache, "BUSY_TIMEOUT_S", 1.0)
+    out: dict = {}
+
+    def click(sc) -> None:  # a thread with no script run context, as the deferred callable's
+        try:
+            out["result"] = cache.result_for_download(sc)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            out["error"] = exc
+
+    t = threading.Thread(target=click, args=(_scenario(5),))
+    t.start()
+    t.join(60)
+    assert out["result"].summary()["num_requests"] == 40 and not fresh
+    out.clear()
+    with every_slot_held():
+        t = threading.Thread(target=click, args=(_scenario(6),))  # not cached: needs a slot
+        t.start()
+        t.join(10)
+    assert isinstance(out["error"], cache.ServerBusy) and not fresh  # no busy message drawn
+    assert cache.SLOTS.running == 0

@@ -1,10 +1,17 @@
 """The cache layer: the same inputs never simulate twice; capacity runs are shared across request rates."""
 from __future__ import annotations
 
+import gc
+import os
+import subprocess
+import sys
+import tracemalloc
+
 import pytest
+from uihelpers import FAST, ROOT, assert_clean, open_page
 
 from batching.sim.policy import PRESETS
-from batching.sim.simulate import Scenario
+from batching.sim.simulate import Scenario, SimResult, simulate
 from batching.sim.specs import deployment
 from batching.ui import cache
 from batching.sim.workload import TraceWorkload, workload_preset
@@ -58,3 +65,104 @@ def test_trace_scenarios_key_on_the_bytes_not_the_object(counted):
     cache.summary_cached(c)
     assert len(counted) == 2
     assert cache.scenario_token(a) == cache.scenario_token(b) != cache.scenario_token(c)
+
+
+# ---------------------------------------------------------------- memory: bounded by bytes, no copies
+
+
+def _live_results() -> list:
+    gc.collect()
+    return [o for o in gc.get_objects() if isinstance(o, SimResult)]
+
+
+def test_the_store_is_bounded_by_bytes_not_entries(counted, monkeypatch):
+    one = cache.result_bytes(cache.simulate_cached(_scenario()))
+    # honest accounting: what the store counts is at least what a result really holds
+    tracemalloc.start()
+    kept = simulate(_scenario(4.0))
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert 0.9 * held <= cache.result_bytes(kept) <= 1.5 * held + 65536, (held, cache.result_bytes(kept))
+    del kept
+    monkeypatch.setattr(cache.RESULTS, "budget_bytes", int(2.5 * one))
+    cache.clear()
+    sizes = []
+    for rate in (1.0, 2.0, 3.0, 4.0, 5.0):
+        sizes.append(cache.result_bytes(cache.simulate_cached(_scenario(rate))))
+        assert cache.RESULTS.held_bytes <= cache.RESULTS.budget_bytes
+    # the newest that fit stayed, the older ones went, least recently used first
+    kept = len(cache.RESULTS)
+    assert 1 <= kept < 5 and cache.RESULTS.held_bytes == sum(sizes[-kept:])
+    assert sum(sizes[-kept - 1:]) > cache.RESULTS.budget_bytes
+    calls = len(counted)
+    cache.simulate_cached(_scenario(5.0))  # still there
+    assert len(counted) == calls
+    cache.simulate_cached(_scenario(1.0))  # gone: simulated again
+    assert len(counted) == calls + 1
+    # a result larger than the whole budget runs but is not kept
+    monkeypatch.setattr(cache.RESULTS, "budget_bytes", one // 2)
+    cache.clear()
+    cache.simulate_cached(_scenario(6.0))
+    assert len(cache.RESULTS) == 0 and cache.RESULTS.held_bytes == 0
+
+
+def test_cache_mb_comes_from_the_environment():
+    code = "from batching.ui import cache; print(cache.CACHE_BYTES, cache.RESULTS.budget_bytes)"
+    env = {**os.environ, "BATCHING_CACHE_MB": "300", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == [str(300 * 2**20)] * 2, out.stderr[-2000:]
+
+
+def test_hits_share_the_stored_result_and_cannot_change_it(counted):
+    sc = _scenario()
+    first = cache.simulate_cached(sc)
+    size = cache.result_bytes(first)
+    del first
+    tracemalloc.start()
+    hits = [cache.simulate_cached(sc) for _ in range(10)]
+    grown = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(counted) == 1
+    assert grown < 0.2 * size, (grown, size)  # ten hits, not ten copies (st.cache_data unpickled each one)
+    # a caller that writes to its view changes only its view
+    ttft = hits[1].requests["ttft_s"].copy()
+    hits[0].requests["ttft_s"] = 0.0
+    hits[0].requests.loc[0, "prompt_tokens"] = -1
+    hits[0].steps["extra"] = 1
+    with pytest.raises(ValueError):
+        hits[0].itl_hist[0, 0] = 7  # read-only
+    again = cache.simulate_cached(sc)
+    assert again.requests["ttft_s"].equals(ttft) and again.requests.loc[0, "prompt_tokens"] > 0
+    assert "extra" not in again.steps
+    assert again.summary() == hits[2].summary()
+
+
+def test_trace_digests_do_not_keep_uploads_alive():
+    header = b"arrival_s,prompt_tokens,output_tokens\n"
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for i in range(12):  # twelve 1 MiB uploads, hashed and dropped
+        data = header + bytes([65 + i]) * 2**20
+        cache.scenario_token(Scenario(workload=TraceWorkload(data=data, filename="t.csv")))
+        del data
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert kept < 5 * 2**20, kept  # the few digests remembered, not every upload (lru_cache kept 16)
+
+
+@pytest.mark.parametrize("page, query", [
+    ("pages/explore.py", {}),
+    ("pages/compare.py", {}),
+    ("app.py", {}),
+])
+def test_a_page_keeps_no_result_once_it_has_run(page, query):
+    """Between reruns a session holds scenarios and summaries, never a result or its figures: the results alive
+    are the ones the store holds."""
+    cache.clear()
+    at = open_page(page, **FAST, **query)
+    at.run()
+    assert_clean(at)
+    stored = {id(entry[0]) for entry in cache.RESULTS._entries.values()}
+    alive = _live_results()
+    assert alive and all(id(r) in stored for r in alive), (len(alive), len(stored))
