@@ -213,9 +213,12 @@ def _results(plan: CapacityPlan) -> None:
     columns = _columns(plan)
     config = {"_index": st.column_config.TextColumn("Policy", help="Batching policy preset")}
     for key, (header, tip, fmt) in columns.items():
-        if key == "nodes_needed":
-            header_shown = f"Nodes for {target:,.4g} req/s"
-            config[header] = st.column_config.NumberColumn(header_shown, help=tip, format=fmt)
+        if key in ("nodes_needed", "usd_per_million_output_tokens"):
+            # text cells: a policy that meets no rate has no nodes and no cost, shown as "–", never None
+            if header in df:
+                df[header] = [fmt % v if pd.notna(v) else "–" for v in df[header]]
+            header_shown = f"Nodes for {target:,.4g} req/s" if key == "nodes_needed" else header
+            config[header] = st.column_config.TextColumn(header_shown, help=tip + " – : no rate met the SLOs.")
         elif fmt is None:
             config[header] = st.column_config.TextColumn(header, help=tip)
         else:
