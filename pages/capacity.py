@@ -9,6 +9,7 @@ from batching.charts import policy as charts
 
 from batching import report
 from batching.charts import planning as cp
+from batching.charts.export import scenario_caption
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, HEADROOM_SUGGESTED, TPOT_UNDERESTIMATE,
@@ -244,14 +245,16 @@ def _results(plan: CapacityPlan) -> None:
                    "met while one class falls short of it.")
 
     name = charts.slug("capacity", report.scenario_slug(base))
+    line = scenario_caption(base, rate="rate searched")  # as the exported figures say (report --page capacity)
     bars = cp.capacity_bars(plan.results, target, usd)
     widgets.chart(bars, "Left: requests per second one node sustains within the SLOs (higher is better). Middle: "
                   "nodes for the target traffic. Right: dollars per million output tokens at that rate (lower is "
-                  "better); both with the headroom factor.", f"{name}_bars")
+                  "better); both with the headroom factor.", f"{name}_bars", scenario_line=line)
     curves = cp.goodput_curves(plan.points(), plan.max_rates(), slo.attainment)
     widgets.chart(curves, "Top: requests per second within every SLO against the rate offered; it follows the "
                   "dashed diagonal until the SLOs start to fail. Bottom: share of requests within the SLOs; each "
-                  "policy's dotted line is where it last stays above the dashed target.", f"{name}_goodput")
+                  "policy's dotted line is where it last stays above the dashed target.", f"{name}_goodput",
+                  scenario_line=line)
 
     link = state.current_link()
     points = pd.concat([p.assign(policy=n) for n, p in plan.points().items()], ignore_index=True)

@@ -5,12 +5,16 @@ from pathlib import Path
 
 import streamlit as st
 
+from batching.charts.export import scenario_caption
 from batching.sim.simulate import Scenario
 from batching.ui import access
 from batching.ui.nav import PageInfo
 from batching.ui.sidebar import scenario_sidebar
 
 STYLE = Path(__file__).resolve().parents[2] / "assets" / "style.css"
+
+
+CAPTION_LINE = "chart_caption_line"  # session: the current scenario's caption line for chart downloads
 
 
 def setup(page: PageInfo, intro: str) -> Scenario | None:
@@ -29,4 +33,6 @@ def setup(page: PageInfo, intro: str) -> Scenario | None:
     st.caption(intro)
     scenario = scenario_sidebar(page.title)
     access.account_box()
+    # the scenario line every chart's PNG download carries (widgets.chart), as exported figures do
+    st.session_state[CAPTION_LINE] = scenario_caption(scenario) if scenario is not None else None
     return scenario

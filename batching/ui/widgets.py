@@ -8,8 +8,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from batching.charts import policy as charts
+from batching.charts.export import caption_of, with_caption
 from batching.ui import state
 from batching.ui.cache import ServerBusy
+from batching.ui.page import CAPTION_LINE
 from batching.ui.safe import plain
 from batching.ui.tables import metric_spec, shown
 
@@ -17,8 +19,13 @@ T = TypeVar("T")
 CARD_LABELS = {"throughput_output_tok_s": "Throughput at this load", "batch_efficiency": "Batch efficiency"}
 
 
-def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None) -> None:
-    """A Plotly chart in the shared template, its one-line reading guide, PNG download named ``filename``."""
+def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None, scenario_line: str | None = None) -> None:
+    """A Plotly chart in the shared template, its one-line reading guide, PNG download named ``filename``. The
+    figure carries the scenario line under the plot (so its PNG download does, as exports do): ``scenario_line``,
+    else the page's scenario (``page.setup``), unless the figure has a caption already."""
+    line = scenario_line or st.session_state.get(CAPTION_LINE)
+    if line and caption_of(fig) is None:
+        fig = with_caption(fig, line, copy=False)
     st.plotly_chart(fig, theme=None, config=charts.png_config(filename), key=key, width="stretch")
     st.caption(caption)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from uihelpers import FAST, assert_clean, chart, chart_specs, run_page, trace_types
+from uihelpers import FAST, assert_clean, chart, chart_specs, run_page, trace_types, data_traces
 
 PAGE = "pages/compare.py"
 
@@ -21,7 +21,7 @@ def test_default_render():
     for name in ("TTFT", "TPOT", "E2E latency"):
         cdf = chart(at, f"{name} CDF by policy")
         assert trace_types(cdf) == {"scatter"}
-        assert [t["name"] for t in cdf["data"]] == ["A · dynamic", "B · continuous", "C · chunked"]
+        assert [t["name"] for t in data_traces(cdf)] == ["A · dynamic", "B · continuous", "C · chunked"]
         assert chart(at, f"{name} histogram by policy")["layout"]["xaxis"]["type"] == "log"
     table = _table(at)
     assert list(table.columns) == ["Metric", "A · dynamic", "B · continuous", "B · continuous vs A · dynamic",
@@ -57,10 +57,10 @@ def test_slots_from_the_url_and_a_fourth_policy():
     at = run_page(PAGE, a_policy="static", b_policy="priority", c_policy="none", **FAST)
     assert_clean(at)
     assert [at.selectbox(key=f"wid:{s}_policy").value for s in "abcd"] == ["static", "priority", "none", "none"]
-    assert [t["name"] for t in chart(at, "TTFT CDF")["data"]] == ["A · static", "B · priority"]
+    assert [t["name"] for t in data_traces(chart(at, "TTFT CDF"))] == ["A · static", "B · priority"]
     at.selectbox(key="wid:d_policy").set_value("continuous").run()
     assert_clean(at)
-    assert [t["name"] for t in chart(at, "TTFT CDF")["data"]] == ["A · static", "B · priority", "D · continuous"]
+    assert [t["name"] for t in data_traces(chart(at, "TTFT CDF"))] == ["A · static", "B · priority", "D · continuous"]
     assert at.query_params["d_policy"] == "continuous"
 
 

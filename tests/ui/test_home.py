@@ -176,3 +176,19 @@ def test_article_section_shows_both_tables_and_why_they_differ():
     notes = [m.value for m in at.markdown if "Why they differ" in m.value]
     assert len(notes) == 1 and all(f"**{label}:**" in notes[0] for label in labels)
 
+
+
+def test_every_chart_download_carries_the_scenario_line():
+    """Modebar PNG downloads carry the same scenario caption as exported figures, on every page."""
+    import json
+
+    for page, query in (("app.py", {}), ("pages/compare.py", {}), ("pages/capacity.py", {"policies": "chunked"})):
+        at = run_page(page, n="200", **query)
+        assert_clean(at)
+        figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        assert figs, page
+        for fig in figs:
+            text = json.dumps(fig["layout"])
+            assert "H100 SXM 80GB" in text and "Qwen2.5-72B" in text and "seed 0" in text, (page, fig["layout"].get("title"))
+    cap = run_page("pages/capacity.py", n="200", policies="chunked")
+    assert "rate searched" in json.dumps(json.loads(cap.get("plotly_chart")[0].proto.spec)["layout"])

@@ -4,7 +4,7 @@ prices a user's model, and a model too big for the node is a clear error."""
 from __future__ import annotations
 
 import pytest
-from uihelpers import assert_clean, chart, chart_titles, metric_value, run_page
+from uihelpers import assert_clean, chart, chart_titles, metric_value, run_page, data_traces
 
 PAGE = "pages/model_and_hardware.py"
 FAST = {"n": "200"}
@@ -25,7 +25,7 @@ def test_renders_every_section(default_page):
     batch = chart(at, "Decode step time vs batch size")
     names = {t["name"] for t in batch["data"]}
     assert {"linear layers", "attention", "all-reduce", "fixed overhead"} <= names
-    assert all(t.get("stackgroup") == "one" for t in batch["data"])
+    assert all(t.get("stackgroup") == "one" for t in data_traces(batch))
     assert "ms" in batch["layout"]["yaxis"]["title"]["text"]
     assert "ridge" in " ".join(a["text"] for a in batch["layout"]["annotations"])
     prompt = chart(at, "Prefill step time vs prompt length")

@@ -48,8 +48,15 @@ def chart(at: AppTest, title_start: str) -> dict:
     return found[0]
 
 
+def data_traces(spec: dict) -> list[dict]:
+    """The figure's data traces, without the invisible entry that draws the scenario caption (charts.export)."""
+    from batching.charts.export import CAPTION_LEGEND
+
+    return [t for t in spec["data"] if t.get("legend") != CAPTION_LEGEND]
+
+
 def trace_types(spec: dict) -> set[str]:
-    return {t.get("type", "scatter") for t in spec["data"]}
+    return {t.get("type", "scatter") for t in data_traces(spec)}
 
 
 def metric_value(at: AppTest, label: str) -> float:
