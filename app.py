@@ -84,15 +84,12 @@ widgets.chart(bars, "Left: throughput at this load (light) against capacity (dar
               "and right: P50 and P99 latency on log scales, lower is better.", f"{name}_bars")
 
 st.subheader("Per priority class", divider="gray")
-left, right = st.columns([3, 2])
-with left:
-    cls_fig = charts.class_ttft_bars(summaries)
-    widgets.chart(cls_fig, "P99 TTFT of each priority class per policy (log scale): with priority scheduling the "
-                  "high class should sit lower than the rest.", f"{name}_class_ttft")
-with right:
-    tables.class_table(summaries)
-    st.caption("P99 TTFT (s) of each class; classes come from the workload (a single-class workload has one "
-               "column).")
+cls_fig = charts.class_ttft_bars(summaries)
+widgets.chart(cls_fig, "P99 TTFT of each priority class per policy (log scale): with priority scheduling the "
+              "high class should sit lower than the rest.", f"{name}_class_ttft")
+tables.class_stats_table(summaries)
+st.caption("P50 and P99 TTFT and TPOT of each class at the sidebar's rate; classes come from the workload (a "
+           "single-class workload has one set of columns).")
 
 
 def _summary_json() -> bytes:

@@ -169,6 +169,23 @@ def class_frame(summaries: Mapping[str, dict], stat: str = "ttft_p99_s") -> pd.D
     return df
 
 
+CLASS_STATS = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s")
+
+
+def class_stats_frame(summaries: Mapping[str, dict], stats: Sequence[str] = CLASS_STATS) -> pd.DataFrame:
+    """One row per policy; per priority class its P50 and P99 TTFT and TPOT as text with units ("unbounded" for an
+    overloaded run's latency, "–" where the class has no such figure)."""
+    rows: dict[str, dict] = {}
+    for name, s in summaries.items():
+        row = {}
+        for level, cls in sorted(s.get("by_priority", {}).items(), key=lambda kv: int(kv[0])):
+            for stat in stats:
+                header = f"{cls.get('class_name', level)} (P{level}) · {metric_spec(stat).label}"
+                row[header] = "unbounded" if s.get("overloaded") else shown(stat, cls.get(stat))
+        rows[name] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def change_frame(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataFrame:
     """Rows = metrics; per policy its value (text) and, after the first, its change against the first (%), with a
     ``_lower_is_better`` column (None: never coloured). No change is given for a latency of an overloaded run

@@ -17,6 +17,7 @@ from batching.charts.formatting import (  # noqa: F401  (re-exported: pages use 
     cell_text,
     change_frame,
     class_frame,
+    class_stats_frame,
     metric_spec,
     missing_notes,
     report_frame,
@@ -63,13 +64,15 @@ def definitions(keys: Sequence[str]) -> None:
     st.markdown("\n".join(lines))
 
 
-def class_table(summaries: Mapping[str, dict], stat: str = "ttft_p99_s") -> None:
-    df = class_frame(summaries, stat)
-    spec = metric_spec(stat)
-    # a class name comes from the workload or a trace's class_name column: plain text in the Markdown tooltip
-    config = {c: st.column_config.NumberColumn(c, help=f"{spec.header} of the class {plain(c)} (P0 = highest "
-                                                f"priority). {spec.help}", format=spec.fmt) for c in df.columns}
-    st.dataframe(df, column_config=config, width="stretch")
+def class_stats_table(summaries: Mapping[str, dict]) -> pd.DataFrame:
+    """P50 and P99 TTFT and TPOT of each priority class per policy, with units; greyed rows for overloaded runs."""
+    df = class_stats_frame(summaries)
+    config = {c: st.column_config.TextColumn(c, help=f"{plain(c)}: the class's percentile (P0 = highest "
+                                             "priority); 'unbounded' where the policy is overloaded") for c in df.columns}
+    over = [name for name, s in summaries.items() if s.get("overloaded")]
+    styler = df.style.apply(lambda row: [GREY if row.name in over else ""] * len(row), axis=1)
+    st.dataframe(styler, column_config=config, width="stretch")
+    return df
 
 
 def change_table(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataFrame:

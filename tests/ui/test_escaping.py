@@ -135,8 +135,10 @@ def test_trace_class_names_are_plain_text_in_the_class_table():
     for df in at.dataframe:
         config = json.loads(df.proto.columns or "{}")
         tips += [c["help"] for c in config.values() if LINK in unescape(c.get("help", ""))]
-    assert len(tips) == 1, tips  # the class table's column of that class
-    assert_shown_as_typed(tips[0].split(". ")[0], LINK)
+    # the per-class table's columns of that class: TTFT and TPOT, P50 and P99
+    assert len(tips) == 4, tips
+    for tip in tips:
+        assert_shown_as_typed(tip.split(" (P0)")[0], LINK)
 
 
 def test_custom_model_and_gpu_names_are_plain_text():

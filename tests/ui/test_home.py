@@ -13,7 +13,7 @@ from batching.sim.workload import DEFAULT_RATE_REQ_S
 
 def _class_table(at):
     """The per-class table: one column per priority class, named "<class> (P<level>)"."""
-    return [d.value for d in at.dataframe if len(d.value.columns) and str(d.value.columns[0]).endswith("(P0)")][0]
+    return [d.value for d in at.dataframe if len(d.value.columns) and "(P0) · " in str(d.value.columns[0])][0]
 
 
 def test_classic_table_columns_overload_and_no_none():
@@ -58,7 +58,7 @@ def test_default_render():
     assert trace_types(chart(at, "Strategy showdown")) == {"bar"}
     assert trace_types(chart(at, "P99 TTFT by priority class")) == {"bar"}
     # the per-class table has one column per class of the mixed workload
-    assert _class_table(at).shape == (5, 2)
+    assert _class_table(at).shape == (5, 8)  # 2 classes x TTFT/TPOT P50/P99
     # the sidebar shows the defaults of the issue
     assert at.selectbox(key="wid:gpu").value == "h100-sxm"
     assert at.selectbox(key="wid:model").value == "qwen2.5-72b"
@@ -85,7 +85,7 @@ def test_url_reproduces_the_view():
     # the link keeps every non-default value
     assert at.query_params["gpu"] == "h200-sxm" and at.query_params["rate"] == "7.5"
     # a single-class workload: one class column
-    assert _class_table(at).shape == (5, 1)
+    assert _class_table(at).shape == (5, 4)
     # the same URL gives the same numbers
     again = run_page(gpu="h200-sxm", model="llama-3.1-8b", tp="2", precision="fp8", workload="code", rate="7.5",
                      n="150", seed="4")
@@ -192,3 +192,16 @@ def test_every_chart_download_carries_the_scenario_line():
             assert "H100 SXM 80GB" in text and "Qwen2.5-72B" in text and "seed 0" in text, (page, fig["layout"].get("title"))
     cap = run_page("pages/capacity.py", n="200", policies="chunked")
     assert "rate searched" in json.dumps(json.loads(cap.get("plotly_chart")[0].proto.spec)["layout"])
+
+
+def test_home_shows_p50_and_p99_ttft_and_tpot_per_class():
+    at = run_page("app.py", n="200")
+    assert_clean(at)
+    frames = [d.value for d in at.dataframe]
+    per_class = [f for f in frames if any("(P0) · TPOT P50" in str(c) for c in f.columns)]
+    assert per_class, [list(f.columns) for f in frames]
+    df = per_class[0]
+    for cls in ("interactive chat (P0)", "batch analysis (P1)"):
+        for stat in ("TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"):
+            assert any(c.startswith(cls) and stat in c for c in df.columns), (cls, stat, list(df.columns))
+    assert "None" not in df.to_string() and all(" ms" in v or " s" in v or v == "unbounded" for v in df.iloc[0])
