@@ -8,6 +8,7 @@ from pathlib import Path
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
                                check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
 from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names
+from batching.charts.formatting import shown
 
 MAX_TARGET_RATE_REQ_S = 1e9
 MAX_GPU_HOUR_USD = 1e6
@@ -38,12 +39,6 @@ def _pct(v: float) -> str:
     return f"{v * 100:.1f} %" if math.isfinite(v) else "n/a"
 
 
-def _ms(v: float) -> str:
-    if not math.isfinite(v):
-        return "n/a"
-    return f"{v * 1e3:,.0f} ms" if v < 10 else f"{v:,.3g} s"
-
-
 def cmd_capacity(args) -> int:
     if args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.slo_e2e_s is None:
         raise CliError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-s")
@@ -61,7 +56,7 @@ def cmd_capacity(args) -> int:
     print(f"per class, {where}:")
     for level, c in res.by_priority.items():
         print(f"  {level} {c['class_name']}: attainment {_pct(c['attainment'])}, goodput {fmt(c['goodput_req_s'])} "
-              f"req/s, TTFT P50 {_ms(c['ttft_p50_s'])} P99 {_ms(c['ttft_p99_s'])}, TPOT P50 {_ms(c['tpot_p50_s'])} "
-              f"P99 {_ms(c['tpot_p99_s'])}")
+              f"req/s, TTFT P50 {shown('ttft_p50_s', c['ttft_p50_s'])} P99 {shown('ttft_p99_s', c['ttft_p99_s'])}, TPOT P50 {shown('tpot_p50_s', c['tpot_p50_s'])} "
+              f"P99 {shown('tpot_p99_s', c['tpot_p99_s'])}")
     write_json(args.json, d | {"slo": slo.to_dict(), "points": res.points.to_dict(orient="records")})
     return 0
