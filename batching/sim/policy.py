@@ -44,6 +44,10 @@ class BatchingPolicy:
     preemption: str = "recompute"  # off | recompute | swap
     swap_space_gib: float = 4.0  # host swap space per GPU (vLLM default 4 GiB)
     watermark: float = 0.01  # share of KV blocks kept free when admitting (vLLM default)
+    # automatic prefix caching (vLLM V1, SGLang RadixAttention): prompt blocks already in the KV cache are not
+    # computed again. Iteration-level engines only: the request-level batchers modelled (FasterTransformer,
+    # Triton's dynamic batcher) have no prefix cache.
+    prefix_caching: bool = False
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -54,9 +58,9 @@ class BatchingPolicy:
             )
         for name, (low, high) in KNOB_LIMITS.items():
             _check(name, getattr(self, name), low, high)
-        if self.mode != "continuous" and (self.chunked_prefill or self.priority):
+        if self.mode != "continuous" and (self.chunked_prefill or self.priority or self.prefix_caching):
             raise ValueError(
-                f"chunked_prefill and priority need mode='continuous' (mode={self.mode!r})"
+                f"chunked_prefill, priority and prefix_caching need mode='continuous' (mode={self.mode!r})"
             )
 
     @property
@@ -74,6 +78,8 @@ class BatchingPolicy:
             parts.append("chunked prefill")
         if self.priority:
             parts.append("priority classes")
+        if self.prefix_caching:
+            parts.append("prefix caching")
         parts.append(f"preemption {self.preemption}")
         return ", ".join(parts)
 
@@ -83,13 +89,15 @@ PRESETS: dict[str, BatchingPolicy] = {
     "static": BatchingPolicy(mode="static", max_batch_size=32),
     # Triton dynamic batcher: up to 64, the oldest waits at most 100 ms
     "dynamic": BatchingPolicy(mode="dynamic", max_batch_size=64, max_wait_s=0.1),
-    # vLLM V0 defaults: 256 sequences, whole-prompt prefill steps, recompute preemption
-    "continuous": BatchingPolicy(mode="continuous"),
+    # vLLM V0 defaults: 256 sequences, whole-prompt prefill steps, recompute preemption (prefix caching on in
+    # every iteration-level preset, as vLLM V1 and SGLang default to; it changes nothing without shared prefixes)
+    "continuous": BatchingPolicy(mode="continuous", prefix_caching=True),
     # vLLM V1 / Sarathi-Serve: mixed steps with a 2,048-token budget
-    "chunked": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048),
+    "chunked": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048,
+                              prefix_caching=True),
     # chunked prefill plus priority classes that preempt lower classes
     "priority": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048,
-                               priority=True, preemption="recompute"),
+                               priority=True, preemption="recompute", prefix_caching=True),
 }
 
 

@@ -94,6 +94,17 @@ class Requests:
     output_tokens: np.ndarray  # int64 >= 1
     priority: np.ndarray  # int64 level, 0 = highest, < len(class_names)
     class_names: tuple[str, ...]  # name of each priority level
+    # Prefix sharing (None: no request shares KV with another). Request r's KV blocks, from its first, are
+    # block_ids[block_off[r]:block_off[r + 1]]: one id per full 16-token block of its prompt followed by its
+    # output, possibly fewer (a chain may stop after its last block any other request shares). Ids are dense
+    # from 0; two blocks have the same id exactly when their tokens and every token before them are the same.
+    block_off: np.ndarray | None = None  # int64, n + 1 offsets
+    block_ids: np.ndarray | None = None  # int64 ids
+    # Multi-turn sessions (None: open loop, arrival_s is every request's arrival). after[r] >= 0: request r
+    # arrives think_s[r] seconds after request after[r] (an earlier index) is released, so its arrival_s is only a
+    # lower bound (the arrival of after[r] + think_s[r]), used for ordering; the engine reports the real arrival.
+    after: np.ndarray | None = None  # int64, -1 for a session's first turn and for independent requests
+    think_s: np.ndarray | None = None  # float64 seconds
 
     def __post_init__(self) -> None:
         for name, dtype in (
@@ -103,6 +114,10 @@ class Requests:
             ("priority", np.int64),
         ):
             object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=dtype))
+        for name, dtype in (("block_off", np.int64), ("block_ids", np.int64), ("after", np.int64),
+                            ("think_s", np.float64)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=dtype))
         object.__setattr__(self, "class_names", tuple(self.class_names))
 
     def __len__(self) -> int:
