@@ -15,15 +15,17 @@ from numba import njit
 
 from batching.sim.costmodel import C_FIXED, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
 from batching.sim.engine_stages import (
-    apply_step_nb, arrive_nb, begin_step_nb, blocks_for_nb, count_decoding_nb, end_step_nb, evict_for_nb,
-    itl_record_nb, make_room_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb, schedule_waiting_nb,
+    apply_step_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, blocks_for_nb, count_decoding_nb, end_step_nb, evict_for_nb,
+    itl_record_nb, later_pop_nb, later_push_nb, make_room_nb, next_arrival_nb, pc_trim_nb, schedule_chunks_nb,
+    schedule_decodes_nb, schedule_swapped_nb, schedule_waiting_nb, session_next_nb,
 )
 from batching.sim.engine_state import (
-    B_FREE, B_RUNNING, B_SWAPPED, B_WAITING, DEADLOCK, F_ATTN_WORK, F_DECODE_CTX, F_DURATION, F_START, ITL_BINS,
-    ITL_HI_S, ITL_LO_S, MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, NUM_B, NUM_RF, NUM_SF, NUM_SI, OK, OUT_OF_STEPS,
-    PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP, R_FINISH, R_FIRST_SCHED, R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE,
-    S_ADMITTED, S_DECODE, S_KV_BLOCKS, S_LM, S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS,
-    S_SWAPPED, S_WAITING, Batch, Cost, Inputs, Knobs, Outputs, Queues, Seqs, itl_bin_edges,
+    B_EVICTABLE, B_FREE, B_LATER, B_RUNNING, B_SWAPPED, B_WAITING, DEADLOCK, F_ATTN_WORK, F_DECODE_CTX, F_DURATION,
+    F_START, ITL_BINS, ITL_HI_S, ITL_LO_S, MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, NUM_B, NUM_RF, NUM_SF, NUM_SI,
+    OK, OUT_OF_STEPS, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
+    R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS, S_DECODE, S_KV_BLOCKS, S_LM,
+    S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING, Batch, Cost, Inputs,
+    Knobs, Later, Outputs, Prefix, Queues, Seqs, itl_bin_edges,
 )
 
 # the engine's public names: its entry points and the enums, columns and types of engine_state
@@ -32,14 +34,74 @@ __all__ = [
     "MODE_STATIC", "MODE_DYNAMIC", "MODE_CONTINUOUS", "PREEMPT_OFF", "PREEMPT_RECOMPUTE", "PREEMPT_SWAP",
     "OK", "OUT_OF_STEPS", "DEADLOCK", "ITL_BINS", "ITL_LO_S", "ITL_HI_S", "NUM_SI", "NUM_SF", "NUM_RF",
     "S_PREFILL", "S_DECODE", "S_PADDED", "S_RUNNING", "S_WAITING", "S_KV_BLOCKS", "S_SWAPPED", "S_LM",
-    "S_SWAP_TOKENS", "S_PREEMPTED", "S_ADMITTED", "S_STALLED", "F_START", "F_DURATION", "F_ATTN_WORK",
-    "F_DECODE_CTX", "R_FIRST_SCHED", "R_FIRST_TOKEN", "R_FINISH", "R_RELEASE", "R_MAX_ITL",
+    "S_SWAP_TOKENS", "S_PREEMPTED", "S_ADMITTED", "S_STALLED", "S_CACHED_TOKENS", "S_CACHE_BLOCKS", "F_START",
+    "F_DURATION", "F_ATTN_WORK", "F_DECODE_CTX", "R_FIRST_SCHED", "R_FIRST_TOKEN", "R_FINISH", "R_RELEASE",
+    "R_MAX_ITL", "R_ARRIVAL",
 ]
 
 
-# --- request-level batching (static, dynamic) ----------------------------------------
+def _new_later(after: np.ndarray) -> Later | None:
+    """The heap of session turns not yet due and each request's next turn; None without sessions (the
+    kernels are then compiled without the session code: numba prunes ``lat is not None`` branches)."""
+    n = len(after)
+    turns = np.flatnonzero(after >= 0)
+    if len(turns) == 0:
+        return None
+    nxt = np.full(n, -1, np.int64)
+    nxt[after[turns]] = turns
+    return Later(np.empty(n), np.empty(n, np.int64), nxt)
+
+
+def _new_prefix(chain_ids: np.ndarray, on: bool) -> Prefix | None:
+    """The prefix cache over the block ids of the chains; None when off or when no request has a chain."""
+    if not on or len(chain_ids) == 0:
+        return None
+    n_ids = int(chain_ids.max()) + 1
+    return Prefix(np.zeros(n_ids, np.int64), np.zeros(n_ids, np.bool_), np.empty(n_ids, np.int64),
+                  np.empty(n_ids, np.int64), np.full(2, -1, np.int64))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _arrive_fifo_nb(inp, lat, cnt, a, t, fifo, tail, req_f):
+    """Request-level modes: requests arrived by ``t`` join the FIFO (each enters once); returns (a, tail)."""
+    if lat is not None:
+        return _arrive_fifo_sessions_nb(inp, lat, cnt, a, t, fifo, tail, req_f)
+    arrival = inp.arrival
+    n = arrival.shape[0]
+    while a < n and arrival[a] <= t:
+        fifo[tail] = a
+        tail += 1
+        a += 1
+    return a, tail
+
+
 @njit(cache=True, nogil=True)
-def _run_request_level_nb(inp, knobs, cost, out):
+def _arrive_fifo_sessions_nb(inp, lat, cnt, a, t, fifo, tail, req_f):
+    """``_arrive_fifo_nb`` with session turns (see engine_stages.arrive_sessions_nb)."""
+    arrival, after = inp.arrival, inp.after
+    n = arrival.shape[0]
+    while a < n and (after[a] >= 0 or arrival[a] <= t):
+        if after[a] < 0:
+            while cnt[B_LATER] > 0 and lat.t[0] <= arrival[a]:
+                r = lat.r[0]
+                req_f[r, R_ARRIVAL] = lat.t[0]
+                later_pop_nb(lat, cnt)
+                fifo[tail] = r
+                tail += 1
+            fifo[tail] = a
+            tail += 1
+        a += 1
+    while cnt[B_LATER] > 0 and lat.t[0] <= t:
+        r = lat.r[0]
+        req_f[r, R_ARRIVAL] = lat.t[0]
+        later_pop_nb(lat, cnt)
+        fifo[tail] = r
+        tail += 1
+    return a, tail
+
+
+@njit(cache=True, nogil=True)
+def _run_request_level_nb(inp, knobs, cost, out, lat):
     arrival, prompt, output = inp.arrival, inp.prompt, inp.output
     coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
     req_f, si, sf = out.req_f, out.steps_i, out.steps_f
@@ -48,24 +110,31 @@ def _run_request_level_nb(inp, knobs, cost, out):
     max_batch = knobs.max_batch
     dynamic = knobs.mode == MODE_DYNAMIC
     batch = np.empty(min(max_batch, n), np.int64)
+    cnt = np.zeros(NUM_B, np.int64)
+    fifo = np.empty(n, np.int64)  # requests in arrival order; fifo[head:tail] wait
+    tail = 0
     t = 0.0
-    a = 0  # next request to arrive
-    head = 0  # next request to batch (FIFO: requests are sorted by arrival)
+    a = 0  # next open-loop request to arrive
+    head = 0  # next request to batch
     step = 0
     while head < n:
-        while a < n and arrival[a] <= t:
-            a += 1
-        nq = a - head
+        a, tail = _arrive_fifo_nb(inp, lat, cnt, a, t, fifo, tail, req_f)
+        nq = tail - head
+        nxt = next_arrival_nb(inp, lat, cnt, a) if lat is not None else (arrival[a] if a < n else np.inf)
         if nq == 0:
-            t = arrival[a]
+            if nxt == np.inf:
+                return DEADLOCK, step
+            t = nxt
             continue
-        launch = nq >= max_batch or a >= n
-        if not launch and dynamic and t >= arrival[head] + knobs.max_wait_s:
+        # launch when full, when nothing more can arrive before this batch is released, or (dynamic) when the
+        # oldest has waited max_wait_s
+        launch = nq >= max_batch or nxt == np.inf
+        deadline = req_f[fifo[head], R_ARRIVAL] + knobs.max_wait_s
+        if not launch and dynamic and t >= deadline:
             launch = True
         if not launch:
-            nxt = arrival[a]
-            if dynamic and arrival[head] + knobs.max_wait_s < nxt:
-                nxt = arrival[head] + knobs.max_wait_s
+            if dynamic and deadline < nxt:
+                nxt = deadline
             t = nxt
             continue
         # take the batch; shrink it until its padded KV reservation fits the cache
@@ -74,7 +143,7 @@ def _run_request_level_nb(inp, knobs, cost, out):
         omax = 0
         reserve = 0
         for j in range(b):
-            r = head + j
+            r = fifo[head + j]
             pm = max(pmax, prompt[r])
             om = max(omax, output[r])
             need = (j + 1) * blocks_for_nb(pm + om)
@@ -87,7 +156,7 @@ def _run_request_level_nb(inp, knobs, cost, out):
         psum = 0
         pq = 0.0
         for j in range(b):
-            r = head + j
+            r = fifo[head + j]
             batch[j] = r
             req_f[r, R_FIRST_SCHED] = t
             psum += prompt[r]
@@ -104,9 +173,8 @@ def _run_request_level_nb(inp, knobs, cost, out):
         si[step, S_LM] = b
         si[step, S_ADMITTED] = b
         t += dur
-        while a < n and arrival[a] <= t:
-            a += 1
-        end_step_nb(out, step, dur, b, a - head, reserve, 0)
+        a, tail = _arrive_fifo_nb(inp, lat, cnt, a, t, fifo, tail, req_f)
+        end_step_nb(out, step, dur, b, tail - head, reserve, 0, 0)
         step += 1
         for j in range(b):
             req_f[batch[j], R_FIRST_TOKEN] = t
@@ -129,9 +197,8 @@ def _run_request_level_nb(inp, knobs, cost, out):
             si[step, S_PADDED] = b - active
             si[step, S_LM] = active
             t += dur
-            while a < n and arrival[a] <= t:
-                a += 1
-            end_step_nb(out, step, dur, active, a - head, reserve, 0)
+            a, tail = _arrive_fifo_nb(inp, lat, cnt, a, t, fifo, tail, req_f)
+            end_step_nb(out, step, dur, active, tail - head, reserve, 0, 0)
             step += 1
             for j in range(b):
                 r = batch[j]
@@ -146,6 +213,8 @@ def _run_request_level_nb(inp, knobs, cost, out):
             if output[r] == 1:
                 req_f[r, R_FINISH] = req_f[r, R_FIRST_TOKEN]
             req_f[r, R_RELEASE] = t  # the whole batch is released together
+            if lat is not None:
+                session_next_nb(r, t, inp, lat, cnt)  # the session's next turn
     return OK, step
 
 
@@ -156,8 +225,9 @@ def _new_state_nb(inp, knobs):
     with priority on, else one FIFO), the running and swapped lists with the cache counters."""
     n = inp.arrival.shape[0]
     cls = inp.prio.copy() if knobs.use_prio else np.zeros(n, np.int64)
+    plim = inp.chain_off[1:] - inp.chain_off[:-1]
     seqs = Seqs(cls, np.zeros(n, np.int64), inp.prompt.copy(), np.zeros(n, np.int64), np.zeros(n, np.int64),
-                np.zeros(n, np.int64), np.zeros(n))
+                np.zeros(n, np.int64), plim, np.zeros(n, np.int64), np.zeros(n))
     nq = knobs.n_classes if knobs.use_prio else 1
     qcap = np.ones(nq, np.int64)
     for i in range(n):
@@ -172,7 +242,7 @@ def _new_state_nb(inp, knobs):
 
 
 @njit(cache=True, nogil=True)
-def _run_continuous_nb(inp, knobs, cost, out):
+def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
     """One scheduler pass and one forward pass per step, in vLLM's order: the running sequences
     (decodes, then prefill chunks under way), the swapped ones, then the waiting queue; without
     chunked prefill (vLLM V0) waiting prompts go first and a step that admits them is
@@ -193,9 +263,17 @@ def _run_continuous_nb(inp, knobs, cost, out):
     released = 0
     step = 0
     while released < n:
-        a = arrive_nb(inp, seqs, q, b, a, t)
+        if lat is not None:
+            a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
+        else:
+            a = arrive_nb(inp, seqs, q, b, a, t)
         if b.n[B_RUNNING] == 0 and b.n[B_WAITING] == 0 and b.n[B_SWAPPED] == 0:
-            t = inp.arrival[a]
+            if lat is not None:
+                t = next_arrival_nb(inp, lat, b.n, a)
+                if t == np.inf:
+                    return DEADLOCK, step
+            else:
+                t = inp.arrival[a]
             continue
         if step >= max_steps:
             return OUT_OF_STEPS, step
@@ -203,18 +281,18 @@ def _run_continuous_nb(inp, knobs, cost, out):
         if not knobs.chunked and b.n[B_WAITING] > 0:
             # vLLM V0: whole waiting prompts first; a step that admits them is prefill-only
             nr0 = b.n[B_RUNNING]
-            h, need = schedule_waiting_nb(t, True, inp, seqs, q, b, knobs, out, step)
+            h, need = schedule_waiting_nb(t, True, inp, seqs, q, b, pc, knobs, out, step)
             if h >= 0:
-                evict_for_nb(h, need, inp, seqs, q, b, knobs, out, step)
+                evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step)
             elif si[step, S_ADMITTED] > 0:
                 si[step, S_STALLED] = count_decoding_nb(b, seqs, nr0)
         if si[step, S_ADMITTED] == 0:
             # (1) decodes of the running sequences; when KV runs out, preempt and go on
             nd, short = 0, 1
             while short > 0:
-                nd, short = schedule_decodes_nb(nd, seqs, b, knobs, out, step)
+                nd, short = schedule_decodes_nb(nd, inp, seqs, b, pc, knobs, out, step)
                 if short > 0:
-                    make_room_nb(nd, short, inp, seqs, q, b, knobs, out, step)
+                    make_room_nb(nd, short, inp, seqs, q, b, pc, knobs, out, step)
             # (1b) swapped sequences back in, decoding with the others
             if si[step, S_PREEMPTED] == 0 and b.n[B_SWAPPED] > 0:
                 nd = schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step)
@@ -222,14 +300,16 @@ def _run_continuous_nb(inp, knobs, cost, out):
                 # (2) the next chunk of the prefills under way; when KV runs out, preempt and go on
                 i, short = nd, 1
                 while short > 0:
-                    i, short = schedule_chunks_nb(i, seqs, b, knobs, out, step)
+                    i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step)
                     if short > 0:
-                        make_room_nb(i, short, inp, seqs, q, b, knobs, out, step)
+                        make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step)
                 # (3) new requests, unless this step preempted
                 if si[step, S_PREEMPTED] == 0 and b.n[B_WAITING] > 0:
-                    h, need = schedule_waiting_nb(t, False, inp, seqs, q, b, knobs, out, step)
+                    if pc is not None:
+                        pc_trim_nb(pc, b.n)  # the new blocks above took reclaimable ones: the cache as it is now
+                    h, need = schedule_waiting_nb(t, False, inp, seqs, q, b, pc, knobs, out, step)
                     if h >= 0:
-                        evict_for_nb(h, need, inp, seqs, q, b, knobs, out, step)
+                        evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step)
         tokens = si[step, S_PREFILL] + si[step, S_DECODE]
         swap_tok = si[step, S_SWAP_TOKENS]
         if 0 < tokens < tab.shape[0]:
@@ -238,7 +318,10 @@ def _run_continuous_nb(inp, knobs, cost, out):
             base = token_time_nb(coef, ar_x, ar_y, float(tokens), float(swap_tok))
         elif si[step, S_PREEMPTED] > 0:
             base = coef[C_FIXED]  # a scheduler pass that only preempted (recompute): its fixed overhead
-        elif a < n and b.n[B_RUNNING] == 0:
+        elif b.n[B_RUNNING] == 0 and lat is not None and next_arrival_nb(inp, lat, b.n, a) < np.inf:
+            t = next_arrival_nb(inp, lat, b.n, a)  # nothing runnable until more requests arrive
+            continue
+        elif b.n[B_RUNNING] == 0 and a < n:
             t = inp.arrival[a]  # nothing runnable until more requests arrive
             continue
         else:
@@ -247,25 +330,33 @@ def _run_continuous_nb(inp, knobs, cost, out):
                            float(si[step, S_LM]), float(swap_tok))
         running = b.n[B_RUNNING]
         t += dur
-        released += apply_step_nb(t, inp, seqs, b, out)
-        a = arrive_nb(inp, seqs, q, b, a, t)
-        end_step_nb(out, step, dur, running, b.n[B_WAITING], knobs.kv_blocks - b.n[B_FREE], b.n[B_SWAPPED])
+        released += apply_step_nb(t, inp, seqs, b, pc, lat, out)
+        if lat is not None:
+            a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
+        else:
+            a = arrive_nb(inp, seqs, q, b, a, t)
+        if pc is not None:
+            pc_trim_nb(pc, b.n)
+        end_step_nb(out, step, dur, running, b.n[B_WAITING], knobs.kv_blocks - b.n[B_FREE], b.n[B_SWAPPED],
+                    b.n[B_EVICTABLE])
         step += 1
     return OK, step
 
 
 @njit(cache=True, nogil=True)
-def run_nb(inp, knobs, cost, out):
-    """Simulate every request; returns (status, number of steps written)."""
+def run_nb(inp, knobs, cost, out, pc, lat):
+    """Simulate every request; returns (status, number of steps written). ``pc``: the prefix cache, or None
+    (off); ``lat``: the session-turn heap, or None (open loop)."""
     if knobs.mode == MODE_CONTINUOUS:
-        return _run_continuous_nb(inp, knobs, cost, out)
-    return _run_request_level_nb(inp, knobs, cost, out)
+        return _run_continuous_nb(inp, knobs, cost, out, pc, lat)
+    return _run_request_level_nb(inp, knobs, cost, out, lat)
 
 
 @dataclass(frozen=True, eq=False)
 class EngineOutput:
     req_f: np.ndarray  # (n, NUM_RF) seconds
     req_preemptions: np.ndarray  # (n,)
+    req_cached: np.ndarray  # (n,) prompt tokens served from the prefix cache at the first admission
     steps_i: np.ndarray  # (steps, NUM_SI)
     steps_f: np.ndarray  # (steps, NUM_SF)
     itl_hist: np.ndarray  # (classes, ITL_BINS) counts
@@ -278,10 +369,19 @@ MAX_STEPS = 25_000_000
 
 def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float,
         max_seqs: int, budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int,
-        watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None) -> EngineOutput:
+        watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None, *,
+        prefix_caching: bool = False, chain_off=None, chain_ids=None, after=None, think_s=None) -> EngineOutput:
+    """Run the engine. Optional: block chains (``chain_off``, ``chain_ids``: workload.Requests' block_off and
+    block_ids) used when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``)."""
     n = len(arrival)
+    if chain_off is None:
+        chain_off, chain_ids = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+    if after is None:
+        after, think_s = np.full(n, -1, np.int64), np.zeros(n)
     inp = Inputs(np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(prompt, np.int64),
-                 np.ascontiguousarray(output, np.int64), np.ascontiguousarray(prio, np.int64))
+                 np.ascontiguousarray(output, np.int64), np.ascontiguousarray(prio, np.int64),
+                 np.ascontiguousarray(after, np.int64), np.ascontiguousarray(think_s, np.float64),
+                 np.ascontiguousarray(chain_off, np.int64), np.ascontiguousarray(chain_ids, np.int64))
     knobs = Knobs(int(mode), int(n_classes), int(max_batch), float(max_wait_s), int(max_seqs), int(budget),
                   bool(chunked), bool(use_prio), int(preempt), int(swap_cap_tokens), int(watermark_blocks),
                   int(kv_blocks))
@@ -294,11 +394,14 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
     while True:
         req_f = np.full((n, NUM_RF), -1.0)
         req_f[:, R_MAX_ITL] = 0.0
+        req_f[:, R_ARRIVAL] = inp.arrival  # session turns' are set when they arrive
         # np.empty: each step's rows are zeroed when it begins; untouched pages cost nothing
         req_pre = np.zeros(n, np.int64)
+        req_cached = np.zeros(n, np.int64)
         hist = np.zeros((max(1, n_classes), ITL_BINS), np.int64)
-        out = Outputs(req_f, req_pre, np.empty((est, NUM_SI), np.int64), np.empty((est, NUM_SF)), hist)
-        status, nsteps = run_nb(inp, knobs, cost, out)
+        out = Outputs(req_f, req_pre, req_cached, np.empty((est, NUM_SI), np.int64), np.empty((est, NUM_SF)), hist)
+        pc = _new_prefix(inp.chain_ids, prefix_caching and int(mode) == MODE_CONTINUOUS)
+        status, nsteps = run_nb(inp, knobs, cost, out, pc, _new_later(inp.after))
         if status == OUT_OF_STEPS:
             if est >= MAX_STEPS:
                 span = float(inp.arrival[-1] - inp.arrival[0]) if n else 0.0
@@ -313,4 +416,4 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
         del out  # the tables' only other reference: trim them in place (realloc, no copy)
         steps_i.resize((nsteps, NUM_SI), refcheck=False)
         steps_f.resize((nsteps, NUM_SF), refcheck=False)
-        return EngineOutput(req_f, req_pre, steps_i, steps_f, hist)
+        return EngineOutput(req_f, req_pre, req_cached, steps_i, steps_f, hist)

@@ -22,10 +22,11 @@ import numpy as np
 from numba import njit
 
 from batching.sim.engine_state import (
-    B_FREE, B_RUNNING, B_SWAP_USED, B_SWAPPED, B_WAITING, F_ATTN_WORK, F_DECODE_CTX, F_DURATION, F_START,
-    ITL_BINS, ITL_BINS_PER_LOG, ITL_LO_S, ITL_LOG_LO, PREEMPT_OFF, PREEMPT_SWAP, R_FINISH,
-    R_FIRST_SCHED, R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_DECODE, S_KV_BLOCKS, S_LM, S_PADDED,
-    S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING,
+    B_EVICTABLE, B_FREE, B_LATER, B_RUNNING, B_SWAP_USED, B_SWAPPED, B_WAITING, F_ATTN_WORK, F_DECODE_CTX,
+    F_DURATION, F_START, ITL_BINS, ITL_BINS_PER_LOG, ITL_LO_S, ITL_LOG_LO, PREEMPT_OFF, PREEMPT_SWAP, R_ARRIVAL,
+    R_FINISH, R_FIRST_SCHED, R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS,
+    S_DECODE, S_KV_BLOCKS, S_LM, S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED,
+    S_WAITING,
 )
 from batching.sim.specs import KV_BLOCK_TOKENS
 
@@ -60,15 +61,17 @@ def begin_step_nb(out, step, t):
     si[step, S_PREEMPTED] = 0
     si[step, S_ADMITTED] = 0
     si[step, S_STALLED] = 0
+    si[step, S_CACHED_TOKENS] = 0
     sf[step, F_START] = t
     sf[step, F_ATTN_WORK] = 0.0
     sf[step, F_DECODE_CTX] = 0.0
 
 
 @njit(cache=True, nogil=True, inline="always")
-def end_step_nb(out, step, duration, running, waiting, kv_blocks, swapped):
+def end_step_nb(out, step, duration, running, waiting, kv_blocks, swapped, cache_blocks):
     """Complete a step's rows: its duration, the sequences it ran, the queue and cache after it."""
     si = out.steps_i
+    si[step, S_CACHE_BLOCKS] = cache_blocks
     out.steps_f[step, F_DURATION] = duration
     si[step, S_RUNNING] = running
     si[step, S_WAITING] = waiting
@@ -120,6 +123,61 @@ def q_pop_front_nb(q, k):
     return x
 
 
+# --- arrivals: open-loop requests in index order, session turns from a heap once their time is known -------
+@njit(cache=True, nogil=True, inline="always")
+def later_push_nb(lat, cnt, t, r):
+    """Request ``r`` (a session's next turn) arrives at ``t``: into the min-heap."""
+    i = cnt[B_LATER]
+    cnt[B_LATER] = i + 1
+    going = i > 0
+    while going:
+        p = (i - 1) >> 1
+        if lat.t[p] <= t:
+            going = False
+        else:
+            lat.t[i] = lat.t[p]
+            lat.r[i] = lat.r[p]
+            i = p
+            going = i > 0
+    lat.t[i] = t
+    lat.r[i] = r
+
+
+@njit(cache=True, nogil=True, inline="always")
+def later_pop_nb(lat, cnt):
+    """Remove the heap's earliest entry (the caller read it at index 0)."""
+    m = cnt[B_LATER] - 1
+    cnt[B_LATER] = m
+    t, r = lat.t[m], lat.r[m]
+    i = 0
+    going = m > 0
+    while going:
+        c = 2 * i + 1
+        if c >= m:
+            going = False
+        else:
+            if c + 1 < m and lat.t[c + 1] < lat.t[c]:
+                c += 1
+            if lat.t[c] >= t:
+                going = False
+            else:
+                lat.t[i] = lat.t[c]
+                lat.r[i] = lat.r[c]
+                i = c
+    if m > 0:
+        lat.t[i] = t
+        lat.r[i] = r
+
+
+@njit(cache=True, nogil=True)
+def next_arrival_nb(inp, lat, cnt, a):
+    """When the next request arrives (inf if none can before something is released)."""
+    t = inp.arrival[a] if a < inp.arrival.shape[0] else np.inf
+    if cnt[B_LATER] > 0 and lat.t[0] < t:
+        t = lat.t[0]
+    return t
+
+
 @njit(cache=True, nogil=True, inline="always")
 def arrive_nb(inp, seqs, q, b, a, t):
     """Requests arrived by ``t`` join the back of their class's queue; returns the next to arrive."""
@@ -131,6 +189,153 @@ def arrive_nb(inp, seqs, q, b, a, t):
         a += 1
     b.n[B_WAITING] += a - a0
     return a
+
+
+@njit(cache=True, nogil=True)
+def arrive_sessions_nb(inp, seqs, q, b, lat, a, t, req_f):
+    """``arrive_nb`` with session turns: a later turn (after >= 0) is skipped in index order and arrives
+    from the heap once its predecessor is released; the queue gets both kinds in time order."""
+    arrival, after, cls, cnt = inp.arrival, inp.after, seqs.cls, b.n
+    n = arrival.shape[0]
+    pushed = 0
+    while a < n and (after[a] >= 0 or arrival[a] <= t):
+        if after[a] < 0:
+            while cnt[B_LATER] > 0 and lat.t[0] <= arrival[a]:
+                r = lat.r[0]
+                req_f[r, R_ARRIVAL] = lat.t[0]
+                later_pop_nb(lat, cnt)
+                q_push_back_nb(q, cls[r], r)
+                pushed += 1
+            q_push_back_nb(q, cls[a], a)
+            pushed += 1
+        a += 1
+    while cnt[B_LATER] > 0 and lat.t[0] <= t:
+        r = lat.r[0]
+        req_f[r, R_ARRIVAL] = lat.t[0]
+        later_pop_nb(lat, cnt)
+        q_push_back_nb(q, cls[r], r)
+        pushed += 1
+    cnt[B_WAITING] += pushed
+    return a
+
+
+@njit(cache=True, nogil=True)
+def session_next_nb(r, t, inp, lat, cnt):
+    """Request r was released at t: its session's next turn arrives a think time later."""
+    nxt = lat.nxt[r]
+    if nxt >= 0:
+        later_push_nb(lat, cnt, t + inp.think[nxt], nxt)
+
+
+# --- the prefix cache (vLLM V1 automatic prefix caching): a sequence's leading chain blocks ----------------
+# A sequence holds blocks[r] GPU blocks; its first pb[r] are shared chain blocks (cached, reference-counted
+# per id), the rest are its own. B_FREE counts every block no running sequence uses, the cached ones nobody
+# uses (B_EVICTABLE, in an LRU list) included, so admission and preemption see reclaimable blocks as free;
+# ``pc_trim_nb`` reclaims the oldest of them whenever fresh allocations have dipped into them.
+@njit(cache=True, nogil=True)
+def pc_lookup_nb(h, limit, inp, pc):
+    """(m, m0): request h's leading chain blocks that are cached, at most ``limit``, and how many of those no
+    running sequence uses (taking them costs free blocks)."""
+    lo = inp.chain_off[h]
+    m_max = min(limit, inp.chain_off[h + 1] - lo)
+    m = 0
+    m0 = 0
+    going = m < m_max
+    while going:
+        bid = inp.chain_ids[lo + m]
+        if pc.cached[bid]:
+            if pc.ref[bid] == 0:
+                m0 += 1
+            m += 1
+            going = m < m_max
+        else:
+            going = False
+    return m, m0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lru_unlink_nb(pc, bid):
+    p, nx = pc.prev[bid], pc.next[bid]
+    if p >= 0:
+        pc.next[p] = nx
+    else:
+        pc.ends[0] = nx
+    if nx >= 0:
+        pc.prev[nx] = p
+    else:
+        pc.ends[1] = p
+
+
+@njit(cache=True, nogil=True)
+def pc_acquire_nb(h, m, inp, seqs, pc, cnt):
+    """Request h takes its first m chain blocks from the cache (they are cached): pb = blocks = m."""
+    lo = inp.chain_off[h]
+    for j in range(m):
+        bid = inp.chain_ids[lo + j]
+        if pc.ref[bid] == 0:
+            _lru_unlink_nb(pc, bid)
+            cnt[B_EVICTABLE] -= 1
+            cnt[B_FREE] -= 1
+        pc.ref[bid] += 1
+    seqs.pb[h] = m
+    seqs.blocks[h] = m
+
+
+@njit(cache=True, nogil=True)
+def pc_register_nb(r, full, inp, seqs, pc):
+    """Sequence r's blocks before ``full`` are (scheduled to be) complete: name its chain blocks among them
+    in the cache, as vLLM V1 caches full blocks when it schedules them. A block someone else cached already
+    (computed twice, at the same time) stays r's own copy, and r names no further blocks."""
+    lo = inp.chain_off[r]
+    end = min(full, seqs.plim[r])
+    going = seqs.pb[r] < end
+    while going:
+        j = seqs.pb[r]
+        bid = inp.chain_ids[lo + j]
+        if pc.cached[bid]:
+            seqs.plim[r] = j
+            going = False
+        else:
+            pc.cached[bid] = True
+            pc.ref[bid] = 1
+            seqs.pb[r] = j + 1
+            going = j + 1 < end
+
+
+@njit(cache=True, nogil=True)
+def pc_release_nb(r, inp, seqs, pc, cnt):
+    """Sequence r gives back its GPU blocks: its own ones are free; its chain blocks stay cached, and
+    those nobody else uses join the LRU list, the chain's last block first (so it is reclaimed first)."""
+    pb = seqs.pb[r]
+    cnt[B_FREE] += seqs.blocks[r] - pb
+    lo = inp.chain_off[r]
+    for j in range(pb - 1, -1, -1):
+        bid = inp.chain_ids[lo + j]
+        pc.ref[bid] -= 1
+        if pc.ref[bid] == 0:
+            tail = pc.ends[1]
+            pc.prev[bid] = tail
+            pc.next[bid] = -1
+            if tail >= 0:
+                pc.next[tail] = bid
+            else:
+                pc.ends[0] = bid
+            pc.ends[1] = bid
+            cnt[B_EVICTABLE] += 1
+            cnt[B_FREE] += 1
+    seqs.blocks[r] = 0
+    seqs.pb[r] = 0
+    seqs.plim[r] = inp.chain_off[r + 1] - lo
+
+
+@njit(cache=True, nogil=True)
+def pc_trim_nb(pc, cnt):
+    """Reclaim the least recently used cached blocks until the fresh allocations fit beside them."""
+    while cnt[B_FREE] < cnt[B_EVICTABLE]:
+        bid = pc.ends[0]
+        _lru_unlink_nb(pc, bid)
+        pc.cached[bid] = False
+        cnt[B_EVICTABLE] -= 1
 
 
 # --- preemption (rare: called by the engine loop, between stages) -------------------------
@@ -154,7 +359,7 @@ def pick_victim_nb(run, lo, hi, cls, arrival, above):
 
 
 @njit(cache=True, nogil=True)
-def preempt_nb(v, inp, seqs, q, b, knobs, out, step):
+def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step):
     """Preempt run[v]: it leaves the running list and frees its GPU blocks; its KV is copied to
     host memory (swap, while host space lasts; the copy is this step's) or dropped, the request
     rejoining the front of its class to prefill prompt + generated tokens again (recompute).
@@ -166,8 +371,11 @@ def preempt_nb(v, inp, seqs, q, b, knobs, out, step):
         run[j] = run[j + 1]
     cnt[B_RUNNING] = nr - 1
     unschedule_nb(r, seqs, out, step)
-    cnt[B_FREE] += seqs.blocks[r]
-    seqs.blocks[r] = 0
+    if pc is not None:
+        pc_release_nb(r, inp, seqs, pc, cnt)
+    else:
+        cnt[B_FREE] += seqs.blocks[r]
+        seqs.blocks[r] = 0
     out.req_pre[r] += 1
     si[step, S_PREEMPTED] += 1
     kv = seqs.kv[r]
@@ -204,15 +412,15 @@ def unschedule_nb(r, seqs, out, step):
 
 
 @njit(cache=True, nogil=True)
-def make_room_nb(i, need, inp, seqs, q, b, knobs, out, step):
+def make_room_nb(i, need, inp, seqs, q, b, pc, knobs, out, step):
     """KV ran out for run[i]'s next tokens: preempt the sequences behind it (lowest class, latest
     arrival first) until ``need`` blocks are free, or run[i] itself when none is left behind it."""
     while need > b.n[B_FREE]:
         v = pick_victim_nb(b.run, i + 1, b.n[B_RUNNING], seqs.cls, inp.arrival, -1)
         if v < 0:
-            preempt_nb(i, inp, seqs, q, b, knobs, out, step)
+            preempt_nb(i, inp, seqs, q, b, pc, knobs, out, step)
             return
-        preempt_nb(v, inp, seqs, q, b, knobs, out, step)
+        preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -223,19 +431,19 @@ def fits_nb(need, cnt, knobs):
 
 
 @njit(cache=True, nogil=True)
-def evict_for_nb(h, need, inp, seqs, q, b, knobs, out, step):
+def evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step):
     """Priority: preempt running sequences of a class below waiting request ``h``'s (lowest class,
     latest arrival first) until a slot and ``need`` blocks would be free for it, or none is left."""
     while not fits_nb(need, b.n, knobs):
         v = pick_victim_nb(b.run, 0, b.n[B_RUNNING], seqs.cls, inp.arrival, seqs.cls[h])
         if v < 0:
             return
-        preempt_nb(v, inp, seqs, q, b, knobs, out, step)
+        preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step)
 
 
 # --- the scheduling stages of a continuous-batching step ------------------------------------
 @njit(cache=True, nogil=True, inline="always")
-def schedule_decodes_nb(i, seqs, b, knobs, out, step):
+def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step):
     """(1) Running: one decode token for each sequence past its prefill (they lead the running
     list), from run[i] on, while the token budget lasts.
 
@@ -268,6 +476,9 @@ def schedule_decodes_nb(i, seqs, b, knobs, out, step):
                 if need > 0:
                     free -= need
                     blocks[r] += need
+                if pc is not None:
+                    if seqs.pb[r] < min(seqs.plim[r], (kv[r] + 1) // KV_BLOCK_TOKENS):
+                        pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc)
                 sched[r] = 1
                 n_dec += 1
                 ctx += kv[r] + 1
@@ -334,7 +545,7 @@ def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
     cnt[B_SWAP_USED] -= kv[s]
     si[step, S_SWAP_TOKENS] += kv[s]
     cnt[B_FREE] -= need
-    seqs.blocks[s] = need
+    seqs.blocks[s] = need  # its own blocks: pc_register_nb names its chain blocks again as it decodes
     nr = cnt[B_RUNNING]
     for i in range(nr, nd, -1):
         run[i] = run[i - 1]
@@ -348,7 +559,7 @@ def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def schedule_chunks_nb(i, seqs, b, knobs, out, step):
+def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step):
     """(2) Prefills under way, from run[i] on: the next chunk of each, in order, from what the
     decodes left of the budget. A sequence past its prefill found here (none should be) counts
     as stalled.
@@ -385,6 +596,9 @@ def schedule_chunks_nb(i, seqs, b, knobs, out, step):
                 if need > 0:
                     free -= need
                     blocks[r] += need
+                if pc is not None:
+                    if seqs.pb[r] < min(seqs.plim[r], (kv[r] + c) // KV_BLOCK_TOKENS):
+                        pc_register_nb(r, (kv[r] + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
                 sched[r] = c
                 n_pre += c
                 attn += c * (kv[r] + 0.5 * c)
@@ -400,7 +614,7 @@ def schedule_chunks_nb(i, seqs, b, knobs, out, step):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def schedule_waiting_nb(t, whole, inp, seqs, q, b, knobs, out, step):
+def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step):
     """(3) Waiting requests in (class,) arrival order: whole prompts (``whole``: vLLM V0 without
     chunked prefill) or a first chunk of what the budget has left, while sequence slots, the
     budget and free KV blocks (less the watermark once something runs) allow; without preemption
@@ -425,12 +639,18 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, knobs, out, step):
         k = q_first_class_nb(q)
         h = q_peek_nb(q, k)
         tokens = si[step, S_PREFILL] + si[step, S_DECODE]
-        left = target[h] - kv[h]
+        m, m0 = 0, 0
+        if pc is not None:
+            # cached leading blocks, leaving at least one prompt token to compute (as vLLM)
+            m, m0 = pc_lookup_nb(h, (target[h] - 1) // KV_BLOCK_TOKENS, inp, pc)
+        hit = m * KV_BLOCK_TOKENS
+        left = target[h] - hit
         c = left if whole else min(left, knobs.budget - tokens)
         if knobs.preempt == PREEMPT_OFF:
-            need = blocks_for_nb(target[h] + inp.output[h] - seqs.gen[h])
+            fresh = blocks_for_nb(target[h] + inp.output[h] - seqs.gen[h]) - m
         else:
-            need = blocks_for_nb(kv[h] + c)
+            fresh = blocks_for_nb(hit + c) - m
+        need = fresh + m0  # free blocks it takes: new ones, and cached ones nobody was using
         spent = (tokens > 0 and tokens + c > knobs.budget) if whole else c <= 0
         if sw_cls <= k:
             going = False  # swapped sequences of its class or above come back first
@@ -444,16 +664,27 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, knobs, out, step):
         else:
             q_pop_front_nb(q, k)
             cnt[B_WAITING] -= 1
-            if req_f[h, R_FIRST_SCHED] < 0:
+            first = req_f[h, R_FIRST_SCHED] < 0
+            if first:
                 req_f[h, R_FIRST_SCHED] = t
             nr = cnt[B_RUNNING]
             run[nr] = h
             cnt[B_RUNNING] = nr + 1
-            cnt[B_FREE] -= need
-            blocks[h] = need
+            cnt[B_FREE] -= fresh
+            blocks[h] = fresh
+            if pc is not None:
+                if m > 0:
+                    pc_acquire_nb(h, m, inp, seqs, pc, cnt)  # blocks[h] = m
+                    blocks[h] += fresh
+                    kv[h] = hit
+                    si[step, S_CACHED_TOKENS] += hit
+                    if first:
+                        out.req_cached[h] = hit
+                pc_register_nb(h, (hit + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
+                pc_trim_nb(pc, cnt)
             sched[h] = c
             si[step, S_PREFILL] += c
-            out.steps_f[step, F_ATTN_WORK] += c * (kv[h] + 0.5 * c)
+            out.steps_f[step, F_ATTN_WORK] += c * (hit + 0.5 * c)
             if c == left:
                 si[step, S_LM] += 1
             si[step, S_ADMITTED] += 1
@@ -474,7 +705,7 @@ def count_decoding_nb(b, seqs, hi):
 
 # --- applying a step ----------------------------------------------------------------------
 @njit(cache=True, nogil=True, inline="always")
-def apply_step_nb(t, inp, seqs, b, out):
+def apply_step_nb(t, inp, seqs, b, pc, lat, out):
     """The step ended at ``t`` and its tokens exist: chunks advance the prefills, decodes and
     completed prefills emit a token (its gap recorded), finished sequences leave at once and free
     their blocks. Returns how many finished."""
@@ -508,11 +739,16 @@ def apply_step_nb(t, inp, seqs, b, out):
                 last_tok[r] = t
                 finished = gen[r] == output[r]
         if finished:
-            cnt[B_FREE] += blocks[r]
-            blocks[r] = 0
+            if pc is not None:
+                pc_release_nb(r, inp, seqs, pc, cnt)
+            else:
+                cnt[B_FREE] += blocks[r]
+                blocks[r] = 0
             req_f[r, R_FINISH] = t
             req_f[r, R_RELEASE] = t
             done += 1
+            if lat is not None:
+                session_next_nb(r, t, inp, lat, cnt)
         else:
             run[keep] = r
             keep += 1

@@ -38,7 +38,9 @@ S_SWAP_TOKENS = 8  # KV tokens copied over PCIe in this step (out and in)
 S_PREEMPTED = 9  # sequences preempted in this step
 S_ADMITTED = 10  # requests taken from the waiting queue into the batch (first time, or again after recompute)
 S_STALLED = 11  # sequences past their prefill that got no token in this step (generation stalls)
-NUM_SI = 12
+S_CACHED_TOKENS = 12  # prompt tokens served from the prefix cache at this step's admissions (not computed)
+S_CACHE_BLOCKS = 13  # KV blocks held only by the prefix cache (no running user; evictable), after the step
+NUM_SI = 14
 F_START = 0
 F_DURATION = 1
 F_ATTN_WORK = 2  # useful sum of chunk * (context + chunk / 2)
@@ -51,7 +53,8 @@ R_FIRST_TOKEN = 1
 R_FINISH = 2
 R_RELEASE = 3
 R_MAX_ITL = 4
-NUM_RF = 5
+R_ARRIVAL = 5  # when it joined the waiting queue: arrival_s, or for a session's later turn its predecessor's release + think time
+NUM_RF = 6
 
 # --- inter-token-latency histogram: fixed log-spaced bins --------------------------------
 ITL_BINS = 120
@@ -65,9 +68,11 @@ ITL_BINS_PER_LOG = float(ITL_BINS / (np.log(ITL_HI_S) - np.log(ITL_LO_S)))
 B_RUNNING = 0  # sequences in the running list, run[:n[B_RUNNING]]
 B_SWAPPED = 1  # sequences whose KV sits in host memory, swapped[:n[B_SWAPPED]]
 B_WAITING = 2  # requests in the waiting queues
-B_FREE = 3  # free GPU KV blocks
+B_FREE = 3  # GPU KV blocks no running sequence uses (the evictable cached ones included)
 B_SWAP_USED = 4  # KV tokens held in host memory
-NUM_B = 5
+B_EVICTABLE = 5  # cached blocks no running sequence uses (counted in B_FREE too: reclaimed, LRU first, when needed)
+B_LATER = 6  # session turns in the heap of arrivals not yet due (Later)
+NUM_B = 7
 
 
 def itl_bin_edges() -> np.ndarray:
@@ -83,6 +88,10 @@ class Inputs(NamedTuple):
     prompt: np.ndarray  # int64 tokens
     output: np.ndarray  # int64 tokens
     prio: np.ndarray  # int64 class, 0 highest
+    after: np.ndarray  # int64: -1, or the request whose release starts this one's think time (sessions)
+    think: np.ndarray  # float64 seconds from that release to this arrival
+    chain_off: np.ndarray  # int64 (n + 1): request r's KV block ids are chain_ids[chain_off[r]:chain_off[r + 1]]
+    chain_ids: np.ndarray  # int64 dense block ids (prefix caching)
 
 
 class Knobs(NamedTuple):
@@ -115,6 +124,7 @@ class Outputs(NamedTuple):
 
     req_f: np.ndarray  # (n, NUM_RF) seconds; R_FIRST_SCHED .. R_RELEASE start at -1
     req_pre: np.ndarray  # (n,) preemptions per request
+    req_cached: np.ndarray  # (n,) prompt tokens served from the prefix cache at its first admission
     steps_i: np.ndarray  # (room, NUM_SI)
     steps_f: np.ndarray  # (room, NUM_SF)
     hist: np.ndarray  # (classes, ITL_BINS) inter-token gaps
@@ -127,7 +137,9 @@ class Seqs(NamedTuple):
     kv: np.ndarray  # tokens whose KV is stored (GPU or host)
     target: np.ndarray  # tokens to prefill before decoding (prompt, + generated after a recompute)
     gen: np.ndarray  # output tokens produced
-    blocks: np.ndarray  # GPU blocks held
+    blocks: np.ndarray  # GPU blocks held (shared chain blocks included)
+    pb: np.ndarray  # of those, the leading chain blocks it holds as shared, cached blocks (prefix caching)
+    plim: np.ndarray  # chain blocks it may still name in the cache (its chain length; less once it computed a cached one twice)
     sched: np.ndarray  # tokens scheduled in the current step
     last_tok: np.ndarray  # time of the last token (float64)
 
@@ -148,3 +160,23 @@ class Batch(NamedTuple):
     run: np.ndarray  # running list: past their prefill first, then prefills under way; each in admission order
     swapped: np.ndarray  # sequences whose KV sits in host memory (unordered)
     n: np.ndarray  # int64 counters, indexed by B_*
+
+
+class Prefix(NamedTuple):
+    """The prefix cache (vLLM V1's automatic prefix caching): per block id, whether a GPU block holds it
+    and how many running sequences use it; the cached blocks nobody uses form an LRU list (a doubly linked
+    list over ids, oldest at the head), reclaimed from the head when a new block is needed."""
+
+    ref: np.ndarray  # int64 per id: running sequences holding it
+    cached: np.ndarray  # bool per id: a GPU block holds it
+    prev: np.ndarray  # int64 per id: LRU neighbours (-1 none)
+    next: np.ndarray
+    ends: np.ndarray  # int64 (2,): LRU head (oldest) and tail, -1 when empty
+
+
+class Later(NamedTuple):
+    """Session turns whose arrival time is known but not yet due: a binary min-heap on time."""
+
+    t: np.ndarray  # float64
+    r: np.ndarray  # int64 request
+    nxt: np.ndarray  # int64 per request: the session turn its release starts the think time of, or -1

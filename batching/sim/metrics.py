@@ -45,6 +45,10 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
                          "how full the batch runs, neither good nor bad by itself."),
     "mean_running": ("Mean running batch", "Mean sequences doing useful work per step."),
     "preemptions": ("Preemptions", "Times a running request was evicted (recompute or swap)."),
+    "prefix_hit_rate": ("Prefix cache hit rate (%)", "Prompt tokens served from the prefix cache at each request's "
+                        "first admission / prompt tokens (vLLM's prefix cache hit rate, counted once per request)."),
+    "cached_prompt_tokens": ("Cached prompt tokens", "Prompt tokens served from the prefix cache (not computed) at "
+                             "the requests' first admission."),
 }
 
 
@@ -92,6 +96,10 @@ def latency_summary(req: pd.DataFrame, itl_counts: np.ndarray, itl_edges: np.nda
         s[f"itl_p{q}_s"] = hist_percentile(itl_counts, itl_edges, q)
     s["max_itl_s"] = float(req["max_itl_s"].max()) if len(req) else float("nan")
     s["preemptions"] = int(req["preemptions"].sum())
+    cached = int(req["cached_prompt_tokens"].sum()) if "cached_prompt_tokens" in req else 0
+    prompt = float(req["prompt_tokens"].sum())
+    s["cached_prompt_tokens"] = cached
+    s["prefix_hit_rate"] = cached / prompt if prompt > 0 else float("nan")
     return s
 
 

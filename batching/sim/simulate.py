@@ -104,22 +104,62 @@ def _check_fits(reqs: Requests, policy: BatchingPolicy, kv_blocks: int) -> None:
             )
 
 
+def deal_replicas(reqs: Requests, replicas: int) -> np.ndarray:
+    """Each request's replica: round-robin over independent requests and sessions' first turns; a session's
+    later turns follow its first (session affinity, as a sticky router keeps a conversation's KV cache)."""
+    n = len(reqs)
+    if reqs.after is None or replicas == 1:
+        return np.arange(n) % replicas
+    rep = np.empty(n, np.int64)
+    first = reqs.after < 0
+    rep[first] = np.arange(int(first.sum())) % replicas
+    for r in np.flatnonzero(~first):  # after[r] < r, so its replica is already set
+        rep[r] = rep[reqs.after[r]]
+    return rep
+
+
+def _chains(reqs: Requests, idx: np.ndarray):
+    """The block chains of requests ``idx`` (CSR offsets from 0, ids unchanged), or (None, None)."""
+    if reqs.block_off is None:
+        return None, None
+    lo, hi = reqs.block_off[idx], reqs.block_off[idx + 1]
+    lengths = hi - lo
+    off = np.zeros(len(idx) + 1, np.int64)
+    np.cumsum(lengths, out=off[1:])
+    take = np.repeat(lo - off[:-1], lengths) + np.arange(off[-1])
+    return off, reqs.block_ids[take]
+
+
+def _sessions(reqs: Requests, idx: np.ndarray):
+    """``after`` renumbered within requests ``idx`` (every predecessor is among them), and think times."""
+    if reqs.after is None:
+        return None, None
+    local = np.full(len(reqs), -1, np.int64)
+    local[idx] = np.arange(len(idx))
+    prev = reqs.after[idx]
+    return np.where(prev >= 0, local[np.maximum(prev, 0)], -1), reqs.think_s[idx]
+
+
 def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: CostModel):
-    """Run the engine on each replica (requests dealt round-robin); returns engine outputs and index sets."""
+    """Run the engine on each replica (requests dealt by ``deal_replicas``); returns engine outputs and index sets."""
     replicas = dep.node.replicas
     kv_blocks = dep.kv_capacity_blocks
     _check_fits(reqs, policy, kv_blocks)
     swap_cap = int(policy.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
+    rep_of = deal_replicas(reqs, replicas)
     outs = []
     for rep in range(replicas):
-        idx = np.arange(rep, len(reqs), replicas)
+        idx = np.flatnonzero(rep_of == rep)
         if len(idx) == 0:
             continue
+        chain_off, chain_ids = _chains(reqs, idx) if policy.prefix_caching else (None, None)
+        after, think_s = _sessions(reqs, idx)
         out = eng.run(reqs.arrival_s[idx], reqs.prompt_tokens[idx], reqs.output_tokens[idx], reqs.priority[idx],
                       len(reqs.class_names), MODE_CODE[policy.mode], policy.max_batch_size, policy.max_wait_s,
                       policy.max_num_seqs, policy.max_num_batched_tokens, policy.chunked_prefill, policy.priority,
                       PREEMPTION_CODE[policy.preemption], swap_cap, int(policy.watermark * kv_blocks), kv_blocks,
-                      cm.coef, cm.ar_log_bytes, cm.ar_s)
+                      cm.coef, cm.ar_log_bytes, cm.ar_s, prefix_caching=policy.prefix_caching,
+                      chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s)
         outs.append((rep, idx, out))
     return outs
 
@@ -140,18 +180,20 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     n = len(reqs)
     req_f = np.empty((n, eng.NUM_RF))
     pre = np.empty(n, np.int64)
+    cached = np.empty(n, np.int64)
     rep_of = np.empty(n, np.int64)
     step_frames = []
     hist = np.zeros((max(1, len(reqs.class_names)), eng.ITL_BINS), np.int64)
     for rep, idx, out in outs:
         req_f[idx] = out.req_f
         pre[idx] = out.req_preemptions
+        cached[idx] = out.req_cached
         rep_of[idx] = rep
         hist += out.itl_hist
         step_frames.append(_steps_frame(out, rep, cm))
     requests = pd.DataFrame({
         "request_id": np.arange(n),
-        "arrival_s": reqs.arrival_s,
+        "arrival_s": req_f[:, eng.R_ARRIVAL],  # a session turn's: its predecessor's release + think time
         "prompt_tokens": reqs.prompt_tokens,
         "output_tokens": reqs.output_tokens,
         "priority": reqs.priority,
@@ -163,6 +205,7 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         "release_s": req_f[:, eng.R_RELEASE],
         "max_itl_s": req_f[:, eng.R_MAX_ITL],
         "preemptions": pre,
+        "cached_prompt_tokens": cached,  # served from the prefix cache at its first admission
     })
     requests = request_latencies(requests)
     steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
@@ -190,6 +233,8 @@ def _steps_frame(out: eng.EngineOutput, replica: int, cm: CostModel) -> pd.DataF
         "preempted": si[:, eng.S_PREEMPTED],
         "admitted": si[:, eng.S_ADMITTED],  # taken from the waiting queue: first time, or again after a recompute
         "stalled": si[:, eng.S_STALLED],  # past their prefill, no token in this step (generation stalls)
+        "cached_tokens": si[:, eng.S_CACHED_TOKENS],  # prompt tokens served from the prefix cache at admissions
+        "cached_blocks": si[:, eng.S_CACHE_BLOCKS],  # KV blocks held only by the prefix cache (evictable), after it
         "useful_flops": flops,
         "useful_bytes": nbytes,
     })
