@@ -254,7 +254,7 @@ def test_requests_validate() -> None:
 
 
 def test_presets() -> None:
-    assert set(WORKLOAD_PRESETS) == {"mixed", "chat", "code", "batch", "sharegpt", "article"}
+    assert set(WORKLOAD_PRESETS) == {"mixed", "chat", "code", "batch", "sharegpt", "article", "chat-sessions"}
     assert WORKLOAD_PRESETS["mixed"] == DEFAULT_CLASSES
     chat, batch = DEFAULT_CLASSES
     assert (chat.name, chat.priority, chat.share, chat.slo_ttft_s, chat.slo_tpot_s) == (

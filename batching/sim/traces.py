@@ -1,4 +1,9 @@
-"""Request-trace import: native CSV/JSONL, Azure LLM inference, BurstGPT and Vidur traces.
+"""Request-trace import: native CSV/JSONL, Azure LLM inference, BurstGPT, Vidur and Mooncake traces.
+
+Mooncake's JSON lines (FAST'25: ``timestamp`` in ms, ``input_length``, ``output_length``, ``hash_ids``) carry
+each prompt's 512-token block hashes: ``hash_ids`` must be a JSON list of ceil(input_length / 512) non-negative
+integers, and become KV block chains of the engine's 16-token blocks (``TraceData.block_off``/``block_ids``,
+``prefixes.chains_from_trace_hashes``: one trace block = 32 engine blocks, so no reuse is lost).
 
 Everything is parsed as data (pandas' CSV reader, ``json``); nothing is evaluated (no pickle,
 no eval). Text is UTF-8, with or without a byte-order mark; UTF-16 and UTF-32 are read only
@@ -36,9 +41,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from batching.sim.prefixes import TRACE_BLOCK_TOKENS, chains_from_trace_hashes, offsets
+
 MAX_TOKENS = 1_000_000  # longest prompt or output accepted from a trace
 MAX_PRIORITY_LEVELS = 8  # same bound as SyntheticWorkload's classes
-FORMATS = ("auto", "native", "azure", "burstgpt", "vidur")
+FORMATS = ("auto", "native", "azure", "burstgpt", "vidur", "mooncake")
 
 # format -> (arrival column, prompt column, output column); matched case-insensitively
 _FORMAT_COLUMNS: dict[str, tuple[str, str, str]] = {
@@ -46,7 +53,10 @@ _FORMAT_COLUMNS: dict[str, tuple[str, str, str]] = {
     "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
     "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
     "vidur": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+    "mooncake": ("timestamp", "input_length", "output_length"),
 }
+_EXTRA_COLUMNS: dict[str, tuple[str, ...]] = {"mooncake": ("hash_ids",)}  # required besides the three
+_TIME_UNIT_S: dict[str, float] = {"mooncake": 1e-3}  # seconds per unit of the time column (milliseconds)
 _DATETIME_FORMATS = ("azure", "burstgpt")  # time column may be wall-clock date-times
 _NON_FINITE = {"nan", "inf", "infinity"}
 _JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
@@ -68,6 +78,13 @@ class TraceData:
     class_names: tuple[str, ...]  # name of each priority level
     skipped_rows: int = 0  # bad rows dropped because skip_bad_rows=True
     fmt: str = "native"  # the format that was read
+    # KV block chains (Mooncake; None for the other formats), as ``workload.Requests`` holds them: request r's
+    # 16-token blocks are block_ids[block_off[r]:block_off[r + 1]], equal ids = equal prefixes
+    block_off: np.ndarray | None = None
+    block_ids: np.ndarray | None = None
+    # the trace's own 512-token block hashes, as read: request r's are hash_ids[hash_off[r]:hash_off[r + 1]]
+    hash_off: np.ndarray | None = None
+    hash_ids: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_s.size)
@@ -303,7 +320,9 @@ def _json_cell(value: object) -> str:
 
 
 def _describe_formats() -> str:
-    parts = [f"{name} ({', '.join(cols)})" for name, cols in _FORMAT_COLUMNS.items()]
+    parts = [
+        f"{name} ({', '.join(cols + _EXTRA_COLUMNS.get(name, ()))})" for name, cols in _FORMAT_COLUMNS.items()
+    ]
     parts[0] = parts[0][:-1] + "[, priority][, class_name])"
     return "; ".join(parts)
 
@@ -324,17 +343,18 @@ def _columns_text(columns: list[str]) -> str:
 def _detect_format(columns: list[str], fmt: str) -> str:
     lower = {c.lower() for c in columns}
     if fmt != "auto":
-        missing = [c for c in _FORMAT_COLUMNS[fmt] if c.lower() not in lower]
+        needed = _FORMAT_COLUMNS[fmt] + _EXTRA_COLUMNS.get(fmt, ())
+        missing = [c for c in needed if c.lower() not in lower]
         if missing:
             raise ValueError(
                 f"missing column {missing[0]!r} for the {fmt} format; the trace has "
-                f"columns {_columns_text(columns)}; {fmt} needs {', '.join(_FORMAT_COLUMNS[fmt])}"
+                f"columns {_columns_text(columns)}; {fmt} needs {', '.join(needed)}"
             )
         return fmt
     scores = {name: sum(c.lower() in lower for c in cols) for name, cols in _FORMAT_COLUMNS.items()}
     best = max(scores, key=lambda name: scores[name])
     if scores[best] == 3:
-        return best
+        return _detect_format(columns, best)  # its extra columns too (Mooncake's hash_ids)
     if scores[best] == 2:  # one column short of a known format: say which
         return _detect_format(columns, best)
     raise ValueError(
@@ -388,6 +408,7 @@ class _Checked:
     values: np.ndarray  # float64 (NaN where unusable)
     bad: np.ndarray  # bool per row
     why: str  # "length" | "priority" | "time" (numeric) | "datetime"
+    unit_s: float = 1.0  # seconds per unit of a time column (1e-3: milliseconds)
 
     def explain(self, i: int) -> str:
         full = self.raw[i]
@@ -417,9 +438,11 @@ class _Checked:
                 f"allowed integers 0 to {MAX_PRIORITY_LEVELS - 1}"
             )
         if self.why == "time" and (np.isfinite(v) or huge):
+            limit = MAX_ABS_TIME_S / self.unit_s
+            unit = "seconds" if self.unit_s == 1.0 else "milliseconds"
             return (
-                f"column {self.name}: {cell!r} is out of range; allowed -{MAX_ABS_TIME_S:.4g} to "
-                f"{MAX_ABS_TIME_S:.4g} seconds (2^43 s: beyond it float64 cannot tell arrivals 1 ms apart)"
+                f"column {self.name}: {cell!r} is out of range; allowed -{limit:.4g} to "
+                f"{limit:.4g} {unit} (2^43 s: beyond it float64 cannot tell arrivals 1 ms apart)"
             )
         return f"column {self.name}: {cell!r} is not a finite number"
 
@@ -442,9 +465,9 @@ def _check_integer(frame: pd.DataFrame, name: str, low: int, high: int, why: str
     return _Checked(name, raw, v, ~ok, why)
 
 
-def _check_time(frame: pd.DataFrame, name: str, allow_datetime: bool) -> _Checked:
+def _check_time(frame: pd.DataFrame, name: str, allow_datetime: bool, unit_s: float = 1.0) -> _Checked:
     raw = _text(frame, name)
-    v = _numbers(raw)
+    v = _numbers(raw) * unit_s
     filled = raw != ""
     if allow_datetime and np.isnan(v[filled]).sum() * 2 > filled.sum():
         stamps = pd.to_datetime(pd.Series(raw), errors="coerce", utc=True, format="ISO8601")
@@ -456,7 +479,61 @@ def _check_time(frame: pd.DataFrame, name: str, allow_datetime: bool) -> _Checke
         return _Checked(name, raw, v, ~valid, "datetime")
     with np.errstate(invalid="ignore"):
         ok = np.abs(v) <= MAX_ABS_TIME_S
-    return _Checked(name, raw, v, ~ok, "time")
+    return _Checked(name, raw, v, ~ok, "time", unit_s)
+
+
+_MAX_BLOCK_HASH = 2**63 - 1
+
+
+@dataclass
+class _Hashes:
+    """Mooncake's hash_ids column: each good row's list of 512-token block hashes, bad rows and why."""
+
+    lists: list[list[int]]  # [] for bad rows
+    bad: np.ndarray
+    why: dict[int, str]
+
+
+def _check_hash_ids(frame: pd.DataFrame, name: str, input_tokens: np.ndarray, usable: np.ndarray) -> _Hashes:
+    """Each cell must be a JSON list of ceil(input_length / 512) integers from 0 to 2^63 - 1 (parsed with
+    ``json``, never evaluated). Rows already bad elsewhere (``usable`` False) are not read."""
+    raw = _text(frame, name)
+    n = len(raw)
+    lists: list[list[int]] = [[] for _ in range(n)]
+    bad = np.zeros(n, dtype=bool)
+    why: dict[int, str] = {}
+    for i in np.flatnonzero(usable):
+        ids, reason = _hash_list(raw[i], int(input_tokens[i]))
+        if reason:
+            bad[i] = True
+            why[i] = f"column {name}: {reason}"
+        else:
+            lists[i] = ids
+    return _Hashes(lists, bad, why)
+
+
+def _hash_list(cell: str, input_tokens: int) -> tuple[list[int], str]:
+    """A hash_ids cell's hashes, or why it is unusable for a prompt of input_tokens tokens ("" when fine)."""
+    if cell == "":
+        return [], "value is missing"
+    try:
+        ids = json.loads(cell)
+    except (ValueError, RecursionError):
+        ids = None
+    if not isinstance(ids, list):
+        return [], f"{_Shown(cell)!r} is not a JSON list of block hashes (integers)"
+    wrong = next((k for k, x in enumerate(ids) if type(x) is not int or not 0 <= x <= _MAX_BLOCK_HASH), None)
+    if wrong is not None:
+        x = ids[wrong]
+        shown = _Shown(repr(x) if isinstance(x, str) else json.dumps(x))
+        return [], f"element {wrong + 1} ({shown}) is not a block hash; allowed integers 0 to 2^63 - 1"
+    expected = -(-input_tokens // TRACE_BLOCK_TOKENS)
+    if len(ids) != expected:
+        plural = "" if len(ids) == 1 else "es"
+        return [], (f"{len(ids):,} block hash{plural} for input_length {input_tokens:,}; expected "
+                    f"ceil({input_tokens:,} / {TRACE_BLOCK_TOKENS}) = {expected:,}, one per "
+                    f"{TRACE_BLOCK_TOKENS}-token block")
+    return ids, ""
 
 
 def _check_class_names(
@@ -502,7 +579,7 @@ def _parse(
     n = len(frame)
     time_col, prompt_col, output_col = (_column(frame, c) for c in _FORMAT_COLUMNS[fmt])
     checks = [
-        _check_time(frame, time_col, fmt in _DATETIME_FORMATS),
+        _check_time(frame, time_col, fmt in _DATETIME_FORMATS, _TIME_UNIT_S.get(fmt, 1.0)),
         _check_integer(frame, prompt_col, 1, MAX_TOKENS, "length"),
         _check_integer(frame, output_col, 1, MAX_TOKENS, "length"),
     ]
@@ -512,6 +589,10 @@ def _parse(
     structural = np.zeros(n, dtype=bool)
     structural[list(row_errors)] = True
     bad = structural | np.logical_or.reduce([c.bad for c in checks])
+    hashes = None
+    if fmt == "mooncake":
+        hashes = _check_hash_ids(frame, _column(frame, "hash_ids"), checks[1].values, ~bad)
+        bad |= hashes.bad
 
     names: dict[int, str] = {}
     priority = checks[3].values if priority_col is not None else None
@@ -531,6 +612,8 @@ def _parse(
             raise ValueError(f"row {i + 1}: {row_errors[i]}")
         failing = [c for c in checks if c.bad[i]]
         reason = failing[0].explain(i) if failing else name_why.get(i, "")
+        if not failing and hashes is not None and hashes.bad[i]:
+            reason = hashes.why[i]
         raise ValueError(f"row {i + 1}, {reason or f'column {name_col}: value is missing'}")
     keep = ~bad
     if not keep.any():
@@ -556,12 +639,21 @@ def _parse(
     priority = priority[keep]
     levels = int(priority.max()) + 1
     class_names = tuple(names.get(p, f"priority {p}") for p in range(levels))
+    prompt_tokens = checks[1].values[keep].astype(np.int64)
+    chains: dict[str, np.ndarray] = {}
+    if hashes is not None:
+        kept_lists = [hashes.lists[r] for r in rows]
+        hash_off = offsets(np.array([len(h) for h in kept_lists], dtype=np.int64))
+        hash_ids = np.fromiter((x for h in kept_lists for x in h), dtype=np.int64, count=int(hash_off[-1]))
+        block_off, block_ids = chains_from_trace_hashes(hash_off, hash_ids, prompt_tokens)
+        chains = dict(block_off=block_off, block_ids=block_ids, hash_off=hash_off, hash_ids=hash_ids)
     return TraceData(
         arrival_s=np.ascontiguousarray(arrival - arrival[0], dtype=np.float64),
-        prompt_tokens=checks[1].values[keep].astype(np.int64),
+        prompt_tokens=prompt_tokens,
         output_tokens=checks[2].values[keep].astype(np.int64),
         priority=np.ascontiguousarray(priority, dtype=np.int64),
         class_names=class_names,
         skipped_rows=int(bad.sum()),
         fmt=fmt,
+        **chains,
     )

@@ -16,10 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from batching.sim import sessions as _sessions
+from batching.sim.prefixes import offsets, segment_positions, two_part_chains
+from batching.sim.sessions import SessionSpec
+from batching.sim.specs import KV_BLOCK_TOKENS
 from batching.sim.traces import FORMATS, MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
-ARRIVAL_KINDS = ("poisson", "gamma", "constant", "onoff")
+ARRIVAL_KINDS = ("poisson", "gamma", "constant", "onoff", "diurnal")
 # The sidebar's and the CLI's default request rate (the single source). On the default scenario (Qwen2.5-72B
 # BF16 on 8xH100, TP 8, the `mixed` workload, 2,000 requests, seed 0) the saturated runs serve static 1.17,
 # dynamic 1.29, continuous 8.4, chunked and priority 8.6 req/s. 1 req/s is the round rate every preset carries
@@ -37,6 +41,8 @@ MAX_NUM_REQUESTS = 1_000_000
 MAX_SPEEDUP = 1000.0
 MAX_PERIOD_S = 86_400.0  # on/off period lengths up to a day
 MAX_CV = 20.0
+MAX_DIURNAL_PERIOD_S = 7 * 86_400.0  # a diurnal cycle up to a week long
+MAX_PEAK_TO_TROUGH = 100.0
 
 
 def _show(value: object) -> str:
@@ -146,6 +152,66 @@ class Requests:
             raise ValueError(
                 f"priority holds {self.priority.min()}..{self.priority.max()}; allowed 0 to {k - 1}"
             )
+        self._validate_chains()
+        self._validate_sessions()
+
+    def _validate_chains(self) -> None:
+        n = len(self)
+        off, ids = self.block_off, self.block_ids
+        if (off is None) != (ids is None):
+            given, missing = ("block_off", "block_ids") if ids is None else ("block_ids", "block_off")
+            raise ValueError(f"{given} is set but {missing} is None; allowed both or neither")
+        if off is None:
+            return
+        if off.shape != (n + 1,):
+            raise ValueError(f"block_off has shape {off.shape}; expected ({n + 1},): one offset per request + 1")
+        if ids.ndim != 1:
+            raise ValueError(f"block_ids has shape {ids.shape}; expected one dimension")
+        if off[0] != 0 or off[-1] != ids.size:
+            raise ValueError(
+                f"block_off runs from {off[0]} to {off[-1]}; allowed 0 to len(block_ids) = {ids.size}"
+            )
+        lengths = np.diff(off)
+        if n and lengths.min() < 0:
+            r = int(np.argmax(lengths < 0))
+            raise ValueError(f"block_off decreases at request {r} ({off[r]} then {off[r + 1]}); allowed "
+                             f"non-decreasing offsets")
+        if ids.size and ids.min() < 0:
+            raise ValueError(f"block_ids holds {ids.min()}; allowed ids >= 0")
+        full = (self.prompt_tokens + self.output_tokens) // KV_BLOCK_TOKENS
+        over = lengths > full
+        if over.any():
+            r = int(np.argmax(over))
+            raise ValueError(f"request {r} has {lengths[r]} block ids; allowed 0 to {full[r]}, its full "
+                             f"{KV_BLOCK_TOKENS}-token blocks of prompt + output")
+
+    def _validate_sessions(self) -> None:
+        n = len(self)
+        after, think = self.after, self.think_s
+        if (after is None) != (think is None):
+            given, missing = ("after", "think_s") if think is None else ("think_s", "after")
+            raise ValueError(f"{given} is set but {missing} is None; allowed both or neither")
+        if after is None:
+            return
+        for name, values in (("after", after), ("think_s", think)):
+            if values.shape != (n,):
+                raise ValueError(f"{name} has shape {values.shape}; expected ({n},)")
+        bad = (after < -1) | (after >= np.arange(n))
+        if bad.any():
+            r = int(np.argmax(bad))
+            raise ValueError(
+                f"after[{r}]={after[r]} is out of range; allowed -1 or an earlier request, 0 to {r - 1}"
+            )
+        if n and not (np.all(np.isfinite(think)) and think.min() >= 0):
+            r = int(np.argmax(~(np.isfinite(think) & (think >= 0))))
+            raise ValueError(f"think_s[{r}]={_show(think[r])} is out of range; allowed finite seconds >= 0")
+
+    @property
+    def num_block_ids(self) -> int:
+        """Max block id + 1 (0 without chains): the size of a table indexed by block id."""
+        if self.block_ids is None or self.block_ids.size == 0:
+            return 0
+        return int(self.block_ids.max()) + 1
 
     @property
     def span_s(self) -> float:
@@ -161,40 +227,84 @@ class Requests:
         return (len(self) - 1) / span if span > 0 else math.inf
 
     def saturated(self) -> Requests:
-        """A copy with every request arriving at 0 (for capacity runs)."""
-        return replace(self, arrival_s=np.zeros(len(self)))
+        """A copy with every request arriving at 0 (for capacity runs). Session turns keep their order (a turn
+        still waits for the previous answer, whose text it contains) but no longer think: think_s is 0."""
+        think = None if self.think_s is None else np.zeros(len(self))
+        return replace(self, arrival_s=np.zeros(len(self)), think_s=think)
 
     def subset(self, idx: np.ndarray | slice | list[int]) -> Requests:
-        """The requests picked by a boolean mask, indices or a slice, kept in arrival order."""
+        """The requests picked by a boolean mask, indices or a slice, kept in arrival order. Chains are kept
+        (ids as they were); a turn whose previous turn is not picked becomes a session's first (after = -1)."""
         rows = np.sort(np.arange(len(self))[idx])
+        off = ids = after = think = None
+        if self.block_off is not None and self.block_ids is not None:
+            lengths = np.diff(self.block_off)[rows]
+            off = offsets(lengths)
+            seg, pos = segment_positions(off)
+            ids = self.block_ids[self.block_off[rows][seg] + pos]
+        if self.after is not None and self.think_s is not None:
+            new_index = np.full(len(self), -1, dtype=np.int64)
+            new_index[rows] = np.arange(rows.size)
+            prev = self.after[rows]
+            after = np.where(prev >= 0, new_index[np.maximum(prev, 0)], -1)
+            think = np.where(after >= 0, self.think_s[rows], 0.0)
         return Requests(
             self.arrival_s[rows],
             self.prompt_tokens[rows],
             self.output_tokens[rows],
             self.priority[rows],
             self.class_names,
+            off,
+            ids,
+            after,
+            think,
         )
+
+    def sessions(self) -> tuple[np.ndarray, np.ndarray]:
+        """(session, turn) of each request from ``after``: sessions numbered by their first turn's index order,
+        turns from 0. Without sessions every request is its own session, turn 0."""
+        n = len(self)
+        if self.after is None:
+            return np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        root = np.arange(n, dtype=np.int64)
+        turn = np.zeros(n, dtype=np.int64)
+        parent = self.after.copy()
+        while True:  # one step back per round: a session of T turns takes T - 1 rounds
+            linked = parent >= 0
+            if not linked.any():
+                break
+            turn[linked] += 1
+            root[linked] = parent[linked]
+            parent[linked] = self.after[parent[linked]]
+        first = np.flatnonzero(self.after < 0)
+        number = np.full(n, -1, dtype=np.int64)
+        number[first] = np.arange(first.size)
+        return number[root], turn
 
     def to_frame(self) -> pd.DataFrame:
         names = np.array(self.class_names, dtype=object)
-        return pd.DataFrame(
-            {
-                "arrival_s": self.arrival_s,
-                "prompt_tokens": self.prompt_tokens,
-                "output_tokens": self.output_tokens,
-                "priority": self.priority,
-                "class_name": names[self.priority] if len(self) else np.array([], dtype=object),
-            }
-        )
+        columns = {
+            "arrival_s": self.arrival_s,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "priority": self.priority,
+            "class_name": names[self.priority] if len(self) else np.array([], dtype=object),
+        }
+        if self.after is not None:
+            columns["session"], columns["turn"] = self.sessions()
+        return pd.DataFrame(columns)
 
     @classmethod
     def from_trace(cls, trace: TraceData) -> Requests:
+        chained = trace.block_off is not None and trace.block_ids is not None
         return cls(
             trace.arrival_s.copy(),
             trace.prompt_tokens.copy(),
             trace.output_tokens.copy(),
             trace.priority.copy(),
             trace.class_names,
+            trace.block_off.copy() if chained else None,
+            trace.block_ids.copy() if chained else None,
         )
 
 
@@ -285,8 +395,13 @@ class ArrivalProcess:
     """When requests arrive. Mean rate is rate_req_s for every kind.
 
     poisson: exponential gaps. gamma: gamma gaps with coefficient of variation ``cv``
-    (cv > 1 is burstier than Poisson). constant: evenly spaced. onoff: Poisson at
-    rate_req_s * (on_s + off_s) / on_s during on periods and nothing during off periods.
+    (cv > 1 is burstier than Poisson; vLLM bench's ``--burstiness`` is the gamma shape 1 / cv^2).
+    constant: evenly spaced. onoff: Poisson at rate_req_s * (on_s + off_s) / on_s during on
+    periods and nothing during off periods. diurnal: a Poisson process whose rate follows a
+    sinusoid between a trough and a peak ``peak_to_trough`` times higher, period ``period_s``,
+    starting at the trough (night) and peaking half a period later; its mean over whole periods is
+    rate_req_s. Runs shorter than a period see less than the mean rate: set ``period_s`` to the
+    span to simulate, e.g. one day compressed into an hour.
     """
 
     kind: str = "poisson"
@@ -294,6 +409,8 @@ class ArrivalProcess:
     cv: float = 2.0  # gamma only
     on_s: float = 10.0  # onoff only
     off_s: float = 10.0  # onoff only
+    peak_to_trough: float = 3.0  # diurnal only: peak rate / trough rate
+    period_s: float = 86_400.0  # diurnal only: one day
 
     def validate(self) -> None:
         _check_choice("kind", self.kind, ARRIVAL_KINDS)
@@ -303,12 +420,17 @@ class ArrivalProcess:
         if self.kind == "onoff":
             _check("on_s", self.on_s, 0, MAX_PERIOD_S, low_open=True)
             _check("off_s", self.off_s, 0, MAX_PERIOD_S)
+        if self.kind == "diurnal":
+            _check("peak_to_trough", self.peak_to_trough, 1, MAX_PEAK_TO_TROUGH)
+            _check("period_s", self.period_s, 0, MAX_DIURNAL_PERIOD_S, low_open=True)
 
     def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n sorted arrival times in seconds, the first at 0.
 
         Gaps are standard variates divided by the rate, so the same seed at another rate
-        gives the same stream rescaled in time.
+        gives the same stream rescaled in time. diurnal maps a unit-rate Poisson stream through
+        the inverse of the cumulative rate (time rescaling): the same seed gives the same unit
+        stream at any rate.
         """
         if n <= 0:
             return np.zeros(0)
@@ -326,7 +448,33 @@ class ArrivalProcess:
             on_rate = self.rate_req_s * (self.on_s + self.off_s) / self.on_s
             busy = np.concatenate(([0.0], np.cumsum(rng.standard_exponential(n - 1) / on_rate)))
             return busy + np.floor(busy / self.on_s) * self.off_s  # insert the off periods
+        if self.kind == "diurnal":
+            unit = np.concatenate(([0.0], np.cumsum(rng.standard_exponential(n - 1))))
+            return _diurnal_times(unit / self.rate_req_s, self.peak_to_trough, self.period_s)
         raise ValueError(f"kind={self.kind!r} is not allowed; allowed: {', '.join(ARRIVAL_KINDS)}")
+
+
+def _diurnal_times(x: np.ndarray, peak_to_trough: float, period_s: float) -> np.ndarray:
+    """Times t with t - A sin(w t) = x, A = a / w: the inverse of the cumulative rate (divided by the mean) of
+    rate(t) = mean * (1 - a cos(w t)), w = 2 pi / period, a = (peak/trough - 1) / (peak/trough + 1).
+
+    The left side rises with t (slope 1 - a cos >= 1 - a > 0) and stays within A of t, so t lies in
+    [x - A, x + A]: bisection there, 60 halvings (an interval of at most period / (2 pi) s, ~1e-14 s at the
+    end)."""
+    a = (peak_to_trough - 1.0) / (peak_to_trough + 1.0)
+    if a == 0.0:
+        return x.copy()
+    w = 2.0 * math.pi / period_s
+    amp = a / w
+    lo, hi = x - amp, x + amp
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        below = mid - amp * np.sin(w * mid) < x
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    t = np.maximum(0.5 * (lo + hi), 0.0)
+    t[0] = 0.0
+    return np.maximum.accumulate(t)
 
 
 # ---------------------------------------------------------------- classes and presets
@@ -343,6 +491,9 @@ class PriorityClass:
     output: LengthDist
     slo_ttft_s: float | None = None  # time-to-first-token target
     slo_tpot_s: float | None = None  # time-per-output-token target
+    # every request of the class starts with the same system prompt of this many tokens, prepended to its
+    # sampled prompt (prompt_tokens = shared_prefix_tokens + sampled); its full 16-token blocks are shared
+    shared_prefix_tokens: int = 0
 
     def validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 64:
@@ -351,6 +502,13 @@ class PriorityClass:
         _check("share", self.share, 0, 1)
         for part in (self.prompt, self.output):
             part.validate()
+        _check_int("shared_prefix_tokens", self.shared_prefix_tokens, 0, MAX_TOKENS)
+        if self.shared_prefix_tokens + self.prompt.high > MAX_TOKENS:
+            raise ValueError(
+                f"shared_prefix_tokens={self.shared_prefix_tokens} with prompt.high={self.prompt.high} makes "
+                f"prompts of up to {self.shared_prefix_tokens + self.prompt.high:,} tokens; allowed up to "
+                f"{MAX_TOKENS:,} (shared_prefix_tokens 0 to {MAX_TOKENS - self.prompt.high:,} with this prompt)"
+            )
         for name in ("slo_ttft_s", "slo_tpot_s"):
             value = getattr(self, name)
             if value is not None:
@@ -450,7 +608,21 @@ WORKLOAD_PRESETS: dict[str, tuple[PriorityClass, ...]] = {
         ),
     ),
     "article": ARTICLE_CLASSES,
+    # Multi-turn chat (WORKLOAD_SESSIONS below): LMSYS-Chat-1M's 69.5 tokens per user prompt and 214.5 per
+    # answer (Zheng et al., ICLR 2024, Table 1), with the CV ~1.3 of Magpie's 260 +- 347 tokens per turn of the
+    # same data; later turns resend the whole history, so prompts grow (sessions.py has the sources).
+    "chat-sessions": (
+        PriorityClass(
+            name="chat",
+            priority=0,
+            share=1.0,
+            prompt=LengthDist("lognormal", mean=70, cv=1.3, low=1, high=4096),
+            output=LengthDist("lognormal", mean=215, cv=1.3, low=1, high=4096),
+        ),
+    ),
 }
+# Presets whose requests are the turns of multi-turn sessions (their classes are in WORKLOAD_PRESETS).
+WORKLOAD_SESSIONS: dict[str, SessionSpec] = {"chat-sessions": SessionSpec()}
 
 
 # ---------------------------------------------------------------- workloads
@@ -460,12 +632,19 @@ WORKLOAD_PRESETS: dict[str, tuple[PriorityClass, ...]] = {
 class SyntheticWorkload:
     """num_requests requests: arrivals from ``arrivals``, each request's class drawn by
     share, its lengths from its class. Same seed, same requests; the arrival, class and
-    per-class length streams are independent, so changing the rate keeps the lengths."""
+    per-class length streams are independent, so changing the rate keeps the lengths.
+
+    A class with ``shared_prefix_tokens`` prepends its system prompt to every prompt and the requests carry
+    block chains. With ``sessions`` the requests are the turns of multi-turn sessions (num_requests counts
+    turns): each session draws its class, its first prompt and every answer from the class, later messages
+    and think times from the ``SessionSpec``; sessions start by ``arrivals`` at rate_req_s / (turns per
+    session), so rate_req_s stays the mean request rate and ``with_rate`` scales the whole process."""
 
     arrivals: ArrivalProcess = ArrivalProcess()
     classes: tuple[PriorityClass, ...] = DEFAULT_CLASSES
     num_requests: int = 2000
     seed: int = 0
+    sessions: SessionSpec | None = None
 
     def validate(self) -> None:
         self.arrivals.validate()
@@ -485,6 +664,19 @@ class SyntheticWorkload:
             raise ValueError(f"class names {names} repeat; allowed unique names")
         _check_int("num_requests", self.num_requests, 1, MAX_NUM_REQUESTS)
         _check_int("seed", self.seed, 0, 2**63 - 1)
+        if self.sessions is not None:
+            if not isinstance(self.sessions, SessionSpec):
+                raise ValueError(f"sessions must be a SessionSpec or None, not {type(self.sessions).__name__}")
+            self.sessions.validate()
+            cap = self.sessions.context_cap_tokens
+            for c in self.classes:  # a first turn always fits, so every session has one
+                longest = c.shared_prefix_tokens + c.prompt.high + c.output.high
+                if longest > cap:
+                    raise ValueError(
+                        f"class {c.name!r}: shared_prefix_tokens + prompt.high + output.high = {longest:,} tokens "
+                        f"passes sessions.context_cap_tokens={cap:,}; allowed up to the cap (lower the lengths' "
+                        f"high or raise the cap)"
+                    )
 
     @property
     def rate_req_s(self) -> float:
@@ -492,6 +684,8 @@ class SyntheticWorkload:
 
     def generate(self) -> Requests:
         self.validate()
+        if self.sessions is not None:
+            return self._generate_sessions(self.sessions)
         n = self.num_requests
         streams = np.random.SeedSequence(self.seed).spawn(2 + MAX_PRIORITY_LEVELS)
         arrival_s = self.arrivals.times(np.random.default_rng(streams[0]), n)
@@ -509,10 +703,107 @@ class SyntheticWorkload:
             rng = np.random.default_rng(streams[2 + c.priority])
             prompt[rows] = c.prompt.sample(rng, rows.size)
             output[rows] = c.output.sample(rng, rows.size)
-        return Requests(arrival_s, prompt, output, level, tuple(c.name for c in classes))
+        names = tuple(c.name for c in classes)
+        shared = np.array([c.shared_prefix_tokens for c in classes], dtype=np.int64)
+        if not shared.any():
+            return Requests(arrival_s, prompt, output, level, names)
+        prompt += shared[level]
+        # one chain per request: its class's system-prompt blocks (the rest of a prompt is its own: left out)
+        blocks = shared // KV_BLOCK_TOKENS
+        present = np.bincount(level, minlength=len(classes)) > 0
+        base = offsets(np.where(present, blocks, 0))[:-1]
+        zeros = np.zeros(n, dtype=np.int64)
+        off, ids = two_part_chains(blocks[level], blocks[level], base[level], zeros)
+        return Requests(arrival_s, prompt, output, level, names, off, ids)
+
+    def _generate_sessions(self, spec: SessionSpec) -> Requests:
+        """Sessions of turns until num_requests turns (the last session cut short to fit)."""
+        n = self.num_requests
+        streams = np.random.SeedSequence(self.seed).spawn(2 + MAX_PRIORITY_LEVELS + 2)
+        rng_class = np.random.default_rng(streams[1])
+        rng_length = [np.random.default_rng(streams[2 + p]) for p in range(len(self.classes))]
+        rng_turns = np.random.default_rng(streams[2 + MAX_PRIORITY_LEVELS])
+        rng_think = np.random.default_rng(streams[3 + MAX_PRIORITY_LEVELS])
+        classes = sorted(self.classes, key=lambda c: c.priority)
+        shares = np.array([c.share for c in classes])
+        shared = np.array([c.shared_prefix_tokens for c in classes], dtype=np.int64)
+        parts: list[tuple[np.ndarray, ...]] = []
+        total = 0
+        batch = max(64, math.ceil(1.2 * n / spec.mean_turns))
+        while total < n:  # draw sessions by batches until they hold n turns
+            level = rng_class.choice(len(classes), size=batch, p=shares / shares.sum())
+            wanted = spec.sample_turns(rng_turns, batch)
+            session, _ = _sessions.turn_positions(wanted)
+            first = np.empty(batch, dtype=np.int64)
+            output = np.empty(session.size, dtype=np.int64)
+            for c in classes:
+                rows = np.flatnonzero(level == c.priority)
+                turn_rows = np.flatnonzero(level[session] == c.priority)
+                first[rows] = c.shared_prefix_tokens + c.prompt.sample(rng_length[c.priority], rows.size)
+                output[turn_rows] = c.output.sample(rng_length[c.priority], turn_rows.size)
+            message = spec.sample_message_tokens(rng_turns, session.size)
+            think = spec.sample_think_s(rng_think, session.size)
+            prompt, kept, turns = _sessions.grow_prompts(first, wanted, output, message,
+                                                         spec.context_cap_tokens)
+            parts.append((level, turns, prompt[kept], output[kept], think[kept]))
+            total += int(turns.sum())
+        level, turns, prompt, output, think = (np.concatenate(p) for p in zip(*parts))
+        # keep the sessions that hold the first n turns, the last one cut short
+        sessions = int(np.searchsorted(np.cumsum(turns), n)) + 1
+        level, turns = level[:sessions], turns[:sessions].copy()
+        turns[-1] -= int(turns.sum()) - n
+        prompt, output, think = prompt[:n], output[:n], think[:n]
+        # session starts: the arrival process at the session rate that makes the request rate rate_req_s
+        starts = replace(self.arrivals, rate_req_s=self.rate_req_s * sessions / n)
+        start_s = starts.times(np.random.default_rng(streams[0]), sessions)
+        arrays = _sessions.assemble(start_s, turns, level, prompt, output, think,
+                                    shared // KV_BLOCK_TOKENS)
+        _check_arrivals(arrays.arrival_s, f"rate_req_s={_show(self.rate_req_s)} with num_requests={n}",
+                        "use a higher rate or fewer requests")
+        return Requests(arrays.arrival_s, arrays.prompt_tokens, arrays.output_tokens, arrays.level,
+                        tuple(c.name for c in classes), arrays.block_off, arrays.block_ids, arrays.after,
+                        arrays.think_s)
 
     def with_rate(self, rate_req_s: float) -> SyntheticWorkload:
-        return replace(self, arrivals=replace(self.arrivals, rate_req_s=rate_req_s))
+        """The same workload at another mean request rate. Poisson, gamma and constant arrivals (and sessions'
+        starts) are the same stream rescaled in time; a diurnal curve's period is rescaled with them (the same
+        requests cover the same part of the cycle, so the run's mean rate is the rate asked for); on/off
+        periods stay in seconds (bursts keep their length and hold more or fewer requests)."""
+        arrivals = replace(self.arrivals, rate_req_s=rate_req_s)
+        old = self.arrivals
+        if old.kind == "diurnal" and rate_req_s != old.rate_req_s:
+            _check("rate_req_s", rate_req_s, 0, MAX_RATE_REQ_S, low_open=True)
+            period = old.period_s * old.rate_req_s / rate_req_s
+            if period > MAX_DIURNAL_PERIOD_S:
+                raise ValueError(
+                    f"rate_req_s={_show(rate_req_s)} stretches the diurnal period_s={_show(old.period_s)} (at "
+                    f"{_show(old.rate_req_s)} req/s) to {period:,.0f} s; allowed up to "
+                    f"{MAX_DIURNAL_PERIOD_S:,.0f} s (a week): use a shorter period_s"
+                )
+            arrivals = replace(arrivals, period_s=period)
+        return replace(self, arrivals=arrivals)
+
+    def with_arrivals(self, kind: str, **params: float) -> SyntheticWorkload:
+        """The same workload with another arrival process at the same mean rate, e.g.
+        ``with_arrivals("gamma", cv=4)`` or ``with_arrivals("diurnal", peak_to_trough=3, period_s=3600)``."""
+        unknown = sorted(set(params) - {"cv", "on_s", "off_s", "peak_to_trough", "period_s"})
+        if unknown:
+            raise ValueError(f"with_arrivals got {', '.join(unknown)}; allowed: cv, on_s, off_s, peak_to_trough, "
+                             f"period_s")
+        arrivals = replace(self.arrivals, kind=kind, **params)
+        arrivals.validate()
+        return replace(self, arrivals=arrivals)
+
+    def with_shared_prefix(self, tokens: int) -> SyntheticWorkload:
+        """Every class starts its prompts with its own system prompt of ``tokens`` tokens (0: none)."""
+        workload = replace(self, classes=tuple(replace(c, shared_prefix_tokens=tokens) for c in self.classes))
+        for c in workload.classes:
+            c.validate()
+        return workload
+
+    def with_sessions(self, spec: SessionSpec | None) -> SyntheticWorkload:
+        """The same classes and arrivals as multi-turn sessions shaped by ``spec`` (None: independent requests)."""
+        return replace(self, sessions=spec)
 
     def with_num_requests(self, n: int) -> SyntheticWorkload:
         return replace(self, num_requests=n)
@@ -540,8 +831,10 @@ class SyntheticWorkload:
 @functools.lru_cache(maxsize=8)
 def _load_cached(data: bytes, fmt: str, filename: str, skip_bad_rows: bool) -> TraceData:
     trace = load_trace(data, fmt=fmt, filename=filename, skip_bad_rows=skip_bad_rows)
-    for a in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.priority):
-        a.flags.writeable = False  # shared by every caller of the cache
+    for a in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.priority, trace.block_off,
+              trace.block_ids, trace.hash_off, trace.hash_ids):
+        if a is not None:
+            a.flags.writeable = False  # shared by every caller of the cache
     return trace
 
 
@@ -603,12 +896,18 @@ class TraceWorkload:
             arrival_s = trace.arrival_s[:m] / self.speedup
         _check_arrivals(arrival_s, f"speedup={_show(self.speedup)} (the trace's last arrival at "
                                    f"{_show(float(trace.arrival_s[m - 1]))} s)", "use a larger speedup")
+        off = ids = None
+        if trace.block_off is not None and trace.block_ids is not None:  # the first m chains
+            off = trace.block_off[: m + 1].copy()
+            ids = trace.block_ids[: off[-1]].copy()
         return Requests(
             arrival_s,
             trace.prompt_tokens[:m].copy(),
             trace.output_tokens[:m].copy(),
             trace.priority[:m].copy(),
             trace.class_names,
+            off,
+            ids,
         )
 
     @property
@@ -652,13 +951,15 @@ class TraceWorkload:
 def workload_preset(
     name: str, rate_req_s: float = DEFAULT_RATE_REQ_S, num_requests: int = 2000, seed: int = 0
 ) -> SyntheticWorkload:
-    """A Poisson workload with the named preset's classes."""
+    """A Poisson workload with the named preset's classes (and its sessions, for the WORKLOAD_SESSIONS
+    presets: session starts are then the Poisson process)."""
     if name not in WORKLOAD_PRESETS:
         raise ValueError(
             f"workload preset {name!r} is unknown; allowed: {', '.join(WORKLOAD_PRESETS)}"
         )
     workload = SyntheticWorkload(
-        ArrivalProcess("poisson", rate_req_s), WORKLOAD_PRESETS[name], num_requests, seed
+        ArrivalProcess("poisson", rate_req_s), WORKLOAD_PRESETS[name], num_requests, seed,
+        WORKLOAD_SESSIONS.get(name),
     )
     workload.validate()
     return workload
