@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from batching.sim import engine as eng  # noqa: E402
 from batching.sim.costmodel import cost_model  # noqa: E402
-from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS  # noqa: E402
+from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, with_knobs  # noqa: E402
 from batching.sim.simulate import Scenario, simulate  # noqa: E402
 from batching.sim.specs import GIB  # noqa: E402
 from batching.sim.workload import workload_preset  # noqa: E402
@@ -25,6 +25,9 @@ from batching.sim.workload import workload_preset  # noqa: E402
 def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
     """Best-of wall time of the kernel alone (requests already generated), and its step count."""
     reqs = sc.workload.generate()
+    chains = dict(after=reqs.after, think_s=reqs.think_s)  # session turns (None: open loop)
+    if sc.policy.prefix_caching and reqs.block_off is not None:
+        chains.update(prefix_caching=True, chain_off=reqs.block_off, chain_ids=reqs.block_ids)
     dep, pol = sc.deployment, sc.policy
     cm = cost_model(dep)
     kv = dep.kv_capacity_blocks
@@ -36,7 +39,7 @@ def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
     best, steps = float("inf"), 0
     for _ in range(repeats):
         t = time.perf_counter()
-        out = eng.run(*args)
+        out = eng.run(*args, **chains)
         best = min(best, time.perf_counter() - t)
         steps = len(out.steps_i)
     return best, steps
@@ -59,6 +62,19 @@ def main() -> None:
         simulate(sc)
         full = time.perf_counter() - t
         print(f"{name:12s} {sec:9.4f} {args.requests / sec:12,.0f} {steps / sec:12,.0f} {steps:9,d}   {full:.3f}")
+    # prefix caching: its cost on a workload that uses it, and that it costs nothing where nothing is shared
+    print(f"\nprefix caching, continuous, {args.requests:,} requests of `chat` with a 2,000-token shared system prompt "
+          f"({args.rate} req/s), kernel only:")
+    shared = workload_preset("chat", args.rate, args.requests, 0).with_shared_prefix(2000)
+    base = PRESETS["continuous"]
+    rates = {}
+    for label, pol in (("caching off", with_knobs(base, prefix_caching=False, max_num_batched_tokens=16384)),
+                       ("caching on", with_knobs(base, prefix_caching=True, max_num_batched_tokens=16384))):
+        sec, steps = engine_seconds(Scenario(workload=shared, policy=pol))
+        rates[label] = args.requests / sec
+        print(f"{label:12s} {sec:9.4f} {args.requests / sec:12,.0f} requests/s {steps:9,d} steps")
+    print(f"caching on keeps {rates['caching on'] / rates['caching off']:.0%} of the requests/s of caching off "
+          f"(target >= 75 %)")
     # speed-up over the interpreted kernel on 500 requests
     code = ("import sys,time; sys.path.insert(0, %r)\n"
             "from benchmarks.bench_engine import engine_seconds\n"

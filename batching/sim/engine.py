@@ -15,9 +15,9 @@ from numba import njit
 
 from batching.sim.costmodel import C_FIXED, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
 from batching.sim.engine_stages import (
-    apply_step_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, blocks_for_nb, count_decoding_nb, end_step_nb, evict_for_nb,
+    apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb, count_decoding_nb, end_step_nb, evict_for_nb,
     itl_record_nb, later_pop_nb, later_push_nb, make_room_nb, next_arrival_nb, pc_trim_nb, schedule_chunks_nb,
-    schedule_decodes_nb, schedule_swapped_nb, schedule_waiting_nb, session_next_nb,
+    schedule_decodes_nb, schedule_swapped_nb, schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
 from batching.sim.engine_state import (
     B_EVICTABLE, B_FREE, B_LATER, B_RUNNING, B_SWAPPED, B_WAITING, DEADLOCK, F_ATTN_WORK, F_DECODE_CTX, F_DURATION,
@@ -65,7 +65,9 @@ def _new_prefix(chain_ids: np.ndarray, on: bool) -> Prefix | None:
 def _arrive_fifo_nb(inp, lat, cnt, a, t, fifo, tail, req_f):
     """Request-level modes: requests arrived by ``t`` join the FIFO (each enters once); returns (a, tail)."""
     if lat is not None:
-        return _arrive_fifo_sessions_nb(inp, lat, cnt, a, t, fifo, tail, req_f)
+        if arrivals_due_nb(inp, lat, cnt, a, t):
+            return _arrive_fifo_sessions_nb(inp, lat, cnt, a, t, fifo, tail, req_f)
+        return a, tail
     arrival = inp.arrival
     n = arrival.shape[0]
     while a < n and arrival[a] <= t:
@@ -236,7 +238,8 @@ def _new_state_nb(inp, knobs):
     for k in range(1, nq):
         qoff[k] = qoff[k - 1] + qcap[k - 1]
     q = Queues(np.empty(n + nq, np.int64), qoff, qcap, np.zeros(nq, np.int64), np.zeros(nq, np.int64))
-    b = Batch(np.empty(min(knobs.max_seqs, n) + 1, np.int64), np.empty(n, np.int64), np.zeros(NUM_B, np.int64))
+    b = Batch(np.empty(min(knobs.max_seqs, n) + 1, np.int64), np.empty(n, np.int64), np.zeros(NUM_B, np.int64),
+              np.empty(min(knobs.max_seqs, n) + 1, np.int64))
     b.n[B_FREE] = knobs.kv_blocks
     return seqs, q, b
 
@@ -264,7 +267,8 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
     step = 0
     while released < n:
         if lat is not None:
-            a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
+            if arrivals_due_nb(inp, lat, b.n, a, t):
+                a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
         else:
             a = arrive_nb(inp, seqs, q, b, a, t)
         if b.n[B_RUNNING] == 0 and b.n[B_WAITING] == 0 and b.n[B_SWAPPED] == 0:
@@ -281,7 +285,10 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
         if not knobs.chunked and b.n[B_WAITING] > 0:
             # vLLM V0: whole waiting prompts first; a step that admits them is prefill-only
             nr0 = b.n[B_RUNNING]
-            h, need = schedule_waiting_nb(t, True, inp, seqs, q, b, pc, knobs, out, step)
+            if pc is None:
+                h, need = schedule_waiting_nb(t, True, inp, seqs, q, b, pc, knobs, out, step)
+            else:
+                h, need = schedule_waiting_pc_nb(t, True, inp, seqs, q, b, pc, knobs, out, step)
             if h >= 0:
                 evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step)
             elif si[step, S_ADMITTED] > 0:
@@ -307,7 +314,10 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
                 if si[step, S_PREEMPTED] == 0 and b.n[B_WAITING] > 0:
                     if pc is not None:
                         pc_trim_nb(pc, b.n)  # the new blocks above took reclaimable ones: the cache as it is now
-                    h, need = schedule_waiting_nb(t, False, inp, seqs, q, b, pc, knobs, out, step)
+                    if pc is None:
+                        h, need = schedule_waiting_nb(t, False, inp, seqs, q, b, pc, knobs, out, step)
+                    else:
+                        h, need = schedule_waiting_pc_nb(t, False, inp, seqs, q, b, pc, knobs, out, step)
                     if h >= 0:
                         evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step)
         tokens = si[step, S_PREFILL] + si[step, S_DECODE]
@@ -330,9 +340,17 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
                            float(si[step, S_LM]), float(swap_tok))
         running = b.n[B_RUNNING]
         t += dur
-        released += apply_step_nb(t, inp, seqs, b, pc, lat, out)
+        nd = apply_step_nb(t, inp, seqs, b, pc, lat, out)
+        # (a call passes every array of its tuples, two atomic reference counts each: only when needed)
+        if nd > 0:
+            if pc is not None:
+                finish_nb(nd, t, inp, seqs, b, pc, lat)
+            elif lat is not None:
+                finish_nb(nd, t, inp, seqs, b, pc, lat)
+        released += nd
         if lat is not None:
-            a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
+            if arrivals_due_nb(inp, lat, b.n, a, t):
+                a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
         else:
             a = arrive_nb(inp, seqs, q, b, a, t)
         if pc is not None:

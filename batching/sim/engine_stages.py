@@ -191,6 +191,16 @@ def arrive_nb(inp, seqs, q, b, a, t):
     return a
 
 
+@njit(cache=True, nogil=True, inline="always")
+def arrivals_due_nb(inp, lat, cnt, a, t):
+    """Whether ``arrive_sessions_nb`` has anything to do at ``t`` (checked inline: a call costs reference
+    counts on every array it is passed)."""
+    if a < inp.arrival.shape[0]:
+        if inp.after[a] >= 0 or inp.arrival[a] <= t:
+            return True
+    return cnt[B_LATER] > 0 and lat.t[0] <= t
+
+
 @njit(cache=True, nogil=True)
 def arrive_sessions_nb(inp, seqs, q, b, lat, a, t, req_f):
     """``arrive_nb`` with session turns: a later turn (after >= 0) is skipped in index order and arrives
@@ -232,7 +242,7 @@ def session_next_nb(r, t, inp, lat, cnt):
 # per id), the rest are its own. B_FREE counts every block no running sequence uses, the cached ones nobody
 # uses (B_EVICTABLE, in an LRU list) included, so admission and preemption see reclaimable blocks as free;
 # ``pc_trim_nb`` reclaims the oldest of them whenever fresh allocations have dipped into them.
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def pc_lookup_nb(h, limit, inp, pc):
     """(m, m0): request h's leading chain blocks that are cached, at most ``limit``, and how many of those no
     running sequence uses (taking them costs free blocks)."""
@@ -266,7 +276,7 @@ def _lru_unlink_nb(pc, bid):
         pc.ends[1] = p
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def pc_acquire_nb(h, m, inp, seqs, pc, cnt):
     """Request h takes its first m chain blocks from the cache (they are cached): pb = blocks = m."""
     lo = inp.chain_off[h]
@@ -281,7 +291,7 @@ def pc_acquire_nb(h, m, inp, seqs, pc, cnt):
     seqs.blocks[h] = m
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def pc_register_nb(r, full, inp, seqs, pc):
     """Sequence r's blocks before ``full`` are (scheduled to be) complete: name its chain blocks among them
     in the cache, as vLLM V1 caches full blocks when it schedules them. A block someone else cached already
@@ -302,14 +312,16 @@ def pc_register_nb(r, full, inp, seqs, pc):
             going = j + 1 < end
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def pc_release_nb(r, inp, seqs, pc, cnt):
     """Sequence r gives back its GPU blocks: its own ones are free; its chain blocks stay cached, and
     those nobody else uses join the LRU list, the chain's last block first (so it is reclaimed first)."""
     pb = seqs.pb[r]
     cnt[B_FREE] += seqs.blocks[r] - pb
     lo = inp.chain_off[r]
-    for j in range(pb - 1, -1, -1):
+    j = pb
+    while j > 0:  # (a loop with a negative range step could raise: see the module's note on speed)
+        j -= 1
         bid = inp.chain_ids[lo + j]
         pc.ref[bid] -= 1
         if pc.ref[bid] == 0:
@@ -328,7 +340,7 @@ def pc_release_nb(r, inp, seqs, pc, cnt):
     seqs.plim[r] = inp.chain_off[r + 1] - lo
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def pc_trim_nb(pc, cnt):
     """Reclaim the least recently used cached blocks until the fresh allocations fit beside them."""
     while cnt[B_FREE] < cnt[B_EVICTABLE]:
@@ -691,6 +703,13 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step):
     return evict_for, evict_need
 
 
+@njit(cache=True, nogil=True)
+def schedule_waiting_pc_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step):
+    """``schedule_waiting_nb`` with the prefix cache, compiled on its own: called from the engine loop, so
+    its chain walks (loops in a loop) stay out of the loop whose reference counts LLVM must prune."""
+    return schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def count_decoding_nb(b, seqs, hi):
     """Sequences past their prefill in run[:hi]."""
@@ -704,11 +723,25 @@ def count_decoding_nb(b, seqs, hi):
 
 
 # --- applying a step ----------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def finish_nb(nd, t, inp, seqs, b, pc, lat):
+    """The ``nd`` sequences the step finished (b.done): their chain blocks go back to the prefix cache, and
+    a session's next turn arrives a think time after the release."""
+    for j in range(nd):
+        r = b.done[j]
+        if pc is not None:
+            pc_release_nb(r, inp, seqs, pc, b.n)
+        if lat is not None:
+            session_next_nb(r, t, inp, lat, b.n)
+
+
+
 @njit(cache=True, nogil=True, inline="always")
 def apply_step_nb(t, inp, seqs, b, pc, lat, out):
     """The step ended at ``t`` and its tokens exist: chunks advance the prefills, decodes and
     completed prefills emit a token (its gap recorded), finished sequences leave at once and free
-    their blocks. Returns how many finished."""
+    their blocks (with the prefix cache or sessions, ``finish_nb`` does the rest: a chain walk here
+    would defeat the pruning of reference counts, see the module's note). Returns how many finished."""
     run, cnt = b.run, b.n
     kv, target, gen, sched, blocks, last_tok = seqs.kv, seqs.target, seqs.gen, seqs.sched, seqs.blocks, seqs.last_tok
     prio, output = inp.prio, inp.output
@@ -739,16 +772,16 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out):
                 last_tok[r] = t
                 finished = gen[r] == output[r]
         if finished:
-            if pc is not None:
-                pc_release_nb(r, inp, seqs, pc, cnt)
-            else:
+            if pc is None:
                 cnt[B_FREE] += blocks[r]
                 blocks[r] = 0
+                if lat is not None:
+                    b.done[done] = r
+            else:
+                b.done[done] = r  # finish_nb gives its blocks back to the prefix cache
             req_f[r, R_FINISH] = t
             req_f[r, R_RELEASE] = t
             done += 1
-            if lat is not None:
-                session_next_nb(r, t, inp, lat, cnt)
         else:
             run[keep] = r
             keep += 1

@@ -160,6 +160,7 @@ class Batch(NamedTuple):
     run: np.ndarray  # running list: past their prefill first, then prefills under way; each in admission order
     swapped: np.ndarray  # sequences whose KV sits in host memory (unordered)
     n: np.ndarray  # int64 counters, indexed by B_*
+    done: np.ndarray  # the sequences the last step finished (for the prefix cache and sessions: finish_nb)
 
 
 class Prefix(NamedTuple):
