@@ -12,7 +12,7 @@ from batching.ui.safe import plain
 SLOTS = (("a_", "A", "dynamic"), ("b_", "B", "continuous"), ("c_", "C", "chunked"), ("d_", "D", knobs.NONE))
 KEYS = ("throughput_output_tok_s", "capacity_output_tok_s", "load", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
         "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "queue_delay_p99_s", "gpu_util", "busy", "mfu", "mbu", "kv_util",
-        "sol_util", "batch_efficiency", "preemptions")
+        "sol_util", "batch_efficiency", "preemptions", "prefix_hit_rate", "cached_prompt_tokens")
 LAST = "compare_last"  # (summaries, policies) of the last comparison that ran: the results stay in the cache
 METRICS = ("ttft", "tpot", "e2e")
 
@@ -69,13 +69,15 @@ def compare(base: Scenario) -> None:
 
     first = next(iter(summaries))
     st.subheader("Every metric against the first policy", divider="gray")
-    tables.change_table(summaries, KEYS)
+    shown_sums = _without_cache_figures(summaries, chosen)
+    tables.change_table(shown_sums, KEYS)
     over = [k for k, s in summaries.items() if s.get("overloaded")]
     st.caption(f"Values per policy; the '… vs {first}' columns give the change in % of {first}'s value, green "
                "when better (higher throughput, lower latency), red when worse, uncoloured when neither (busy, load, "
                "KV cache in use, batch efficiency)."
                + (f" Overloaded at this rate: {', '.join(plain(k) for k in over)}: the queue grows through the run, "
-                  "so latencies read as unbounded and are not compared (–)." if over else ""))
+                  "so latencies read as unbounded and are not compared (–)." if over else "")
+               + _caching_note(summaries, chosen))
     with st.expander("What the metrics mean"):
         tables.definitions(KEYS)
 
@@ -94,7 +96,7 @@ def compare(base: Scenario) -> None:
                               "policy; dashed lines mark P50, dotted lines P99.", f"{name}_{metric}_hist")
 
     link = state.current_link()
-    change = tables.change_frame(summaries, KEYS).drop(columns="_lower_is_better").round(1)
+    change = tables.change_frame(shown_sums, KEYS).drop(columns="_lower_is_better").round(1)
 
     def _report_html() -> str:
         figures = []
@@ -112,6 +114,33 @@ def compare(base: Scenario) -> None:
         requests_csv=lambda: report.combined_csv(_results(base, chosen, download=True), "requests"),
         steps_csv=lambda: report.combined_csv(_results(base, chosen, download=True), "steps"),
         summary_json=lambda: report.summary_json(summaries, base, chosen), report_html=_report_html)
+
+
+def _without_cache_figures(summaries: dict, chosen: dict) -> dict:
+    """The summaries as the table shows them: a policy without a prefix cache reads "–" for its hit rate and cached
+    tokens (the footnote says why), not 0 %."""
+    out = {}
+    for k, s in summaries.items():
+        pol = chosen.get(k)
+        uncached = pol is not None and not pol.prefix_caching
+        out[k] = {**s, "prefix_hit_rate": None, "cached_prompt_tokens": None} if uncached else s
+    return out
+
+
+def _caching_note(summaries: dict, chosen: dict) -> str:
+    """A sentence when the policies differ in prefix caching and the cache served prompt tokens: part of their
+    difference is the cache, not the batching."""
+    on = [k for k, p in chosen.items() if p.prefix_caching and k in summaries]
+    off = [k for k, p in chosen.items() if not p.prefix_caching and k in summaries]
+    served = {k: h for k in on if isinstance(h := summaries[k].get("prefix_hit_rate"), (int, float)) and h > 0}
+    if not served or not off:  # the cache reused nothing, or every policy has it: the toggle explains no gap
+        return ""
+    with_cache = ", ".join(plain(k) + (f" ({tables.shown('prefix_hit_rate', served[k])} of prompt tokens from the "
+                                       "cache)" if k in served else "") for k in on)
+    return (f" Prefix caching differs: on for {with_cache}, off for {', '.join(plain(k) for k in off)}; part of "
+            "their difference in TTFT and capacity is "
+            "the prefill the cache saved, not the batching. To compare the batching alone, turn Prefix caching off "
+            "under Customise knobs in every slot that has it (static and dynamic batching have no prefix cache).")
 
 
 def _results(base: Scenario, chosen: dict, download: bool = False) -> dict:

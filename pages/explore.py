@@ -1,4 +1,6 @@
 """Explore a policy: one preset with every knob of its mode, and what a run looks like inside."""
+from dataclasses import replace
+
 import streamlit as st
 
 from batching.charts import policy as charts
@@ -10,6 +12,7 @@ from batching.ui import cache, knobs, nav, page, state, tables, widgets
 from batching.ui.safe import plain
 
 CARDS = report.POLICY_METRICS
+PREFIX_CARDS = ("prefix_hit_rate", "cached_prompt_tokens")  # beside CARDS when the policy caches prefixes
 DEFAULT_PRESET = "continuous"
 LAST = "explore_last"  # (scenario, label) of the last run that worked: its result stays in the cache, not here
 
@@ -63,7 +66,9 @@ def explore(base: Scenario) -> None:
             st.caption(f"Deltas compare with the unchanged '{preset}' preset on the sidebar's scenario.")
         except (ValueError, RuntimeError) as exc:
             st.caption(f"No deltas: the unchanged '{preset}' preset cannot run this scenario ({plain(exc)}).")
-    widgets.metric_cards(summary, CARDS, baseline)
+    cards = CARDS + (PREFIX_CARDS if run.policy.prefix_caching else ())
+    widgets.metric_cards(summary, cards, baseline)
+    _prefix_caption(run, summary)
 
     name = charts.slug("explore", label.replace("*", "-custom"), report.scenario_slug(run))
     # the same figures `python -m batching report` exports, but the timeline within a point budget: the first
@@ -84,9 +89,12 @@ def explore(base: Scenario) -> None:
                       "(prefill) tokens, blue decode tokens, grey padded slots computed for nothing.",
                       f"{name}_batch_composition")
     with c2:
-        widgets.chart(figs["kv_queue"][0], "Top: share of the KV cache in use. Bottom: requests waiting for "
-                      "admission and sequences running; a growing queue means the policy is not keeping up.",
-                      f"{name}_kv_queue")
+        kv_top = ("Top: KV cache held, in % of its capacity: blocks of running sequences (filled) and, stacked on "
+                  "them, blocks held only by the prefix cache (evictable, kept for reuse); the rest is free."
+                  if charts.KV_CACHED_NAME in {t.name for t in figs["kv_queue"][0].data} else
+                  "Top: share of the KV cache in use.")
+        widgets.chart(figs["kv_queue"][0], f"{kv_top} Bottom: requests waiting for admission and sequences running; "
+                      "a growing queue means the policy is not keeping up.", f"{name}_kv_queue")
 
     c3, c4 = st.columns(2)
     with c3:
@@ -103,11 +111,12 @@ def explore(base: Scenario) -> None:
     link = state.current_link()
     policies = {label: result.scenario.policy}
     one = {label: summary}
+    keys = cards
 
     def _report_html() -> str:
         figures = list(report.policy_figures(cache.result_for_download(run)).values())
         return report.html_report(f"Explore a policy: {label}", run, figures=figures,
-                                  tables=[("Metrics", tables.report_frame(one, CARDS))], policies=policies, link=link)
+                                  tables=[("Metrics", tables.report_frame(one, keys))], policies=policies, link=link)
 
     # the buttons keep the scenario, not the result or its figures (a session may stay open for days): a click
     # takes the result from the cache (or runs it again) and draws the figures then
@@ -116,6 +125,38 @@ def explore(base: Scenario) -> None:
         requests_csv=lambda: report.requests_csv(cache.result_for_download(run)),
         steps_csv=lambda: report.steps_csv(cache.result_for_download(run)),
         summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html)
+
+
+def _prefix_caption(run: Scenario, summary: dict) -> None:
+    """What the prefix-caching toggle does to this run: with caching on and prompt tokens served from the cache,
+    the same run with it off (one more cached simulation) and how TTFT and throughput differ; otherwise why the
+    toggle changes nothing here."""
+    if run.policy.mode != "continuous":
+        return
+    hit = summary.get("prefix_hit_rate")
+    if not run.policy.prefix_caching:
+        st.caption("Prefix caching is off: every prompt token is computed, shared system prompts and conversation "
+                   "history included. Turn it on to reuse their KV blocks.")
+        return
+    if hit is None:
+        return
+    if hit <= 0:
+        st.caption("Prefix caching is on, but no prompt shared a prefix with one still in the KV cache (hit rate "
+                   "0 %): the toggle changes nothing here. A shared system prompt (sidebar) or the chat-sessions "
+                   "workload gives it something to reuse.")
+        return
+    text = (f"Prefix caching served {tables.shown('prefix_hit_rate', hit)} of prompt tokens "
+            f"({int(summary.get('cached_prompt_tokens') or 0):,}) from the KV cache: no step computed them.")
+    try:
+        off = cache.summary_cached(run.with_policy(replace(run.policy, prefix_caching=False)))
+    except (ValueError, RuntimeError):
+        st.caption(text)
+        return
+    parts = [f"{metric} {tables.shown(k, off.get(k))} → {tables.shown(k, summary.get(k))}"
+             for metric, k in (("TTFT P50", "ttft_p50_s"), ("TTFT P99", "ttft_p99_s"))]
+    parts.append(f"throughput {tables.shown('throughput_output_tok_s', off.get('throughput_output_tok_s'))} → "
+                 f"{tables.shown('throughput_output_tok_s', summary.get('throughput_output_tok_s'))}")
+    st.caption(f"{text} The same run with the toggle off → on: {', '.join(parts)}.")
 
 
 if scenario is None:

@@ -265,6 +265,70 @@ def test_kv_and_queue(runs):
     assert {"KV cache used", "waiting (queue)", "running"} <= names
 
 
+def _kv_steps(cached: list[int], kv: list[int], replicas: int = 1) -> pd.DataFrame:
+    n = len(kv)
+    rows = []
+    for r in range(replicas):
+        rows.append(pd.DataFrame({"replica": r, "step": np.arange(n), "start_s": np.arange(n, dtype=float) * 2.0,
+                                  "duration_s": 1.5, "kv_blocks": kv, "cached_blocks": cached, "waiting": 0,
+                                  "running": 1, "swapped": 0, "prefill_tokens": 0, "decode_tokens": 1,
+                                  "padded_tokens": 0}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_kv_chart_draws_the_prefix_cache_as_its_own_trace():
+    """Blocks held only by the prefix cache are a trace of their own, stacked on the blocks running sequences hold:
+    each is its blocks' tokens in % of the capacity, and the two add up to the whole cache's occupancy."""
+    cap = 16 * 100  # 100 blocks
+    kv, cached = [10, 30, 20, 0, 50], [0, 5, 40, 70, 50]
+    fig = charts.kv_and_queue(_kv_steps(cached, kv), cap)
+    _check(fig, {"scatter"})
+    traces = {t.name: t for t in fig.data}
+    assert charts.KV_CACHED_NAME in traces
+    used, held = traces["KV cache used"], traces[charts.KV_CACHED_NAME]
+    assert used.stackgroup == held.stackgroup == "kv" and held.yaxis == "y"
+    np.testing.assert_allclose(np.asarray(held.y, float), cached, rtol=1e-6)  # 16-token blocks of 1,600: 1 % each
+    total = np.asarray(used.y, float) + np.asarray(held.y, float)
+    np.testing.assert_allclose(total, np.add(kv, cached), rtol=1e-6)
+    assert total.max() <= 100
+    assert fig.layout.yaxis.title.text == "KV used (%)"
+    assert "prefix cache" in fig.layout.annotations[0].text
+    # binned (many steps, two replicas): time-weighted means, the same sums
+    n = 3000
+    rng = np.random.default_rng(0)
+    kv2, cached2 = rng.integers(0, 50, n), rng.integers(0, 50, n)
+    steps = _kv_steps(list(cached2), list(kv2), replicas=2)
+    fig = charts.kv_and_queue(steps, cap, bins=60)
+    traces = {t.name: t for t in fig.data}
+    edges = np.linspace(0.0, float((steps.start_s + steps.duration_s).max()), 61)
+    means = charts.time_average(steps, ["kv_blocks", "cached_blocks"], edges)
+    np.testing.assert_allclose(np.asarray(traces[charts.KV_CACHED_NAME].y, float), means["cached_blocks"], rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(traces["KV cache used"].y, float) + np.asarray(
+        traces[charts.KV_CACHED_NAME].y, float), means["kv_blocks"] + means["cached_blocks"], rtol=1e-5)
+
+
+def test_kv_chart_without_a_prefix_cache_is_unchanged():
+    """No cached blocks (caching off, static/dynamic, or an engine without the column): no extra trace, one fill."""
+    for steps in (_kv_steps([0, 0, 0], [10, 20, 5]), _kv_steps([0, 0, 0], [10, 20, 5]).drop(columns="cached_blocks")):
+        fig = charts.kv_and_queue(steps, 1600)
+        assert charts.KV_CACHED_NAME not in {t.name for t in fig.data}
+        assert fig.data[0].fill == "tozeroy" and fig.data[0].stackgroup is None
+        assert fig.layout.annotations[0].text.startswith("KV cache in use (capacity")
+
+
+@pytest.mark.skipif("cached_blocks" not in Path(charts.__file__).parents[1].joinpath("sim", "simulate.py")
+                    .read_text(), reason="the engine's cached_blocks column has not landed yet")
+def test_kv_chart_of_a_run_with_a_shared_prompt():
+    sc = Scenario(deployment=deployment(), workload=workload_preset("sharegpt", 3.0, 120, 1).with_shared_prefix(1024))
+    res = simulate(sc.with_policy(PRESETS["chunked"]))
+    assert res.steps["cached_blocks"].max() > 0
+    cap = res.scenario.deployment.kv_capacity_tokens
+    fig = charts.kv_and_queue(res.steps, cap)
+    traces = {t.name: t for t in fig.data}
+    total = np.asarray(traces["KV cache used"].y, float) + np.asarray(traces[charts.KV_CACHED_NAME].y, float)
+    assert total.max() <= 100 + 1e-6  # running and cached blocks together never exceed the cache
+
+
 @pytest.mark.parametrize("metric,unit", [("ttft", "s"), ("tpot", "ms"), ("e2e", "s")])
 def test_latency_histograms(runs, metric, unit):
     res = runs["continuous"]

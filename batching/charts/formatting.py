@@ -13,7 +13,19 @@ import pandas as pd
 from batching.studies.compare import COMPARE_COLUMNS, is_unbounded, unbounded_text
 from batching.sim.metrics import DEFINITIONS
 
-SHARES = {"gpu_util", "sol_util", "busy", "mfu", "mbu", "kv_util", "load", "batch_efficiency"}
+SHARES = {"gpu_util", "sol_util", "busy", "mfu", "mbu", "kv_util", "load", "batch_efficiency", "prefix_hit_rate"}
+# counts shown as whole numbers: key -> lower is better (None: neither)
+COUNTS = {"preemptions": True, "cached_prompt_tokens": False}
+# the prefix cache's figures (issue 12), defined in metrics.DEFINITIONS once the engine reports them; these
+# stand in until then, so a table never shows a raw key
+_PREFIX_DEFINITIONS = {
+    "prefix_hit_rate": ("Prefix cache hit rate",
+                        "Prompt tokens served from the prefix cache / prompt tokens: their KV blocks were already "
+                        "cached (a shared system prompt, a conversation's history), so no step computed them."),
+    "cached_prompt_tokens": ("Cached prompt tokens",
+                             "Prompt tokens served from the prefix cache instead of computed."),
+}
+PREFIX_KEYS = tuple(_PREFIX_DEFINITIONS)
 # shares that are neither better nor worse when higher (never coloured in Compare's deltas)
 NEUTRAL = {"busy", "kv_util", "load", "batch_efficiency", "mean_running", "offered_req_s", "queue_growth_req_s"}
 MS_METRICS = {"tpot", "itl"}
@@ -43,6 +55,12 @@ class MetricSpec:
         return self.header.split(" (")[0]
 
 
+def _definition(key: str, fallback: str | None = None) -> tuple[str, str]:
+    if key in DEFINITIONS:
+        return DEFINITIONS[key]
+    return _PREFIX_DEFINITIONS.get(key, (fallback or key, ""))
+
+
 def metric_spec(key: str) -> MetricSpec:
     m = _LATENCY.match(key)
     if m:
@@ -55,12 +73,12 @@ def metric_spec(key: str) -> MetricSpec:
         return MetricSpec(key, f"{name} {stat_text} ({unit})", 1e3 if ms else 1.0, "%.1f" if ms else "%.2f", unit,
                           True, f"{stat_text} of {label.split(' (')[0]}. {definition}".strip())
     if key in SHARES:
-        label, definition = DEFINITIONS.get(key, (key, ""))
+        label, definition = _definition(key)
         return MetricSpec(key, SHORT_HEADERS.get(key, label), 100.0, "%.1f%%", "%",
                           None if key in NEUTRAL else False, definition)
-    if key == "preemptions":
-        label, definition = DEFINITIONS.get(key, (key, ""))
-        return MetricSpec(key, label, 1.0, "%d", "", True, definition)
+    if key in COUNTS:
+        label, definition = _definition(key)
+        return MetricSpec(key, label, 1.0, "%d", "", COUNTS[key], definition)
     if key == "mean_running":
         label, definition = DEFINITIONS.get(key, (key, ""))
         return MetricSpec(key, label, 1.0, "%.1f", "", None, definition)
@@ -120,6 +138,8 @@ def cell_text(key: str, summary: Mapping) -> str:
 
 
 MISSING_REASONS = {
+    "prefix_hit_rate": "no prefix cache in this run (static and dynamic batching, or prefix caching off)",
+    "cached_prompt_tokens": "no prefix cache in this run (static and dynamic batching, or prefix caching off)",
     "tpot": "no request has 2 or more output tokens",
     "capacity": "no capacity run (every request at t = 0) for this row",
     "load": "no capacity run (every request at t = 0) for this row",
@@ -130,11 +150,20 @@ MISSING_REASONS = {
 def missing_notes(summaries: Mapping[str, Mapping], keys: Sequence[str]) -> list[str]:
     """One line per figure shown as "–", saying why."""
     notes = []
+    uncached = []  # runs without a prefix cache: one note for all of them
     for name, s in summaries.items():
         for k in keys:
             if not is_unbounded(k, s) and shown(k, s.get(k)) == MISSING:
+                if k in PREFIX_KEYS:
+                    if name not in uncached:
+                        uncached.append(name)
+                    continue
                 reason = next((r for p, r in MISSING_REASONS.items() if k.startswith(p)), "not measured in this run")
                 notes.append(f"{MISSING} {metric_spec(k).label} of {name}: {reason}.")
+    if uncached:
+        what = " and ".join(metric_spec(k).label.lower() if i else metric_spec(k).label
+                            for i, k in enumerate(k for k in PREFIX_KEYS if k in keys))
+        notes.append(f"{MISSING} {what} of {', '.join(map(str, uncached))}: {MISSING_REASONS['prefix_hit_rate']}.")
     return notes
 
 

@@ -590,10 +590,14 @@ def _step_outline(start: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.
     return f32(xs), index
 
 
+KV_CACHED_NAME = "prefix cache only (evictable)"
+
+
 @functools.lru_cache(maxsize=32)
-def _kv_layout(kv_capacity_tokens: int, per_replica: bool) -> go.Layout:
+def _kv_layout(kv_capacity_tokens: int, per_replica: bool, cached: bool = False) -> go.Layout:
+    what = "KV cache in use and held by the prefix cache" if cached else "KV cache in use"
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=(f"KV cache in use (capacity {int(kv_capacity_tokens):,} tokens per replica)",
+                        subplot_titles=(f"{what} (capacity {int(kv_capacity_tokens):,} tokens per replica)",
                                         "Queue depth (per replica)" if per_replica else "Queue depth"))
     fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
                       title=_title("KV cache use and queue depth"))
@@ -605,12 +609,17 @@ def _kv_layout(kv_capacity_tokens: int, per_replica: bool) -> go.Layout:
 
 
 def kv_and_queue(steps: pd.DataFrame, kv_capacity_tokens: int, bins: int = TIME_BINS) -> go.Figure:
-    """KV cache use (% of capacity) and queue depth (waiting, running, swapped) over time."""
+    """KV cache use (% of capacity) and queue depth (waiting, running, swapped) over time.
+
+    With prefix caching, the blocks held only by the prefix cache (``cached_blocks``: free to evict, kept for
+    reuse) are their own trace stacked on the blocks running sequences reference (``kv_blocks``), so the top of the
+    stack is the cache's whole occupancy and the gap above it is free memory."""
     per_replica = (not steps.empty) and steps.get("replica", pd.Series([0])).nunique() > 1
-    fig = _from_skeleton(_kv_layout, int(kv_capacity_tokens), bool(per_replica))
+    cached = (not steps.empty) and "cached_blocks" in steps and bool((steps["cached_blocks"] > 0).any())
+    fig = _from_skeleton(_kv_layout, int(kv_capacity_tokens), bool(per_replica), cached)
     if steps.empty:
         return _no_data(fig)
-    cols = ("kv_blocks", "waiting", "running", "swapped")
+    cols = ("kv_blocks", "waiting", "running", "swapped") + (("cached_blocks",) if cached else ())
     x, _, ys, note = _per_step_or_binned(steps, cols, bins)
     x, ys = f32(x), {c: f32(v) for c, v in ys.items()}
     shape = "hv"
@@ -618,9 +627,17 @@ def kv_and_queue(steps: pd.DataFrame, kv_capacity_tokens: int, bins: int = TIME_
                                      font=dict(SUBTITLE_FONT))
     cap = max(1, int(kv_capacity_tokens))
     kv_pct = ys["kv_blocks"] * KV_BLOCK_TOKENS / cap * 100.0
-    fig.add_trace(go.Scatter(x=x, y=kv_pct, name="KV cache used", mode="lines", fill="tozeroy",
+    stack = dict(stackgroup="kv") if cached else dict(fill="tozeroy")
+    fig.add_trace(go.Scatter(x=x, y=kv_pct, name="KV cache used", mode="lines", **stack,
                              line=dict(color="#72B7B2", shape=shape), xaxis="x", yaxis="y",
                              hovertemplate="t = %{x:,.1f} s<br>KV used: %{y:.1f} %<extra></extra>"))
+    if cached:
+        cached_pct = ys["cached_blocks"] * KV_BLOCK_TOKENS / cap * 100.0
+        fig.add_trace(go.Scatter(x=x, y=cached_pct, name=KV_CACHED_NAME, mode="lines", stackgroup="kv",
+                                 fillcolor="rgba(178, 121, 162, 0.35)", xaxis="x", yaxis="y",
+                                 line=dict(color="#B279A2", width=1, shape=shape),
+                                 hovertemplate="t = %{x:,.1f} s<br>held only by the prefix cache: %{y:.1f} %"
+                                               "<extra></extra>"))
     fig.add_trace(go.Scatter(x=x, y=ys["waiting"], name="waiting (queue)", mode="lines",
                              line=dict(color="#E45756", shape=shape), xaxis="x2", yaxis="y2",
                              hovertemplate="t = %{x:,.1f} s<br>waiting: %{y:,.1f}<extra></extra>"))

@@ -24,8 +24,9 @@ from batching.sim.simulate import Scenario
 from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
                                 load_json_spec)
 from batching.sim.traces import MAX_TOKENS
-from batching.sim.workload import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_NUM_REQUESTS, MAX_RATE_REQ_S, WORKLOAD_PRESETS, LengthDist,
-                                   TraceWorkload, workload_preset)
+from batching.sim.workload import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
+                                   MAX_NUM_REQUESTS, MAX_PEAK_TO_TROUGH, MAX_PERIOD_S, MAX_RATE_REQ_S,
+                                   WORKLOAD_PRESETS, LengthDist, TraceWorkload, workload_preset)
 from batching.studies.capacity import ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, class_names, per_class_values
 
 PROG = "python -m batching"
@@ -35,6 +36,9 @@ DEFAULT_REQUESTS = 2000
 SUMMARY_KEYS = ("num_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
                 "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
                 "preemptions")
+# printed and written beside SUMMARY_KEYS when the policy caches prefixes (issue 12)
+PREFIX_KEYS = ("prefix_hit_rate", "cached_prompt_tokens")
+ARRIVAL_FLAGS = ("--burstiness", "--on-off", "--rate-profile")
 
 
 class CliError(ValueError):
@@ -172,6 +176,63 @@ def values_arg(text: str) -> list[float]:
     return out
 
 
+def _number(flag_part: str, text: str, low: float, high: float, low_open: bool, example: str) -> float:
+    """One number of a compound flag value (``--on-off``, ``--rate-profile``), checked against its range."""
+    t = text.strip()
+    allowed = f"allowed {_allowed(low, high, low_open)}"
+    if not t:
+        raise argparse.ArgumentTypeError(f"{flag_part} is empty; {allowed} (e.g. {example})")
+    if not t.isascii():
+        raise argparse.ArgumentTypeError(
+            f"{flag_part} {shown(t)} has characters other than ASCII (full-width digits?); write it with 0-9")
+    try:
+        v = float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{flag_part} {shown(t)} is not a number; {allowed} (e.g. {example})") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{flag_part} {shown(t)} {_non_finite(t)}; {allowed}")
+    if (v <= low if low_open else v < low) or v > high:
+        raise argparse.ArgumentTypeError(f"{flag_part} {_typed(t)} is out of range; {allowed}")
+    return v
+
+
+def on_off_arg(text: str) -> tuple[float, float]:
+    """``--on-off ON_S,OFF_S``: seconds of traffic, then seconds of silence, repeated."""
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not ON_S,OFF_S; give two numbers of seconds separated "
+                                         "by a comma, e.g. 10,20")
+    on = _number("ON_S", parts[0], 0.0, MAX_PERIOD_S, True, "10,20")
+    off = _number("OFF_S", parts[1], 0.0, MAX_PERIOD_S, False, "10,20")
+    return on, off
+
+
+def rate_profile_arg(text: str) -> tuple[float, float | None]:
+    """``--rate-profile PEAK:TROUGH[:PERIOD_S]``: a diurnal (sinusoidal) rate whose highest rate is PEAK/TROUGH
+    times its lowest, with that period (None when not given: the run's length, see ``profile_period``); the mean
+    stays --rate. Returns (peak_to_trough, period_s)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not PEAK:TROUGH[:PERIOD_S]; e.g. 3:1 (peak rate 3 "
+                                         "times the trough, one cycle over the run) or 3:1:3600 (an hour's cycle)")
+    peak = _number("PEAK", parts[0], 0.0, MAX_RATE_REQ_S, True, "3:1")
+    trough = _number("TROUGH", parts[1], 0.0, MAX_RATE_REQ_S, True, "3:1")
+    ratio = peak / trough
+    if not 1.0 <= ratio <= MAX_PEAK_TO_TROUGH:
+        raise argparse.ArgumentTypeError(
+            f"PEAK:TROUGH {_typed(parts[0].strip())}:{_typed(parts[1].strip())} is a ratio of {ratio:.4g}; allowed "
+            f"1 to {MAX_PEAK_TO_TROUGH:g} (the peak at least the trough)")
+    period = None if len(parts) == 2 else _number("PERIOD_S", parts[2], 0.0, MAX_DIURNAL_PERIOD_S, True, "3:1:3600")
+    return ratio, period
+
+
+def profile_period(num_requests: int, rate_req_s: float) -> float:
+    """--rate-profile's period when not given: the run's expected length, requests / rate, so the run sees one
+    whole cycle (trough, peak, trough) and its mean rate is --rate; within the allowed range."""
+    return min(max(num_requests / rate_req_s, 1.0), MAX_DIURNAL_PERIOD_S)
+
+
 # ---------------------------------------------------------------- SLOs (capacity, sweep)
 
 # flag -> (SLO field, the flag's unit per second)
@@ -263,14 +324,33 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--requests", type=int_arg(1, MAX_NUM_REQUESTS), default=None,
                    help=f"number of requests (default {DEFAULT_REQUESTS}, at most {MAX_NUM_REQUESTS:,})")
     g.add_argument("--seed", type=int_arg(0, MAX_SEED), default=0)
-    g.add_argument("--trace", type=Path, default=None, help="replay a trace file (native, Azure, BurstGPT, Vidur)")
+    g.add_argument("--trace", type=Path, default=None,
+                   help="replay a trace file: native CSV/JSONL, Azure, BurstGPT, Vidur, or Mooncake JSON lines "
+                        "(timestamp ms, input_length, output_length, hash_ids: its shared prefixes are replayed)")
     g.add_argument("--prompt-tokens", type=int_arg(1, MAX_TOKENS), default=None,
                    help="fixed prompt length")
     g.add_argument("--output-tokens", type=int_arg(1, MAX_TOKENS), default=None,
                    help="fixed output length")
     g.add_argument("--kv-cache-tokens", type=int_arg(KV_BLOCK_TOKENS, 2**40), default=None,
                    help="shrink the KV cache to this many tokens")
+    g.add_argument("--shared-prefix-tokens", type=int_arg(0, MAX_TOKENS), default=None,
+                   help="every request of every class starts with the same system prompt of this many tokens "
+                        "(counted in its prompt; prefix caching computes it once)")
     add_spec_arguments(g)
+    a = p.add_argument_group("arrivals (synthetic workloads; default Poisson at --rate; one of these at most)")
+    x = a.add_mutually_exclusive_group()
+    x.add_argument("--burstiness", type=float_arg(0.0, MAX_CV, low_open=True), default=None, metavar="CV",
+                   help="Gamma inter-arrival times with this coefficient of variation at the same mean rate: 1 is "
+                        "Poisson, above 1 burstier (requests bunch up), below 1 more regular. vLLM's "
+                        "benchmark --burstiness B is the Gamma shape, i.e. CV = 1/sqrt(B)")
+    x.add_argument("--on-off", type=on_off_arg, default=None, metavar="ON_S,OFF_S",
+                   help="bursts: Poisson traffic for ON_S seconds, then nothing for OFF_S seconds, repeated; the mean "
+                        "rate stays --rate (the rate while on is --rate x (ON_S + OFF_S) / ON_S)")
+    x.add_argument("--rate-profile", type=rate_profile_arg, default=None, metavar="PEAK:TROUGH[:PERIOD_S]",
+                   help="a diurnal rate curve: a sinusoid from a trough (at t = 0) up to a peak PEAK/TROUGH times "
+                        "higher and back over PERIOD_S seconds (default: the run's length, --requests / --rate, so "
+                        "the run sees one whole cycle; 86400 is a day, and a run shorter than its period sees "
+                        "less than --rate); the mean over whole periods is --rate")
 
 
 def add_policy_args(p: argparse.ArgumentParser) -> None:
@@ -286,10 +366,31 @@ def add_policy_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--priority", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--preemption", choices=list(PREEMPTION_MODES), default=None)
+    add_prefix_caching_arg(g)
+
+
+def add_prefix_caching_arg(g, every_preset: bool = False) -> None:
+    """--prefix-caching/--no-prefix-caching; ``every_preset``: for commands that run the five presets."""
+    which = ("in the iteration-level presets (continuous, chunked, priority; static and dynamic batching have "
+             "none). Default: each preset's own (on)" if every_preset else
+             "Default: the preset's (on for continuous, chunked, priority; static and dynamic batching have none)")
+    g.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                   help="automatic prefix caching (vLLM V1, SGLang RadixAttention): prompt blocks already in the KV "
+                        f"cache are not computed again, {which}")
+
+
+def presets_with_caching(prefix_caching: bool | None) -> dict:
+    """The five presets; --prefix-caching/--no-prefix-caching turns the cache on or off in the iteration-level
+    ones (static and dynamic batching have none, either way)."""
+    if prefix_caching is None:
+        return dict(PRESETS)
+    return {k: replace(p, prefix_caching=prefix_caching) if p.mode == "continuous" else p
+            for k, p in PRESETS.items()}
 
 
 POLICY_DEFAULTS = dict(preset="continuous", mode=None, max_batch_size=None, max_wait_ms=None, max_num_seqs=None,
-                       max_num_batched_tokens=None, chunked_prefill=None, priority=None, preemption=None)
+                       max_num_batched_tokens=None, chunked_prefill=None, priority=None, preemption=None,
+                       prefix_caching=None)
 
 
 # ---------------------------------------------------------------- the scenario
@@ -348,29 +449,91 @@ def trace_workload(path: Path, max_requests: int | None, rate: float | None) -> 
     return wl
 
 
+def arrival_flag(args) -> tuple[str, object] | None:
+    """(flag, value) of the arrival flag given (they are mutually exclusive), or None."""
+    for flag in ARRIVAL_FLAGS:
+        v = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if v is not None:
+            return flag, v
+    return None
+
+
+def arrival_params(args, num_requests: int = DEFAULT_REQUESTS, rate_req_s: float = DEFAULT_RATE_REQ_S
+                   ) -> tuple[str, dict] | None:
+    """(kind, params) for ``SyntheticWorkload.with_arrivals`` from --burstiness, --on-off or --rate-profile; None
+    for Poisson (no flag, or --burstiness 1: a Gamma of CV 1 is the exponential gap, so the same requests)."""
+    given = arrival_flag(args)
+    if given is None:
+        return None
+    flag, v = given
+    if flag == "--burstiness":
+        return None if v == 1.0 else ("gamma", {"cv": float(v)})
+    if flag == "--on-off":
+        return "onoff", {"on_s": float(v[0]), "off_s": float(v[1])}
+    period = v[1] if v[1] is not None else profile_period(num_requests, rate_req_s)
+    return "diurnal", {"peak_to_trough": float(v[0]), "period_s": float(period)}
+
+
+def synthetic_workload(args):
+    """The preset workload of --workload with --rate, --requests, --seed, the fixed lengths, the arrival flag and
+    --shared-prefix-tokens applied (errors name the flag)."""
+    default_rate = ARTICLE_RATE_REQ_S if args.workload == "article" else DEFAULT_RATE_REQ_S
+    wl = workload_preset(args.workload, args.rate if args.rate is not None else default_rate,
+                         args.requests or DEFAULT_REQUESTS, args.seed)
+    if args.prompt_tokens or args.output_tokens:
+        classes = []
+        for c in wl.classes:
+            if args.prompt_tokens:
+                c = replace(c, prompt=LengthDist("fixed", mean=args.prompt_tokens, low=1, high=args.prompt_tokens))
+            if args.output_tokens:
+                c = replace(c, output=LengthDist("fixed", mean=args.output_tokens, low=1, high=args.output_tokens))
+            classes.append(c)
+        wl = replace(wl, classes=tuple(classes))
+    arrivals = arrival_params(args, wl.num_requests, wl.rate_req_s)
+    if arrivals is not None:
+        flag = arrival_flag(args)[0]
+        try:
+            wl = wl.with_arrivals(arrivals[0], **arrivals[1])
+            wl.validate()
+        except ValueError as exc:
+            raise CliError(f"{flag}: {exc}") from None
+    prefix = getattr(args, "shared_prefix_tokens", None)
+    if prefix:
+        try:
+            wl = wl.with_shared_prefix(prefix)
+            wl.validate()
+        except ValueError as exc:
+            raise CliError(f"--shared-prefix-tokens {prefix}: {exc}") from None
+    return wl
+
+
 def build_scenario(args) -> Scenario:
     """The Scenario the scenario and policy flags describe, validated (nothing simulated yet)."""
     dep = deployment_from_args(args)
     if args.trace is not None:
+        given = arrival_flag(args)
+        if given is not None:
+            raise CliError(f"{given[0]}: shapes the arrivals of a synthetic workload; a --trace keeps its recorded "
+                           "arrival times (--rate speeds it up or slows it down)")
+        if getattr(args, "shared_prefix_tokens", None):
+            raise CliError("--shared-prefix-tokens: applies to synthetic workloads; a --trace carries its own "
+                           "prefixes (Mooncake's hash_ids) or none")
         wl = trace_workload(args.trace, args.requests, args.rate)
     else:
-        default_rate = ARTICLE_RATE_REQ_S if args.workload == "article" else DEFAULT_RATE_REQ_S
-        wl = workload_preset(args.workload, args.rate if args.rate is not None else default_rate,
-                             args.requests or DEFAULT_REQUESTS, args.seed)
-        if args.prompt_tokens or args.output_tokens:
-            classes = []
-            for c in wl.classes:
-                if args.prompt_tokens:
-                    c = replace(c, prompt=LengthDist("fixed", mean=args.prompt_tokens, low=1, high=args.prompt_tokens))
-                if args.output_tokens:
-                    c = replace(c, output=LengthDist("fixed", mean=args.output_tokens, low=1, high=args.output_tokens))
-                classes.append(c)
-            wl = replace(wl, classes=tuple(classes))
+        wl = synthetic_workload(args)
     base = preset(args.preset)
+    caching = getattr(args, "prefix_caching", None)
+    if caching and (args.mode or base.mode) != "continuous":
+        raise CliError(f"--prefix-caching: needs iteration-level batching (mode continuous: the presets continuous, "
+                       f"chunked, priority); {args.mode or args.preset} batching runs each batch as a whole and has "
+                       "no prefix cache")
+    if caching is None and args.mode is not None and args.mode != "continuous":
+        caching = False  # --mode static/dynamic on a caching preset: request-level modes have no prefix cache
     pol = with_knobs(base, mode=args.mode, max_batch_size=args.max_batch_size,
                      max_wait_s=None if args.max_wait_ms is None else args.max_wait_ms / 1e3,
                      max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                     chunked_prefill=args.chunked_prefill, priority=args.priority, preemption=args.preemption)
+                     chunked_prefill=args.chunked_prefill, priority=args.priority, preemption=args.preemption,
+                     prefix_caching=caching)
     sc = Scenario(dep, wl, pol, args.allreduce)
     sc.validate()
     return sc
@@ -429,12 +592,45 @@ def write_json(path: Path | None, data) -> None:
 # ---------------------------------------------------------------- printing
 
 
-def pick(summary: dict) -> dict:
-    """The documented summary keys (README, Command line), ``by_priority`` per class."""
-    out = {k: summary[k] for k in SUMMARY_KEYS}
-    out["by_priority"] = {lvl: {k: v[k] for k in SUMMARY_KEYS if k in v} | {"class_name": v["class_name"]}
+def summary_keys(prefix_caching: bool = False) -> tuple[str, ...]:
+    """The documented summary keys (README, Command line): with prefix caching, its hit rate and cached tokens too."""
+    return SUMMARY_KEYS + (PREFIX_KEYS if prefix_caching else ())
+
+
+def pick(summary: dict, prefix_caching: bool = False) -> dict:
+    """The documented summary keys (README, Command line), ``by_priority`` per class; ``prefix_caching``: with
+    ``prefix_hit_rate`` and ``cached_prompt_tokens`` (where the summary has them)."""
+    keys = summary_keys(prefix_caching)
+    out = {k: summary[k] for k in keys if k in summary}
+    out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}
     return out
+
+
+def arrivals_text(workload) -> str | None:
+    """The arrival process of a synthetic workload in words ("Gamma gaps, CV 4"), None for Poisson or a trace."""
+    a = getattr(workload, "arrivals", None)
+    if a is None or a.kind == "poisson":
+        return None
+    if a.kind == "gamma":
+        return f"Gamma gaps, CV {a.cv:g}"
+    if a.kind == "onoff":
+        return f"on/off bursts, {a.on_s:g} s on, {a.off_s:g} s off"
+    if a.kind == "diurnal":
+        return f"diurnal rate curve, peak {a.peak_to_trough:g}x the trough, period {a.period_s:,.0f} s"
+    return a.kind
+
+
+def prefix_line(summary: dict, lead: str = "") -> str:
+    """"41.3 % of prompt tokens from the prefix cache (123,456 tokens)" (after ``lead``), or "" when the summary
+    has no prefix-cache figures."""
+    rate, tokens = summary.get("prefix_hit_rate"), summary.get("cached_prompt_tokens")
+    if rate is None:
+        return ""
+    text = f"{rate * 100:.1f} % of prompt tokens from the prefix cache"
+    if tokens is not None:
+        text += f" ({int(tokens):,} tokens)"
+    return lead + text
 
 
 def fmt(v) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
-                               check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
+from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, arrivals_text,
+                               build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
 from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names
 from batching.charts.formatting import shown
 
@@ -49,6 +49,8 @@ def cmd_capacity(args) -> int:
                    headroom=args.headroom)
     d = res.to_dict()
     print(f"{'slo':32s} {slo.describe(class_names(sc))}")
+    if arrivals_text(sc.workload):  # the search rescales the whole process: its shape stays, its mean rate moves
+        print(f"{'arrivals':32s} {arrivals_text(sc.workload)} (this shape at every rate tried)")
     for k, v in d.items():
         if k != "by_priority":
             print(f"{k:32s} {fmt(v) if v is not None else '-'}")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from batching.cli.args import (POLICY_DEFAULTS, add_scenario_args, build_scenario, check_output_file, fmt, pick,
-                               progress, write_json)
+from batching.cli.args import (POLICY_DEFAULTS, add_prefix_caching_arg, add_scenario_args, build_scenario,
+                               check_output_file, fmt, pick, presets_with_caching, progress, write_json)
 from batching.studies.compare import compare, verdict
 
 # beside the documented summary keys (args.SUMMARY_KEYS): capacity, load, overload and the utilisation figures
@@ -16,17 +16,27 @@ COMPARE_JSON_KEYS = ("capacity_output_tok_s", "capacity_req_s", "load", "overloa
 def add_parser(subparsers):
     p = subparsers.add_parser("compare", help="the five presets on one scenario")
     add_scenario_args(p)
+    add_prefix_caching_arg(p.add_argument_group("policy"), every_preset=True)
     p.add_argument("--json", type=Path, help="write {preset: summary} as JSON")
-    p.set_defaults(func=cmd_compare, **POLICY_DEFAULTS)
+    p.set_defaults(func=cmd_compare, **(POLICY_DEFAULTS | {"prefix_caching": None}))
     return p
 
 
 def cmd_compare(args) -> int:
+    caching = args.prefix_caching
+    args.prefix_caching = None  # build_scenario checks the preset's policy; the flag applies to all five here
     sc = build_scenario(args)
     check_output_file("--json", args.json)
-    cmp = compare(sc, progress=progress)
+    policies = presets_with_caching(caching)
+    cmp = compare(sc, policies, progress=progress)
     sums = cmp.summaries()
     print(cmp.table().to_string(float_format=lambda v: fmt(float(v))))
+    cached = [k for k, p in policies.items() if p.prefix_caching and "prefix_hit_rate" in sums[k]]
+    if cached:
+        print("prefix cache hit rate (prompt tokens served from the cache): " + ", ".join(
+            f"{k} {sums[k]['prefix_hit_rate'] * 100:.1f} % ({int(sums[k].get('cached_prompt_tokens') or 0):,} tokens)"
+            for k in cached))
     print(verdict(sums))
-    write_json(args.json, {k: pick(v) | {key: v[key] for key in COMPARE_JSON_KEYS} for k, v in sums.items()})
+    write_json(args.json, {k: pick(v, policies[k].prefix_caching) | {key: v[key] for key in COMPARE_JSON_KEYS}
+                           for k, v in sums.items()})
     return 0

@@ -44,7 +44,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
-                               check_output_folder, float_arg, int_arg, progress, slo_from_args, values_arg)
+                               check_output_folder, float_arg, int_arg, presets_with_caching, progress, slo_from_args,
+                               values_arg)
 from batching.cli.capacity import MAX_GPU_HOUR_USD, MAX_TARGET_RATE_REQ_S
 from batching.sim.policy import PRESETS
 from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_SUGGESTED
@@ -220,10 +221,12 @@ def page_export(args, scenario):
     if args.page == "explore":
         return report.explore_export(simulate(scenario), label)
     if args.page == "showdown":
-        return report.showdown_export(compare(scenario, PRESETS, progress=progress), scenario, PRESETS)
+        every = presets_with_caching(getattr(args, "prefix_caching", None))
+        return report.showdown_export(compare(scenario, every, progress=progress), scenario, every)
     if args.page == "compare":
         names = args.policies or COMPARE_DEFAULT
-        policies = {f"{slot} · {n}": PRESETS[n] for slot, n in zip(COMPARE_SLOTS, names)}
+        every = presets_with_caching(getattr(args, "prefix_caching", None))
+        policies = {f"{slot} · {n}": every[n] for slot, n in zip(COMPARE_SLOTS, names)}
         return report.compare_export(compare(scenario, policies, progress=progress), scenario, policies)
     if args.page == "tune":
         return report.tune_export(*_tune_study(args, scenario, label))
@@ -265,7 +268,7 @@ def _tune_study(args, scenario, label: str):
     frames = {label: sp.sweep_study(scenario, knob, values, share, label, progress=progress, slo=slo).frame}
     others, skipped = {}, {}
     if args.others is not False:
-        for name, pol in PRESETS.items():
+        for name, pol in presets_with_caching(getattr(args, "prefix_caching", None)).items():
             if name == label or not sp.knob_applies(knob, pol, scenario):
                 continue
             try:
@@ -291,7 +294,8 @@ def _capacity_plan(args, scenario):
         slo = replace(slo, attainment=args.attainment)
     slo.validate()
     names = args.policies or list(PRESETS)
-    results = {n: capacity(scenario.with_policy(PRESETS[n]), slo, progress=progress) for n in names}
+    every = presets_with_caching(getattr(args, "prefix_caching", None))
+    results = {n: capacity(scenario.with_policy(every[n]), slo, progress=progress) for n in names}
     target = d["target_rate"] if args.target_rate is None else args.target_rate
     usd = d["gpu_hour_usd"] if args.gpu_hour_usd is None else args.gpu_hour_usd
     headroom = d["headroom"] if args.headroom is None else args.headroom

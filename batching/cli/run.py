@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from batching.cli.args import (SUMMARY_KEYS, add_policy_args, add_scenario_args, build_scenario, check_output_file,
-                               check_output_folder, fmt, pick, write_json)
+from batching.cli.args import (add_policy_args, add_scenario_args, arrivals_text, build_scenario, check_output_file,
+                               check_output_folder, fmt, pick, prefix_line, summary_keys, write_json)
 from batching.sim.simulate import simulate
 
 
@@ -23,13 +23,17 @@ def cmd_run(args) -> int:
     check_output_file("--json", args.json)  # before the simulation: a bad path costs nothing
     check_output_folder("--csv", args.csv)
     res = simulate(sc)
-    s = pick(res.summary())
+    caching = sc.policy.prefix_caching
+    s = pick(res.summary(), caching)
     print(f"# {sc.policy.describe()}")
-    for k in SUMMARY_KEYS:
-        print(f"{k:26s} {fmt(s[k])}")
+    if arrivals_text(sc.workload):
+        print(f"# arrivals: {arrivals_text(sc.workload)}, mean {sc.workload.rate_req_s:g} req/s")
+    for k in summary_keys(caching):
+        if k in s:
+            print(f"{k:26s} {fmt(s[k])}")
     for lvl, v in s["by_priority"].items():
         print(f"class {lvl} ({v['class_name']}): TTFT P99 {v['ttft_p99_s']:.3f} s, TPOT P99 "
-              f"{v['tpot_p99_s'] * 1e3:.1f} ms, {v['num_requests']} requests")
+              f"{v['tpot_p99_s'] * 1e3:.1f} ms, {v['num_requests']} requests" + prefix_line(v, ", "))
     write_json(args.json, s)
     if args.csv:
         from batching.report import requests_csv, steps_csv  # formula-looking text cells get a leading '

@@ -24,6 +24,7 @@ FIELDS = {
     "chunked": ("chunked_prefill", None),
     "prio": ("priority", None),
     "preempt": ("preemption", None),
+    "cache": ("prefix_caching", None),
 }
 # URL key -> (lowest, highest, step) of its slider, in the widget's unit (ms for the wait): the link accepts the
 # same range. A dashboard range, inside what the policy accepts (``sim.policy.KNOB_LIMITS``, what the CLI takes)
@@ -36,8 +37,12 @@ SLIDERS = {
 MODE_KNOBS = {
     "static": ("batch",),
     "dynamic": ("batch", "wait_ms"),
-    "continuous": ("seqs", "budget", "chunked", "prio", "preempt"),
+    "continuous": ("seqs", "budget", "chunked", "prio", "preempt", "cache"),
 }
+PREFIX_CACHING_HELP = ("Automatic prefix caching (vLLM V1, SGLang RadixAttention): prompt blocks already in the KV "
+                       "cache (a shared system prompt, a conversation's history) are not computed again; free "
+                       "cached blocks are evicted LRU when space is needed. It changes nothing when no prompts "
+                       "share a prefix. Static and dynamic batching have no prefix cache.")
 PRESET_HELP = "\n".join(f"- **{k}**: {p.describe()}" for k, p in PRESETS.items())
 
 
@@ -62,6 +67,7 @@ def _defaults(base: BatchingPolicy) -> dict:
         "chunked": base.chunked_prefill,
         "prio": base.priority,
         "preempt": base.preemption,
+        "cache": base.prefix_caching,
     }
 
 
@@ -75,6 +81,7 @@ def knob_params(prefix: str, base: BatchingPolicy) -> list[Param]:
         "chunked": Param(prefix + "chunked", d["chunked"], label="chunked prefill"),
         "prio": Param(prefix + "prio", d["prio"], label="priority classes"),
         "preempt": Param(prefix + "preempt", d["preempt"], choices=PREEMPTION_MODES, label="preemption"),
+        "cache": Param(prefix + "cache", d["cache"], label="prefix caching"),
     }
     return [every[k] for k in MODE_KNOBS[base.mode]]
 
@@ -169,6 +176,8 @@ def _knob_widget(prefix: str, k: str) -> None:
     elif k == "preempt":
         st.selectbox("Preemption", list(PREEMPTION_MODES), help="What happens when the KV cache runs out: "
                      "recompute (free and prefill again later) or swap (copy to host memory over PCIe).", **kw)
+    elif k == "cache":
+        st.toggle("Prefix caching", help=PREFIX_CACHING_HELP, **kw)
 
 
 # ---------------------------------------------------------------- scenario knobs (Explore)

@@ -9,8 +9,8 @@ import streamlit as st
 
 from batching.sim.simulate import Scenario
 from batching.sim.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
-from batching.sim.workload import (DEFAULT_RATE_REQ_S, MAX_RATE_REQ_S, WORKLOAD_PRESETS, TraceWorkload,
-                                   workload_preset)
+from batching.sim.workload import (DEFAULT_RATE_REQ_S, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
+                                   WORKLOAD_PRESETS, TraceWorkload, workload_preset)
 from batching.ui import nav, state
 from batching.ui.params import Param
 from batching.ui.safe import plain
@@ -29,8 +29,18 @@ WORKLOAD_LABELS = {
     "batch": "batch analysis (documents)",
     "sharegpt": "ShareGPT-like (short prompts, ~195-token answers)",
     "article": "article: 512 in / 256 out on average, 20 % high priority (4 req/s in the article section)",
+    "chat-sessions": "chat sessions (multi-turn: each turn resends the history)",
     TRACE: "trace: replay a file",
 }
+# arrival processes (DESIGN §5): URL value -> label; the library's kinds, Poisson first
+ARRIVALS = {
+    "poisson": "Poisson (independent arrivals)",
+    "gamma": "Bursty (Gamma gaps, CV)",
+    "onoff": "On/off bursts",
+    "diurnal": "Diurnal rate curve (peak : trough)",
+}
+CV_CHOICES = tuple(x / 2 for x in range(2, 17))  # 1, 1.5, ..., 8: the burstiness slider's stops
+MAX_SHARED_PREFIX_TOKENS = 16_384
 _UPLOAD = "trace_upload"  # session: (file name, bytes) of the uploaded trace
 _LAST = "last_valid_scenario"
 
@@ -47,6 +57,13 @@ def params() -> list[Param]:
         Param("n", 2000, low=10, high=MAX_REQUESTS, label="number of requests"),
         Param("seed", 0, low=0, high=2**31 - 1, label="seed"),
         Param("recorded", True, label="replay at the recorded rate"),
+        Param("arrivals", "poisson", choices=tuple(ARRIVALS), label="arrival process"),
+        Param("cv", 2.0, choices=CV_CHOICES, label="burstiness (CV of the gaps)"),
+        Param("on_s", 10.0, low=0.5, high=3600.0, label="on period (s)"),
+        Param("off_s", 10.0, low=0.0, high=3600.0, label="off period (s)"),
+        Param("peak", 3.0, low=1.0, high=MAX_PEAK_TO_TROUGH, label="peak : trough ratio"),
+        Param("period_s", 0.0, low=0.0, high=MAX_DIURNAL_PERIOD_S, label="rate curve period (s, 0 = the run's length)"),
+        Param("prefix_tokens", 0, low=0, high=MAX_SHARED_PREFIX_TOKENS, label="shared system prompt (tokens)"),
     ]
 
 
@@ -109,21 +126,75 @@ def _draw(ps: list[Param]) -> None:
         st.file_uploader("Trace file (CSV or JSONL)", type=["csv", "jsonl", "json", "ndjson", "txt"],
                          key="trace_file", on_change=_upload_changed,
                          help="Native (arrival_s, prompt_tokens, output_tokens[, priority]), Azure LLM inference, "
-                              "BurstGPT or Vidur columns. Without a file the project's sample trace is used.")
+                              "BurstGPT or Vidur columns, or Mooncake JSON lines (timestamp in ms, input_length, "
+                              "output_length, hash_ids: its shared prefixes are replayed). Without a file the "
+                              "project's sample trace is used.")
         st.toggle("Skip bad rows", key="trace_skip_bad", persist_state="session",
                   help="Drop rows that do not parse; the count is shown.")
         st.toggle("Replay at the recorded rate", **state.bind("recorded"))
-    bounds = {p.key: p.widget_range() for p in ps if p.key in ("rate", "n", "seed")}
+    bounds = {p.key: p.widget_range() for p in ps if p.low is not None}
     st.number_input("Request rate (req/s)", **bounds["rate"], step=0.5, format="%.1f",
                     disabled=is_trace and state.value("recorded"),
-                    help="Mean arrival rate (Poisson for the presets; a trace is sped up or slowed down).",
-                    **state.bind("rate"))
+                    help="Mean arrival rate, whatever the arrival process below (a trace is sped up or slowed "
+                         "down).", **state.bind("rate"))
+    _traffic_shape(bounds, is_trace)
     st.number_input("Number of requests", **bounds["n"], step=100,
                     help=f"Requests simulated per run (at most {MAX_REQUESTS:,}); a trace keeps its first N.",
                     **state.bind("n"))
     st.number_input("Seed", **bounds["seed"], step=1, help="Same seed, same requests.",
                     **state.bind("seed"))
     st.button("Reset to defaults", on_click=_reset, icon=":material/restart_alt:", width="stretch")
+
+
+def _traffic_shape(bounds: dict, is_trace: bool) -> None:
+    """The arrival process and its parameters, and the shared system prompt. Every input is drawn (disabled when
+    it does not apply), so a link's values always have their widget."""
+    changed = state.value("arrivals") != "poisson" or state.value("prefix_tokens") != 0
+    with st.expander("Arrivals and shared prompt", expanded=changed and not is_trace, icon=":material/timeline:"):
+        if is_trace:
+            st.caption("A trace keeps its recorded arrivals and prompts.")
+        st.selectbox("Arrival process", list(ARRIVALS), format_func=ARRIVALS.get, disabled=is_trace,
+                     help="How requests arrive at the same mean rate: Poisson (independent), bursty (Gamma gaps "
+                          "whose coefficient of variation is the burstiness; vLLM bench's --burstiness B is CV "
+                          "1/sqrt(B)), on/off bursts, or a rate that swings between a peak and a trough.",
+                     **state.bind("arrivals"))
+        kind = "trace" if is_trace else state.value("arrivals")
+        st.select_slider("Burstiness (CV of the gaps)", options=list(CV_CHOICES), disabled=kind != "gamma",
+                         format_func=lambda v: f"{v:g}",
+                         help="Coefficient of variation of the time between arrivals: 1 is Poisson, 4 sends "
+                              "requests in tight bunches separated by long gaps.", **state.bind("cv"))
+        c1, c2 = st.columns(2)
+        c1.number_input("On (s)", **bounds["on_s"], step=5.0, format="%.1f", disabled=kind != "onoff",
+                        help="Seconds of traffic in each burst (at the rate that keeps the mean).",
+                        **state.bind("on_s"))
+        c2.number_input("Off (s)", **bounds["off_s"], step=5.0, format="%.1f", disabled=kind != "onoff",
+                        help="Seconds without any arrival between bursts.", **state.bind("off_s"))
+        c3, c4 = st.columns(2)
+        c3.number_input("Peak : trough", **bounds["peak"], step=0.5, format="%.1f", disabled=kind != "diurnal",
+                        help="The highest rate of the curve over its lowest; the mean stays the request rate.",
+                        **state.bind("peak"))
+        c4.number_input("Period (s)", **bounds["period_s"], step=600.0, format="%.0f", disabled=kind != "diurnal",
+                        help="Length of one cycle of the rate curve, from the trough at t = 0 up to the peak and "
+                             "back. 0: the run's length (requests / rate), so the run sees one whole cycle at the "
+                             "mean rate; 86,400 s is a day, and a run shorter than its period sees less than the "
+                             "mean.", **state.bind("period_s"))
+        st.number_input("Shared system prompt (tokens)", **bounds["prefix_tokens"], step=256, disabled=is_trace,
+                        help="Every request starts with the same system prompt of this many tokens (part of its "
+                             "prompt). With prefix caching on, the engine computes it once and reuses its KV "
+                             "blocks.", **state.bind("prefix_tokens"))
+
+
+def arrival_choice(v=state.value) -> tuple[str, dict] | None:
+    """(kind, params) for ``SyntheticWorkload.with_arrivals`` from the sidebar's values; None for Poisson."""
+    kind = v("arrivals")
+    if kind == "gamma":
+        return "gamma", {"cv": float(v("cv"))}
+    if kind == "onoff":
+        return "onoff", {"on_s": float(v("on_s")), "off_s": float(v("off_s"))}
+    if kind == "diurnal":
+        period = float(v("period_s")) or min(max(int(v("n")) / float(v("rate")), 1.0), MAX_DIURNAL_PERIOD_S)
+        return "diurnal", {"peak_to_trough": float(v("peak")), "period_s": period}
+    return None
 
 
 def _build() -> Scenario:
@@ -144,6 +215,12 @@ def _build() -> Scenario:
                              "workload.") from None
     else:
         wl = workload_preset(v("workload"), float(v("rate")), int(v("n")), int(v("seed")))
+        arrivals = arrival_choice(v)
+        if arrivals is not None:
+            wl = wl.with_arrivals(arrivals[0], **arrivals[1])
+        if int(v("prefix_tokens")) > 0:
+            wl = wl.with_shared_prefix(int(v("prefix_tokens")))
+        wl.validate()
     return Scenario(deployment=dep, workload=wl)
 
 
