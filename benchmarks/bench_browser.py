@@ -15,7 +15,8 @@ stops both servers at the end, on Ctrl-C, and after --max-minutes at the latest.
 Knob moves. On the trivial page and on every page with knobs, one control (``PAGES``) is moved ``--moves``
 times with the keyboard, each time to a value not seen before: focus it, press one key, wait until done. Sliders
 get ArrowRight (the thumb's input; a slider in a closed expander has its expander opened first), number inputs
-ArrowUp (Streamlit commits that at once), a segmented control Space on its other option. The control is the
+ArrowUp (Streamlit commits that at once), a segmented control Space on its other option, a text input (an SLO)
+its first value + 5 % typed in, then Enter (the key timed). The control is the
 page's first one where every step changes the charts (see ``PAGES`` for why the literal first slider is not
 always that); ``explore_first`` keeps the literal first slider of Explore to show what a step that changes no
 chart costs. Per move:
@@ -79,7 +80,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 VIEWPORT = {"width": 1440, "height": 1000}
 BIG_REQUESTS = 20_000  # the sidebar's "n" query parameter (batching/ui/sidebar.py)
 
-# (name, URL path and query, control kind, control label): a control of each page with knobs whose every
+# (name, URL path and query, control kind (slider, number, segmented, text), control label): a control of each page with knobs whose every
 # step changes the charts. The literal "first slider" does not always: Explore's default preset (continuous)
 # starts with max running sequences, which 2,000 requests at 3 req/s never reach, so a step redraws nothing;
 # Tune's fixed knobs are overridden by the swept one. Moves that change no chart are counted, not timed.
@@ -88,8 +89,10 @@ PAGES = [
     ("explore", "explore?policy=dynamic", "slider", "Max wait (ms)"),  # the e2e test's knob: one new run
     ("compare", "compare", "slider", "Max wait (ms)"),  # policy A (dynamic), in its closed expander
     ("tune", "tune", "number", "Points"),  # one more value: a new sweep
+    ("tune_slo", "tune", "text", "TTFT SLO (ms)"),  # class 0's TTFT SLO + 5 %: the sweep's runs re-read
+    ("tune_share", "tune", "number", "Knee threshold (%)"),  # the knee moves; no new simulation
     ("capacity", "capacity", "number", "Target traffic (req/s)"),  # no new simulation
-    ("capacity_slo", "capacity", "number", "TTFT SLO (ms)"),  # the first control: a new search per policy
+    ("capacity_slo", "capacity", "text", "TTFT SLO (ms)"),  # the first control: a new search per policy
     ("model_and_hardware", "model_and_hardware", "segmented", "KV cache dtype"),  # BF16 <-> FP8
     ("explore_first", "explore", "slider", None),  # the literal first slider of the default preset
 ]
@@ -406,6 +409,16 @@ def first_control(page, kind: str, label: str | None):
     if kind == "number":
         box = page.locator('[data-testid="stNumberInput"]').filter(has_text=label).first
         return box.locator("input").first, "ArrowUp", f"number '{label}' (ArrowUp)"
+    if kind == "text":  # a text input (in a closed expander: opened first): the first number + 5 %, then Enter
+        box = page.locator('[data-testid="stTextInput"]').filter(has_text=label).first
+        box.wait_for(state="attached", timeout=60_000)
+        if not box.is_visible():
+            box.locator("xpath=ancestor::details[1]/summary").click()
+            box.wait_for(state="visible", timeout=10_000)
+        field = box.locator("input").first
+        first, *rest = field.input_value().split(",")
+        field.fill(",".join([f"{float(first) * 1.05:.6g}", *rest]))  # no rerun until Enter
+        return field, "Enter", f"text '{label}' (first value + 5 %, Enter)"
     if kind == "segmented":
         group = page.locator('[data-testid="stButtonGroup"]').filter(has_text=label).first
         other = group.locator('[role="radio"][aria-checked="false"]').first

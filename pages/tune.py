@@ -24,6 +24,8 @@ PREFIX = "t_"  # the fixed knobs' URL keys (t_seqs, t_budget, ...), apart from E
 DEFAULT_PRESET = "continuous"
 LAST = "tune_last"
 SEEN = "tune_seen"  # (preset, knob) of the previous run: when either changes the range resets to its defaults
+FIGURES = "tune_figures"  # session: each chart last drawn and what it was drawn from (building the Plotly figures
+# is most of a rerun that runs nothing: a move that changes neither the sweep nor the knee reuses them)
 UNITS = {"max_batch_size": "requests", "max_num_seqs": "seqs", "max_wait_s": "s", "max_num_batched_tokens": "tokens",
          "high_share": "0-1", "rate_req_s": "req/s", "kv_cache_tokens": "tokens"}
 FRONTIER_LABELS = {"tpot_cap": "P99 TPOT at capacity", "tpot": "P99 TPOT at the offered load",
@@ -87,13 +89,6 @@ def _number_kwargs(knob: str, p: Param) -> dict:
         return {**p.widget_range(), "step": 1, "format": "%d"}
     step = {"max_wait_s": 0.01, "high_share": 0.05, "rate_req_s": 0.5}.get(knob, 0.1)
     return {**p.widget_range(), "step": step, "format": "%.4g"}
-
-
-def _sweep_other(sc: Scenario, knob: str, values: list[float], slo) -> pd.DataFrame | str:
-    try:
-        return planning.sweep_cached(sc, knob, values, slo)
-    except ValueError as exc:  # this preset cannot run this range: say why, keep the others
-        return str(exc)
 
 
 @st.fragment
@@ -192,12 +187,11 @@ def tune(base: Scenario) -> None:
         _show_last()
         return
     label = choice.label
-    tasks = [(f"{label}", lambda: planning.sweep_cached(run, knob, values, slo))]
     others = others_ok if state.value("others") else []
-    for name in others:
-        tasks.append((name, lambda name=name: _sweep_other(sc.with_policy(PRESETS[name]), knob, values, slo)))
-    done = widgets.guarded(lambda: cache.run_with_progress(tasks, f"Sweeping {len(values)} values, each with a "
-                                                                  "capacity search within the SLOs"), "The sweep")
+    jobs = [(label, run, knob, values, slo)]
+    jobs += [(name, sc.with_policy(PRESETS[name]), knob, values, slo) for name in others]
+    done = widgets.guarded(lambda: planning.sweeps_cached(jobs, f"Sweeping {len(values)} values, each with a "
+                                                                "capacity search within the SLOs"), "The sweep")
     if done is None:
         _show_last()
         return
@@ -237,26 +231,30 @@ def _results(view: planning.TuneView) -> None:
     planning.guided_checks(study)
 
     name = charts.slug("tune", label.replace("*", "-custom"), knob, report.scenario_slug(run))
+    # what the figures are drawn from: the sweeps are fixed by the scenario, knob, values, SLOs and policies
+    drawn = (cache.scenario_token(run), knob, label, study.values, study.slo, tuple(study.frames),
+             st.session_state.get(page.CAPTION_LINE))
     figures = []
     c1, c2 = st.columns(2)
     with c1:
-        thr = cp.sweep_throughput(df, knob, knee, log_x, label)
+        thr = _figure("throughput", drawn + (knee, log_x), lambda: cp.sweep_throughput(df, knob, knee, log_x, label))
         widgets.chart(thr, "Light: output tokens/s served at the sidebar's load; dark: capacity with the queue "
                       "full; dashed grey: the load offered. Past the dashed knee line more of the knob buys little.",
                       f"{name}_throughput")
         figures.append((thr, "Throughput and capacity against the knob."))
     with c2:
-        frontier = cp.sweep_frontier(study.frames, knob, view.frontier, study.knees)
+        frontier = _figure("frontier", drawn + (view.frontier, tuple(study.knees.items())),
+                           lambda: cp.sweep_frontier(study.frames, knob, view.frontier, study.knees))
         widgets.chart(frontier, "Each line is a policy through its knob values (labels); a point up and to the "
                       "left serves more at lower latency; stars mark each policy's knee, the dashed line the best "
                       "trade-offs over every point.", f"{name}_frontier")
         figures.append((frontier, "Throughput against P99 latency across the values and policies."))
     for name_, why in study.skipped.items():
         st.caption(f"'{name_}' is not on the frontier: {plain(why)}")
-    lat = cp.sweep_latency(df, knob, knee, log_x)
+    lat = _figure("latency", drawn + (knee, log_x), lambda: cp.sweep_latency(df, knob, knee, log_x))
     widgets.chart(lat, "Left: time to first token, P50 and P99, queueing included. Right: time per output token; "
                   "dotted is P99 TPOT with the batch full, what a larger batch costs every token.", f"{name}_latency")
-    use = cp.sweep_utilisation(df, knob, knee, log_x)
+    use = _figure("utilisation", drawn + (knee, log_x), lambda: cp.sweep_utilisation(df, knob, knee, log_x))
     widgets.chart(use, "Left: GPU util (roofline time of useful work), batch efficiency (running / cap) and peak KV "
                   "cache use, in %. Right: preemptions; rising preemptions mean the KV cache is too small for the "
                   "batch.", f"{name}_utilisation")
@@ -298,6 +296,16 @@ def _results(view: planning.TuneView) -> None:
         ("Report (HTML)", _html, "report.html", "text/html",
          "A standalone page with the scenario, the charts and the table; opens offline."),
     ], link)
+
+
+def _figure(kind: str, drawn: tuple, build):
+    """The chart of this kind drawn from ``drawn``: the session's last one when it was drawn from the same, else
+    ``build()`` (one figure kept per kind)."""
+    memo = st.session_state.setdefault(FIGURES, {})
+    hit = memo.get(kind)
+    if hit is None or hit[0] != drawn:
+        hit = memo[kind] = (drawn, build())
+    return hit[1]
 
 
 def _table(df: pd.DataFrame, knob: str) -> pd.DataFrame:

@@ -357,3 +357,20 @@ def test_a_rate_sweep_reads_goodput_within_the_slos():
     knee = sweep_knee(df, "rate_req_s")
     met = df[df.slo_met]
     assert knee == met["rate_req_s"].max() and knee <= cap.max_rate_req_s * 1.05
+
+
+def test_capacity_reads_the_runs_it_is_given_and_finds_the_same_rate():
+    """``capacity(run=...)`` (the dashboard's cached runs) searches the same rates and finds the same answer."""
+    from batching.sim.simulate import simulate
+
+    sc = scenario("continuous", n=200)
+    seen = []
+
+    def run(s):
+        seen.append(s.workload.rate_req_s)
+        return simulate(s)
+
+    plain_ = capacity(sc, PER_CLASS)
+    given = capacity(sc, PER_CLASS, run=run)
+    assert sorted(seen) == plain_.points["rate_req_s"].tolist()  # one run per rate tried, the same rates
+    assert given.to_dict() == plain_.to_dict() and given.points.equals(plain_.points)

@@ -299,10 +299,13 @@ def ceiling_req_s(scenario: Scenario) -> float:
 
 def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None, target_rate_req_s: float | None = None,
              gpu_hour_usd: float | None = None, rel_tol: float = 0.01, progress: Progress | None = None,
-             max_iter: int = 20, headroom: float = 1.0, ceiling: float | None = None) -> CapacityResult:
+             max_iter: int = 20, headroom: float = 1.0, ceiling: float | None = None,
+             run=None) -> CapacityResult:
     """Highest request rate per node at which ``slo.attainment`` of requests meet the SLOs of their class,
     by bracketing then bisecting on the rate (the same requests, arrivals rescaled). ``ceiling``: the
-    requests/s of the saturated run (``ceiling_req_s``) when already known; otherwise it is simulated."""
+    requests/s of the saturated run (``ceiling_req_s``) when already known; otherwise it is simulated.
+    ``run(scenario)``: stands in for ``simulate`` at each rate tried (anything ``slo_reading`` reads, e.g. a
+    cached run, so another SLO re-reads the rates already simulated); the search and its answer are the same."""
     slo.validate()
     if policy is not None:
         scenario = scenario.with_policy(policy)
@@ -321,7 +324,8 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
         step[0] += 1
         if progress:
             progress(min(step[0], max_iter), max_iter, f"trying {rate:.3g} req/s")
-        p = slo_point(scenario.with_workload(wl.with_rate(rate)), slo)
+        at = scenario.with_workload(wl.with_rate(rate))
+        p = slo_point(at, slo) if run is None else slo_reading(run(at), slo)
         points.append(p)
         return p
 

@@ -57,21 +57,64 @@ def apply_knob(scenario: Scenario, knob: str, value) -> Scenario:
 SLO_METRICS = ("slo_attainment", "slo_met", "goodput_req_s", "max_rate_req_s", "binding_slo")
 
 
-def _run_point(sc: Scenario, with_capacity: bool, slo: SLO | None = None, search: bool = True) -> dict:
-    res = simulate(sc)
+def _simulate(sc: Scenario, saturated: bool = False):
+    return simulate(sc, saturated=saturated)
+
+
+def run_point(sc: Scenario, with_capacity: bool, slo: SLO | None = None, search: bool = True,
+              run=None) -> dict:
+    """One value's row (every summary metric; with ``slo`` also ``SLO_METRICS``, the capacity search when
+    ``search``). ``run(scenario, saturated)`` stands in for ``simulate``: anything with ``summary()`` and what
+    ``capacity.slo_reading`` reads (the dashboard passes cached, reduced results); the row is the same."""
+    run = run or _simulate
+    res = run(sc, False)
     s = res.summary()
     if slo is not None:
         at = slo_reading(res, slo)
         s["slo_attainment"], s["goodput_req_s"] = at["attainment"], at["goodput_req_s"]
         s["slo_met"] = at["attainment"] >= slo.attainment
     if with_capacity or (slo is not None and search):
-        sat = simulate(sc, saturated=True).summary()
+        sat = run(sc, True).summary()
         s["capacity_output_tok_s"] = sat["throughput_output_tok_s"]
         s["capacity_tpot_p99_s"] = sat["tpot_p99_s"]  # per-token latency with the batch full
         if slo is not None and search:
-            cap = capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9))
+            cap = capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9),
+                           run=None if run is _simulate else (lambda x: run(x, False)))
             s["max_rate_req_s"], s["binding_slo"] = cap.max_rate_req_s, cap.binding_slo
     return s
+
+
+
+def point_scenarios(scenario: Scenario, knob: str, values, slo: SLO | None = None) -> list[Scenario]:
+    """The scenario of each value, every one validated (and the SLOs against the classes) before any runs."""
+    values = list(values)
+    if not values:
+        raise ValueError("values is empty; give at least one value to sweep")
+    scenarios = [apply_knob(scenario, knob, v) for v in values]
+    for sc in scenarios:
+        sc.validate()
+    if slo is not None:
+        slo.validate(len(class_names(scenario)))
+    return scenarios
+
+
+def searches_per_value(knob: str) -> bool:
+    """Whether each value gets its own capacity search within the SLOs: the request rate does not move that
+    capacity, so a rate sweep shares one search of the base scenario."""
+    return knob != "rate_req_s"
+
+
+def sweep_frame(knob: str, values, rows, slo: SLO | None = None, shared=None) -> pd.DataFrame:
+    """The sweep's frame from one row per value (``run_point``), in the order of ``values``; ``shared``: the one
+    capacity search of a rate sweep (a ``CapacityResult``)."""
+    rows = [dict(r) for r in rows]
+    if shared is not None:
+        for r in rows:
+            r["max_rate_req_s"], r["binding_slo"] = shared.max_rate_req_s, shared.binding_slo
+    metrics = SWEEP_METRICS + (SLO_METRICS if slo is not None else ())
+    df = pd.DataFrame([{k: r.get(k, float("nan")) for k in metrics} for r in rows])
+    df.insert(0, knob, [float(v) for v in values])
+    return df.sort_values(knob, kind="stable").reset_index(drop=True)
 
 
 def sweep(scenario: Scenario, knob: str, values, policy: BatchingPolicy | None = None,
@@ -89,20 +132,13 @@ def sweep(scenario: Scenario, knob: str, values, policy: BatchingPolicy | None =
     if policy is not None:
         scenario = scenario.with_policy(policy)
     values = list(values)
-    if not values:
-        raise ValueError("values is empty; give at least one value to sweep")
-    scenarios = [apply_knob(scenario, knob, v) for v in values]  # validate all before running any
-    for sc in scenarios:
-        sc.validate()
-    if slo is not None:
-        slo.validate(len(class_names(scenario)))
-    # the request rate does not move the capacity within the SLOs: one search serves every value
-    per_value = knob != "rate_req_s"
+    scenarios = point_scenarios(scenario, knob, values, slo)  # validate all before running any
+    per_value = searches_per_value(knob)
     rows: list[dict | None] = [None] * len(values)
     workers = workers or max(1, min(len(values), os.cpu_count() or 1))
     done = 0
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_run_point, sc, with_capacity, slo, per_value): i for i, sc in enumerate(scenarios)}
+        futures = {pool.submit(run_point, sc, with_capacity, slo, per_value): i for i, sc in enumerate(scenarios)}
         shared = pool.submit(capacity, scenario, slo) if slo is not None and not per_value else None
         for fut in as_completed(futures):
             i = futures[fut]
@@ -110,11 +146,5 @@ def sweep(scenario: Scenario, knob: str, values, policy: BatchingPolicy | None =
             done += 1
             if progress:
                 progress(done, len(values), f"{knob} = {values[i]}")
-        if shared is not None:
-            cap = shared.result()
-            for r in rows:
-                r["max_rate_req_s"], r["binding_slo"] = cap.max_rate_req_s, cap.binding_slo
-    metrics = SWEEP_METRICS + (SLO_METRICS if slo is not None else ())
-    df = pd.DataFrame([{k: r.get(k, float("nan")) for k in metrics} for r in rows])
-    df.insert(0, knob, [float(v) for v in values])
-    return df.sort_values(knob, kind="stable").reset_index(drop=True)
+        cap = shared.result() if shared is not None else None
+    return sweep_frame(knob, values, rows, slo, cap)

@@ -384,6 +384,60 @@ def result_for_download(scenario: Scenario, saturated: bool = False) -> SimResul
         SLOTS.release()
 
 
+class Reading:
+    """A run reduced to what the planning studies read (``studies.capacity.slo_reading``, the sweeps' rows): its
+    summary and, per request, the class, arrival, release and latencies. ~41 bytes a request instead of the
+    whole result, so the runs of a capacity search stay cached and another SLO re-reads them."""
+
+    __slots__ = ("scenario", "class_names", "requests", "saturated", "_summary")
+
+    def __init__(self, result: SimResult) -> None:
+        self.scenario, self.class_names, self.saturated = result.scenario, tuple(result.class_names), result.saturated
+        req = result.requests
+        # copies: a view would keep the whole result's column block alive, beyond the bytes counted
+        cols = {c: req[c].to_numpy(copy=True) for c in READING_COLUMNS if c in req}
+        if "priority" in cols and len(cols["priority"]) and cols["priority"].max() < 128:
+            cols["priority"] = cols["priority"].astype(np.int8)
+        self.requests = pd.DataFrame(cols, copy=False)
+        self._summary = result.summary()
+
+    def summary(self) -> dict:
+        return deepcopy(self._summary)
+
+    @property
+    def nbytes(self) -> int:
+        return _frame_bytes(self.requests) + len(repr(self._summary)) + 1024
+
+
+READING_COLUMNS = ("priority", "arrival_s", "release_s", "ttft_s", "tpot_s", "e2e_s")
+
+
+def reading(scenario: Scenario, saturated: bool = False) -> Reading:
+    """The run's ``Reading``, kept beside the results (same byte budget; a whole stored result serves it
+    too). Simulates without taking a slot: for code that already holds one (``batching.ui.planning``'s pool)."""
+    key = ("reading", scenario_token(scenario), bool(saturated))
+    hit = RESULTS.get(key, _MISSING)
+    if hit is not _MISSING:
+        return hit
+
+    def run() -> Reading:
+        full = RESULTS.get(("result", scenario_token(scenario), bool(saturated)))
+        return Reading(full if full is not None else simulate(scenario, saturated=bool(saturated)))
+
+    return _cached(RESULTS, key, run, lambda r: r.nbytes, in_slot=False)
+
+
+def small_cached(key: Hashable, compute: Callable[[], T], nbytes: int = 4096) -> T:
+    """``compute()`` kept in the summaries' store under ``key`` (a small value: a sweep's row, a search's
+    answer); no slot is taken (the caller holds one). Hand out copies of mutable values."""
+    return _cached(SUMMARIES, key, compute, lambda _: nbytes, in_slot=False)
+
+
+def peek(key: Hashable) -> Any:
+    """What ``small_cached`` keeps under ``key``, or None; touches nothing else."""
+    return SUMMARIES.get(key)
+
+
 def clear() -> None:
     RESULTS.clear()
     SUMMARIES.clear()

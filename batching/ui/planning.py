@@ -7,7 +7,8 @@ The rules themselves (ranges, readings, the checks, the plan) live in ``batching
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from copy import deepcopy
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import streamlit as st
@@ -16,15 +17,11 @@ from batching.sim.simulate import Scenario
 from batching.studies import planning as sp
 from batching.studies.capacity import (ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, CapacityResult, capacity, default_slo,
                                        per_class_values)
-from batching.studies.sweeps import sweep
+from batching.studies import sweeps
 from batching.ui import cache, state
 from batching.ui.params import Param
 from batching.ui.safe import plain
 
-_HASH = {Scenario: cache.scenario_token}
-# a sweep is a small frame (one row per value); a capacity result holds the rates it tried
-SWEEP_ENTRIES = 4 * cache.CACHE_ENTRIES
-CAPACITY_ENTRIES = 2 * cache.CACHE_ENTRIES
 
 
 # ---------------------------------------------------------------- the SLOs both pages read
@@ -129,39 +126,149 @@ def _extra_slots(wanted: int) -> int:
     return took
 
 
-@st.cache_data(max_entries=SWEEP_ENTRIES, show_spinner=False, hash_funcs=_HASH)
-def _sweep(scenario: Scenario, knob: str, values: tuple[float, ...], slo: SLO | None) -> pd.DataFrame:
-    def run() -> pd.DataFrame:
-        # one slot is held; the kernel releases the GIL, so a sweep also uses any other slot that is free
-        extra = _extra_slots(min(len(values), cache.MAX_CONCURRENT) - 1)
+def _row(sc: Scenario, slo: SLO | None, search: bool) -> dict:
+    """One value's sweep row from cached reduced runs (``cache.reading``): a new SLO re-reads the runs at the
+    offered load and at capacity, and every rate its capacity search already tried."""
+    row = sweeps.run_point(sc, True, slo, search, run=cache.reading)
+    metrics = sweeps.SWEEP_METRICS + (sweeps.SLO_METRICS if slo is not None else ())
+    return {k: row[k] for k in metrics if k in row}
+
+
+def _search(sc: Scenario, slo: SLO) -> CapacityResult:
+    """A rate sweep's one capacity search (``sweeps.sweep`` runs the same), on cached reduced runs."""
+    sat = cache.reading(sc, True).summary()
+    return capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9),
+                    run=lambda x: cache.reading(x, False))
+
+
+def _frame_key(scenario: Scenario, knob: str, values: tuple[float, ...], slo: SLO | None) -> tuple:
+    return ("sweep", cache.scenario_token(scenario), knob, values, slo)
+
+
+def sweeps_cached(jobs: Sequence[tuple[str, Scenario, str, Sequence[float], SLO | None]], text: str
+                  ) -> list[pd.DataFrame | str]:
+    """``sweep_cached`` for several sweeps (label, scenario, knob, values, slo) at once, each point cached on its
+    own: a move that changes some values, or only the SLOs, recomputes only what it must. The missing points of
+    every sweep run together on every free simulation slot (the kernel releases the GIL), slowest first, under a
+    progress bar that counts them. The first sweep's ValueError is raised; another's comes back as its text."""
+    out: list[pd.DataFrame | str | None] = [None] * len(jobs)
+    plans = []  # (job index, values, scenarios, per-value search, point keys, search key)
+    for j, (_, scenario, knob, values, slo) in enumerate(jobs):
+        vals = tuple(float(v) for v in values)
+        hit = cache.peek(_frame_key(scenario, knob, vals, slo))
+        if hit is not None:
+            out[j] = hit.copy()
+            continue
         try:
-            return sweep(scenario, knob, list(values), workers=1 + extra, slo=slo)
+            scenarios = sweeps.point_scenarios(scenario, knob, vals, slo)
+        except ValueError as exc:
+            if j == 0:
+                raise
+            out[j] = str(exc)
+            continue
+        per_value = sweeps.searches_per_value(knob)
+        keys = [("sweep_point", cache.scenario_token(sc), slo, per_value) for sc in scenarios]
+        search_key = ("sweep_search", cache.scenario_token(scenario), slo) if slo is not None and not per_value \
+            else None
+        plans.append((j, vals, scenarios, per_value, keys, search_key))
+    got: dict = {}
+    todo = []  # (order, key, label, compute)
+    for j, vals, scenarios, per_value, keys, search_key in plans:
+        label, scenario, knob, _, slo = jobs[j]
+        if search_key is not None:
+            hit = cache.peek(search_key)
+            if hit is not None:
+                got[search_key] = hit
+            else:
+                todo.append(((-1, j), search_key, f"{label}: capacity search",
+                             lambda sc=scenario, slo=slo: _search(sc, slo)))
+        for i, (v, sc, key) in enumerate(zip(vals, scenarios, keys)):
+            hit = cache.peek(key)
+            if hit is not None:
+                got[key] = hit
+            elif key not in {t[1] for t in todo}:
+                todo.append(((i, j), key, f"{label}, {sp.fmt_value(knob, v)}",
+                             lambda sc=sc, slo=slo, pv=per_value: _row(sc, slo, pv)))
+    errors: dict = {}
+    if todo:
+        _run_points(sorted(todo, key=lambda t: t[0]), got, errors, text)
+    for j, vals, scenarios, per_value, keys, search_key in plans:
+        _, scenario, knob, _, slo = jobs[j]
+        bad = [errors[k] for k in [*keys, search_key] if k in errors]
+        if bad:
+            if j == 0:
+                raise bad[0]
+            out[j] = str(bad[0])
+            continue
+        frame = sweeps.sweep_frame(knob, vals, [got[k] for k in keys], slo,
+                                   got[search_key] if search_key is not None else None)
+        frame = sp.with_readings(frame, scenario, knob)
+        cache.small_cached(_frame_key(scenario, knob, vals, slo), lambda f=frame: f,
+                           int(frame.memory_usage(deep=True).sum()) + 1024)
+        out[j] = frame.copy()
+    return out
+
+
+def _run_points(todo: list, got: dict, errors: dict, text: str) -> None:
+    """Compute the missing points on a pool as wide as the free slots (one held, the others taken without
+    waiting), each stored as it ends; the script thread draws the progress. ValueErrors are kept per key."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    cache.ensure_kernel()
+    holder = st.empty()
+    total = len(todo)
+
+    def run() -> None:
+        extra = _extra_slots(min(total, cache.MAX_CONCURRENT) - 1)
+        try:
+            with ThreadPoolExecutor(max_workers=1 + extra) as pool:
+                futures = {pool.submit(cache.small_cached, key, fn): (key, label) for _, key, label, fn in todo}
+                try:
+                    done = 0
+                    holder.progress(0.0, text=f"{text}: 0 of {total} points")
+                    for fut in as_completed(futures):
+                        key, label = futures[fut]
+                        try:
+                            got[key] = fut.result()
+                        except ValueError as exc:
+                            errors[key] = exc
+                        done += 1
+                        holder.progress(done / total, text=f"{text}: {done} of {total} points (last: {label})")
+                except BaseException:  # a new rerun stopped this one: the points running end (and are kept)
+                    for fut in futures:
+                        fut.cancel()
+                    raise
         finally:
             for _ in range(extra):
                 cache.SLOTS.release()
 
-    return sp.with_readings(cache.run_in_slot(run), scenario, knob)
+    try:
+        cache.with_slot(lambda: cache.run_in_slot(run))
+    finally:
+        holder.empty()
 
 
 def sweep_cached(scenario: Scenario, knob: str, values, slo: SLO | None = None) -> pd.DataFrame:
     """``studies.sweeps.sweep`` (with capacity runs and, with ``slo``, a capacity search within the SLOs per
-    value) through a bounded cache, with the columns the checks read (``studies.planning.with_readings``:
-    offered load per value and peak KV use)."""
-    vals = tuple(float(v) for v in values)
-    return cache.with_slot(lambda: _sweep(scenario, knob, vals, slo))
-
-
-@st.cache_data(max_entries=CAPACITY_ENTRIES, show_spinner=False, hash_funcs=_HASH)
-def _capacity(scenario: Scenario, slo: SLO) -> CapacityResult:
-    return cache.run_in_slot(lambda: capacity(scenario, slo))
+    value) through bounded caches, each value on its own, with the columns the checks read
+    (``studies.planning.with_readings``: offered load per value and peak KV use)."""
+    return sweeps_cached([("sweep", scenario, knob, values, slo)], "Sweeping")[0]
 
 
 def capacity_cached(scenario: Scenario, slo: SLO) -> CapacityResult:
-    """``studies.capacity.capacity`` for the scenario's policy through a bounded cache. The search does not
-    depend on the target traffic or the price: ``studies.planning.plan_capacity`` adds those, so changing them
-    runs nothing."""
+    """``studies.capacity.capacity`` for the scenario's policy through a bounded cache (``cache.SUMMARIES``: a hit
+    hashes nothing and unpickles nothing), on cached reduced runs: another SLO re-reads the capacity run and
+    every rate already tried (here, on Tune, or by an earlier search); the search and its answer are
+    ``capacity``'s. The search does not depend on the target traffic or the price:
+    ``studies.planning.plan_capacity`` adds those, so changing them runs nothing."""
     slo.validate()
-    return cache.with_slot(lambda: _capacity(scenario, slo))
+    key = ("capacity", cache.scenario_token(scenario), slo)
+    found = cache.peek(key)
+    if found is None:
+        found = cache.with_slot(lambda: cache.run_in_slot(
+            lambda: cache.small_cached(key, lambda: _search(scenario, slo), 16384)))
+    # the stored result is shared: each caller gets its own frame (copy-on-write) and class readings
+    return replace(found, points=found.points.copy(deep=False), by_priority=deepcopy(found.by_priority))
 
 
 # ---------------------------------------------------------------- what a page keeps between reruns

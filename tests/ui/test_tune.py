@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from uihelpers import FAST, assert_clean, chart, chart_titles, run_page
@@ -276,3 +277,73 @@ def test_the_slo_inputs_move_the_knee_and_errors_are_messages():
     assert not at.exception and len(at.error) == 1
     assert "TTFT SLO (ms): 3 values for 2 classes (interactive chat, batch analysis)" in unescape(at.error[0].value)
     assert any(c.value == "Showing the last sweep that ran." for c in at.caption)
+
+
+# --- each point cached on its own (issue 11: a move recomputes only what it changes) --------------------------
+
+
+@pytest.fixture
+def sims(monkeypatch):
+    """Every simulation the dashboard's caches run, as (scenario, saturated); the caches start empty."""
+    from batching.ui import cache
+
+    calls = []
+    real = cache.simulate
+
+    def counted(sc, saturated=False):
+        calls.append((sc, saturated))
+        return real(sc, saturated=saturated)
+
+    monkeypatch.setattr(cache, "simulate", counted)
+    monkeypatch.setitem(cache._KERNEL, "ready", True)
+    cache.clear()
+    yield calls
+    cache.clear()
+
+
+def test_sweep_points_are_cached_one_by_one_and_equal_the_library_sweep(sims):
+    from batching.ui import planning
+
+    base = Scenario(workload=workload_preset("mixed", 3.0, 200, 0))
+    slo = default_slo(2)
+    jobs = [(n, base.with_policy(PRESETS[n]), "max_num_seqs", [8.0, 32.0, 128.0], slo) for n in ("continuous",
+                                                                                                  "chunked")]
+    first = planning.sweeps_cached(jobs, "Sweeping")
+    for (_, sc, knob, vals, s), df in zip(jobs, first):
+        pd.testing.assert_frame_equal(df, sp.with_readings(sweep(sc, knob, vals, slo=s), sc, knob))
+    cold = len(sims)
+    assert cold > 2 * 3 * 4  # offered load, capacity run and a capacity search of several rates per point
+    # one more value: only that value's runs (two policies, one point each)
+    sims.clear()
+    wider = [(n, sc, k, [*v, 512.0], s) for n, sc, k, v, s in jobs]
+    more = planning.sweeps_cached(wider, "Sweeping")
+    assert {sc.policy.max_num_seqs for sc, _ in sims} == {512} and len(sims) < cold / 2
+    for old, new in zip(first, more):
+        pd.testing.assert_frame_equal(new.iloc[:3], old)
+    # the same range again, or only the knee share / frontier axis changed: nothing runs
+    sims.clear()
+    planning.sweeps_cached(wider, "Sweeping")
+    assert sims == []
+    # another SLO: the runs at the offered load and at capacity are re-read, and every rate a search already
+    # tried; the frames are still the library's
+    tight = SLO(ttft_s=(1.2, 30.0), tpot_s=0.1)
+    again = planning.sweeps_cached([(n, sc, k, v, tight) for n, sc, k, v, _ in jobs], "Sweeping")
+    assert all(sc.workload.rate_req_s != 3.0 and not sat for sc, sat in sims)  # only new search rates
+    assert len(sims) < cold / 2
+    for (_, sc, knob, vals, _), df in zip(jobs, again):
+        pd.testing.assert_frame_equal(df, sp.with_readings(sweep(sc, knob, vals, slo=tight), sc, knob))
+
+
+def test_a_rate_sweep_shares_one_cached_search_and_errors_stay_per_policy(sims):
+    from batching.ui import planning
+
+    base = Scenario(workload=workload_preset("mixed", 3.0, 200, 0))
+    slo = default_slo(2)
+    jobs = [("continuous", base.with_policy(PRESETS["continuous"]), "rate_req_s", [1.0, 4.0], slo),
+            ("bad", base.with_policy(PRESETS["continuous"]), "kv_cache_tokens", [1.0, 2.0], slo)]
+    df, bad = planning.sweeps_cached(jobs, "Sweeping")
+    pd.testing.assert_frame_equal(df, sp.with_readings(sweep(jobs[0][1], "rate_req_s", [1.0, 4.0], slo=slo),
+                                                       jobs[0][1], "rate_req_s"))
+    assert isinstance(bad, str) and bad
+    with pytest.raises(ValueError):  # the first sweep's error is raised (the page shows it)
+        planning.sweeps_cached(jobs[::-1], "Sweeping")
