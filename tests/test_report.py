@@ -108,6 +108,19 @@ def test_scenario_caption(run):
         "workload trace t.csv at 2x speed · first 2 requests")
 
 
+def test_scenario_caption_names_shared_prompts_bursts_and_sessions(run):
+    wl = run.scenario.workload
+    shared = scenario_caption(run.scenario.with_workload(wl.with_shared_prefix(2000)))
+    assert "workload chat · 2,000-token shared prompt · 2 req/s" in shared  # still the chat preset
+    for kind, params, words in (("gamma", {"cv": 4.0}, "2 req/s · bursty (Gamma CV 4) · 80 requests"),
+                                ("onoff", {"on_s": 5.0, "off_s": 15.0}, "2 req/s · on 5 s / off 15 s"),
+                                ("diurnal", {"peak_to_trough": 3.0, "period_s": 600.0},
+                                 "diurnal peak:trough 3, period 600 s")):
+        assert words in scenario_caption(run.scenario.with_workload(wl.with_arrivals(kind, **params)))
+    sessions = workload_preset("chat-sessions", 2.0, 80, 3)
+    assert "workload chat-sessions · 2 req/s" in scenario_caption(run.scenario.with_workload(sessions))
+
+
 def test_with_caption_is_one_legend_title_at_the_bottom(run):
     """The caption is the title of a legend of its own anchored to the figure's bottom edge (Plotly then makes
     room for it under the axis titles and legends); one invisible, inert entry; applied twice, still one."""

@@ -10,11 +10,12 @@ PNG. The legend holds one invisible entry (a legend with no entry is not drawn).
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import plotly.graph_objects as go
 
 from batching.sim.simulate import Scenario
-from batching.sim.workload import WORKLOAD_PRESETS, SyntheticWorkload, TraceWorkload
+from batching.sim.workload import WORKLOAD_PRESETS, WORKLOAD_SESSIONS, SyntheticWorkload, TraceWorkload
 
 CAPTION_LEGEND = "legend9"  # a legend no builder uses for its series
 CAPTION_NAME = "scenario caption"  # the name of the invisible entry
@@ -30,11 +31,14 @@ def workload_name(workload: SyntheticWorkload | TraceWorkload) -> str:
         if workload.speedup != 1.0:
             text += f" at {workload.speedup:.3g}x speed"
         return text
-    for name, classes in WORKLOAD_PRESETS.items():
-        if tuple(workload.classes) == tuple(classes):
+    # a shared prompt is named on its own (scenario_caption); sessions pick the presets that have them
+    own = tuple(replace(c, shared_prefix_tokens=0) for c in workload.classes)
+    presets = {k: v for k, v in WORKLOAD_PRESETS.items() if (k in WORKLOAD_SESSIONS) == (workload.sessions is not None)}
+    for name, classes in presets.items():
+        if own == tuple(classes):
             return name
     names = [c.name for c in sorted(workload.classes, key=lambda c: c.priority)]
-    for name, classes in WORKLOAD_PRESETS.items():
+    for name, classes in presets.items():
         if names == [c.name for c in sorted(classes, key=lambda c: c.priority)]:
             return f"{name} (own mix)"
     return " + ".join(names)
@@ -55,7 +59,11 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
         parts.append(f"KV cache {dep.kv_capacity_tokens:,} tokens")
     parts.append(f"workload {workload_name(wl)}")
     if isinstance(wl, SyntheticWorkload):
-        parts += [rate or f"{wl.rate_req_s:g} req/s", f"{wl.num_requests:,} requests", f"seed {wl.seed}"]
+        shared = {c.shared_prefix_tokens for c in wl.classes}
+        if shared != {0}:
+            parts.append(f"{'/'.join(f'{t:,}' for t in sorted(shared))}-token shared prompt")
+        parts += [rate or f"{wl.rate_req_s:g} req/s", *_arrival_words(wl), f"{wl.num_requests:,} requests",
+                  f"seed {wl.seed}"]
     else:
         if rate:
             parts.append(rate)
@@ -64,6 +72,20 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
     if policy:
         parts.append(f"policy {policy}")
     return "Simulated: " + " · ".join(parts)
+
+
+def _arrival_words(wl: SyntheticWorkload) -> list[str]:
+    """How the arrivals differ from Poisson, if they do: ``bursty (Gamma CV 4)``, ``on 10 s / off 10 s``, ..."""
+    a = wl.arrivals
+    if a.kind == "gamma":
+        return [f"bursty (Gamma CV {a.cv:g})"]
+    if a.kind == "onoff":
+        return [f"on {a.on_s:g} s / off {a.off_s:g} s"]
+    if a.kind == "diurnal":
+        return [f"diurnal peak:trough {a.peak_to_trough:g}, period {a.period_s:,.0f} s"]
+    if a.kind == "constant":
+        return ["evenly spaced"]
+    return []
 
 
 def _wrapped(text: str) -> str:
