@@ -9,8 +9,8 @@ from batching.sim import calibration as cal
 from batching.charts import costmodel as ccm
 from batching.sim import costmodel as cm
 from batching.sim.simulate import Scenario
-from batching.sim.specs import (KV_BLOCK_TOKENS, Deployment, GPU_ARCHS, deployment, gpu_from_dict, gpu_to_dict,
-                            model_from_dict, model_to_dict)
+from batching.sim.specs import (KV_BLOCK_TOKENS, Deployment, GPU_ARCHS, deployment, deployment_figures, gpu_from_dict,
+                                gpu_to_dict, model_from_dict, model_to_dict)
 from batching.ui import cache, nav, page, widgets
 from batching.ui.safe import plain
 
@@ -77,6 +77,7 @@ def breakdown_section(dep: Deployment, allreduce: str, prompt_mean: float, outpu
                      f"as arithmetic intensity {cm.ridge_intensity(costs):,.0f} FLOP/byte at peak.")
     c[4].metric("Decode step, batch 1", f"{cm.step_time(costs, 1, 0, context, 1) * 1e3:,.1f} ms", border=True,
                 help="One decode step of a single sequence: the floor of TPOT on this node.")
+    figures_row(dep)
     left, right = st.columns(2)
     with left:
         fig = ccm.step_vs_batch(costs, context, BATCH_SIZES, label)
@@ -93,6 +94,41 @@ def breakdown_section(dep: Deployment, allreduce: str, prompt_mean: float, outpu
     widgets.chart(fig, "Per-GPU memory in GiB: weights, the activation reserve, the KV cache and the share vLLM "
                   "leaves free; the title turns the KV cache into tokens and into concurrent requests of this "
                   "workload's mean length.", f"kv_memory_{key}", key=f"kv_{key}")
+
+
+def _billions(n: int) -> str:
+    return f"{n / 1e12:,.2f} T" if n >= 1e12 else f"{n / 1e9:,.1f} B"
+
+
+def figures_row(dep: Deployment) -> None:
+    """Parameters, active parameters, KV bytes per token and the node's KV capacity: the figures of
+    ``python -m batching specs`` (one source, ``deployment_figures``)."""
+    f = deployment_figures(dep)
+    m = dep.model
+    c = st.columns(5)
+    c[0].metric("Parameters", _billions(f["parameters"]), border=True,
+                help="Every weight in memory: attention, MLP or every expert, embeddings, LM head and norms.")
+    moe = (f"{m.experts_per_token} of {m.num_experts} routed experts"
+           + (f" plus {m.shared_experts} shared" if m.shared_experts else "")) if m.is_moe else ""
+    c[1].metric("Active parameters", _billions(f["active_parameters"]), border=True,
+                help=("What one token runs through, the input embedding included: " + moe + " per layer with "
+                      "experts." if m.is_moe else "A dense model: every parameter is active."))
+    if m.is_mla:
+        kv_help = (f"Multi-head latent attention caches one latent of {m.kv_lora_rank} and a shared RoPE key of "
+                   f"{m.qk_rope_head_dim} per token and layer: ({m.kv_lora_rank} + {m.qk_rope_head_dim}) × "
+                   f"{m.num_layers} layers × {dep.kv_bytes_per_element:g} B, whatever the number of heads. Every "
+                   "TP rank holds the whole latent.")
+    else:
+        kv_help = (f"K and V of {m.num_kv_heads} KV heads of {m.head_dim} per layer: 2 × {m.num_kv_heads} × "
+                   f"{m.head_dim} × {m.num_layers} layers × {dep.kv_bytes_per_element:g} B for the whole model; "
+                   f"{f['kv_bytes_per_token_per_gpu']:,.0f} B on each GPU.")
+    c[2].metric(f"KV per token ({f['attention']})", f"{f['kv_bytes_per_token']:,.0f} B", border=True, help=kv_help)
+    c[3].metric("KV cache per GPU", f"{f['kv_cache_gib_per_gpu']:,.1f} GiB", border=True,
+                help=f"Of {f['usable_gib_per_gpu']:,.1f} GiB usable per GPU, after the weights and the activation "
+                     "reserve.")
+    c[4].metric("KV cache per node (tokens)", f"{f['kv_capacity_tokens_node']:,}", border=True,
+                help=f"{f['kv_capacity_tokens']:,} tokens per replica × {f['replicas']} replica"
+                     f"{'s' if f['replicas'] != 1 else ''} (num_gpus / TP).")
 
 
 def custom_form(dep: Deployment) -> tuple | None:
@@ -116,6 +152,20 @@ def custom_form(dep: Deployment) -> tuple | None:
         topk = c[1].number_input("Experts per token", 0, 1024, md["experts_per_token"])
         tied = c[2].checkbox("Tied embeddings", md["tied_embeddings"])
         bias = c[3].checkbox("QKV bias", md["qkv_bias"])
+        f = st.columns(4)
+        shared = f[0].number_input("Shared experts", 0, 64, md["shared_experts"],
+                                   help="Experts every token runs besides its top-k (DeepSeek's n_shared_experts).")
+        first_dense = f[1].number_input("First dense layers", 0, 1000, md["first_dense_layers"],
+                                        help="Leading layers with a dense MLP (DeepSeek's first_k_dense_replace).")
+        dense_ffn = f[2].number_input("Dense FFN width (0 = FFN width)", 0, 1 << 20, md["dense_ffn_size"], step=128,
+                                      help="Those layers' MLP width (DeepSeek's intermediate_size).")
+        st.markdown("**Multi-head latent attention** (DeepSeek-V2/V3, Kimi-K2; KV LoRA rank 0 = none; head dim = "
+                    "no-RoPE part + RoPE part)")
+        g = st.columns(4)
+        kv_lora = g[0].number_input("KV LoRA rank", 0, 65536, md["kv_lora_rank"], step=64)
+        q_lora = g[1].number_input("Query LoRA rank (0 = none)", 0, 65536, md["q_lora_rank"], step=64)
+        rope = g[2].number_input("RoPE head dim", 0, 1024, md["qk_rope_head_dim"], step=16)
+        v_dim = g[3].number_input("Value head dim", 0, 1024, md["v_head_dim"], step=16)
         st.markdown("**GPU** (datasheet figures)")
         d = st.columns(4)
         gname = d[0].text_input("GPU name", gd["name"])
@@ -137,7 +187,12 @@ def custom_form(dep: Deployment) -> tuple | None:
                                  "num_heads": int(heads), "num_kv_heads": int(kv_heads), "head_dim": int(head_dim),
                                  "ffn_size": int(ffn), "vocab_size": int(vocab), "tied_embeddings": bool(tied),
                                  "qkv_bias": bool(bias), "num_experts": int(experts),
-                                 "experts_per_token": int(topk)})
+                                 "experts_per_token": int(topk), "shared_experts": int(shared),
+                                 "first_dense_layers": int(first_dense), "dense_ffn_size": int(dense_ffn),
+                                 "kv_lora_rank": int(kv_lora), "q_lora_rank": int(q_lora) if kv_lora else 0,
+                                 "qk_rope_head_dim": int(rope) if kv_lora else 0,
+                                 "qk_nope_head_dim": int(head_dim) - int(rope) if kv_lora else 0,
+                                 "v_head_dim": int(v_dim) if kv_lora else 0})
         gpu = gpu_from_dict({"name": gname, "memory_gib": mem, "hbm_bandwidth_tb_s": bw, "peak_bf16_tflops": bf16,
                              "peak_fp8_tflops": fp8, "nvlink_gb_s": nvl, "pcie_gb_s": pcie, "arch": arch})
     except ValueError as exc:

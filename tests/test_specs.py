@@ -263,7 +263,7 @@ SUPPORTED = ("LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2For
     ({"architectures": ["JambaForCausalLM"], "model_type": "jamba", "num_hidden_layers": 32, "hidden_size": 4096,
       "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 65536},
      "state-space or recurrent model"),
-    ({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_hidden_layers": 61,
+    ({"architectures": ["MiniCPM3ForCausalLM"], "model_type": "minicpm3", "num_hidden_layers": 61,
       "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
       "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8, "vocab_size": 129280,
       "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64}, "multi-head latent attention (MLA)"),

@@ -1,4 +1,4 @@
-"""``python -m batching run|compare|sweep|capacity|calibrate|report``: the parser and the entry point.
+"""``python -m batching run|compare|sweep|capacity|calibrate|report|specs``: the parser and the entry point.
 
 Each command is a module of this package with ``add_parser(subparsers)``; what they share (flags, validators,
 ``build_scenario``, output checks, error handling) is in ``args.py``. Nothing here is imported back by them, so
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from batching.cli import calibrate, capacity, compare, report, run, sweep
+from batching.cli import calibrate, capacity, compare, report, run, specs, sweep
 from batching.cli.args import PROG, Parser, dispatch
 
-COMMANDS = (run, compare, sweep, capacity, calibrate, report)
+COMMANDS = (run, compare, sweep, capacity, calibrate, report, specs)
 
 
 def make_parser() -> Parser:

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from batching.sim import costmodel as cm
-from batching.sim.specs import GPUS, MODELS, Model, deployment
+from batching.sim.specs import GPUS, MODELS, Deployment, Model, Node, deployment
 
 # --- the calibration model: Llama-2-70B as Vidur profiled it ------------------------------
 # Llama-2-70B (meta-llama/Llama-2-70b-hf config.json): 64 heads, 8 KV heads, head dim 128,
@@ -393,6 +393,9 @@ def constants_table() -> pd.DataFrame:
         ("attention", "decode attention bandwidth efficiency", cm.ATTN_DECODE_MEMORY_EFF, "",
          "FlashInfer blog 2024-02-02: paged batch-decode kernels run near the bandwidth roofline at long "
          "contexts, lower at short ones"),
+        ("attention", "MLA decode compute efficiency (of BF16 peak)", cm.MLA_DECODE_COMPUTE_EFF, "",
+         "deepseek-ai/FlashMLA README: 580 TFLOPS compute-bound on H800 SXM5 (989 TFLOP/s BF16 peak); applies "
+         "only where the absorbed MLA decode is compute-bound (many heads per GPU); not measured here"),
         ("all-reduce", "default implementation", cm.DEFAULT_ALLREDUCE, "",
          "vLLM's custom all-reduce under CUDA graphs (decode steps); measured by NVIDIA aiconfigurator"),
         ("all-reduce", "NVLink bandwidth the tables were measured at", cm.H100_NVLINK_BPS / 1e9, "GB/s",
@@ -433,9 +436,93 @@ def model_table() -> pd.DataFrame:
     """The model presets: shapes and parameter counts (config.json of each release)."""
     rows = []
     for key, m in MODELS.items():
+        experts = ""
+        if m.is_moe:
+            experts = f"{m.experts_per_token} of {m.num_experts}"
+            experts += f" + {m.shared_experts} shared" if m.shared_experts else ""
+            experts += f", first {m.first_dense_layers} dense" if m.first_dense_layers else ""
         rows.append({"id": key, "name": m.name, "layers": m.num_layers, "hidden": m.hidden_size,
-                     "heads": m.num_heads, "kv_heads": m.num_kv_heads, "head_dim": m.head_dim, "ffn": m.ffn_size,
-                     "vocab": m.vocab_size, "experts": f"{m.experts_per_token} of {m.num_experts}" if m.is_moe else "",
+                     "heads": m.num_heads, "kv_heads": f"MLA {m.kv_lora_rank}+{m.qk_rope_head_dim}" if m.is_mla
+                     else m.num_kv_heads, "head_dim": m.head_dim, "ffn": m.ffn_size,
+                     "vocab": m.vocab_size, "experts": experts,
                      "params_B": m.num_params / 1e9, "active_params_B": m.active_params / 1e9,
                      "kv_KiB_per_token_bf16": m.kv_bytes_per_token() / 1024})
     return pd.DataFrame(rows)
+
+
+def mla_markdown() -> str:
+    """The "MLA and large MoE models" section of docs/CALIBRATION.md: sources, what the cost model assumes for
+    multi-head latent attention and DeepSeek's mixture of experts, and what is not calibrated."""
+    rows = []
+    for key in ("deepseek-v3", "kimi-k2"):
+        m = MODELS[key]
+        for gpu in ("h100-sxm", "h200-sxm", "b200"):
+            try:
+                d = deployment(gpu, m, 8, precision="fp8")
+                fit = f"{d.weight_bytes_per_gpu / 2**30:.1f} GiB per GPU, {d.kv_capacity_tokens:,} KV tokens"
+            except ValueError:
+                need = Deployment(Node(GPUS[gpu], 8, 8), m, "fp8").weight_bytes_per_gpu / 2**30
+                fit = f"does not fit ({need:.1f} GiB of weights per GPU)"
+            rows.append(f"| {m.name} | 8x {GPUS[gpu].name} | {fit} |")
+    v3, k2 = MODELS["deepseek-v3"], MODELS["kimi-k2"]
+    return f"""## MLA and large MoE models
+
+Sources: DeepSeek-V2 paper (arXiv:2405.04434, section 2.1: multi-head latent attention and its absorbed
+form), DeepSeek-V3 technical report (arXiv:2412.19437: 671B total, 37B activated, 61 layers, 256 routed
+experts of which 8 per token plus 1 shared, FP8 weights), the `config.json` of `deepseek-ai/DeepSeek-V3`
+and `moonshotai/Kimi-K2-Instruct` (every shape below; the values are quoted beside the presets in
+`batching/sim/specs.py`), DeepSeek-V3's `README_WEIGHTS.md` (36.6B activated parameters counting the output
+head but not the input embedding lookup; the MTP module's 11.5B more), and the FlashMLA README
+(deepseek-ai/FlashMLA: 3,000 GB/s memory-bound, 580 TFLOPS compute-bound on H800 SXM5).
+
+- KV cache: one latent of `kv_lora_rank` elements plus one shared RoPE key of `qk_rope_head_dim` per token and
+  layer, whatever the number of heads: DeepSeek-V3 and Kimi-K2 in BF16 (512 + 64) × 61 × 2 =
+  {v3.kv_bytes_per_token():,.0f} bytes per token (Qwen2.5-72B's GQA: 327,680). Under tensor parallelism every
+  rank holds the whole latent (vLLM's and SGLang's MLA backends replicate it; SGLang's DP attention does not),
+  so a GPU holds {v3.kv_bytes_per_token():,.0f} bytes per token at any TP degree. An FP8 KV cache halves it.
+  For the whole model that is 7.3x less than Llama-3.1-405B's GQA cache (516,096 bytes), but at TP 8 the GQA
+  model splits its 8 KV heads over the ranks (64,512 bytes per GPU) while MLA keeps the whole latent on each:
+  per GPU the two hold and read about as much per token.
+- Parameters: q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj and o_proj per layer; routed experts, the
+  shared expert and the router in the layers with experts, a dense MLP of `intermediate_size` in the first
+  `first_k_dense_replace` layers. DeepSeek-V3: {v3.num_params / 1e9:.1f}B total (published 671B),
+  {v3.active_params / 1e9:.2f}B active with the input embedding, {(v3.active_params - v3.embedding_params) / 1e9:.2f}B
+  without it (published 37B; 36.6B in README_WEIGHTS.md). Kimi-K2: {k2.num_params / 1e12:.3f}T total
+  (published "1T"), {k2.active_params / 1e9:.2f}B active with the input embedding,
+  {(k2.active_params - k2.embedding_params) / 1e9:.2f}B without it (published "32B"). The MTP module is not
+  counted (vLLM loads it only for speculative decoding).
+- Weights: FP8 as published; embeddings, LM head and norms in BF16. At TP 8:
+
+| model | node | FP8 weights |
+|---|---|---|
+{chr(10).join(rows)}
+
+- Linear layers: FLOPs of the active parameters per token; weight reads of attention, routers, the shared
+  expert and the dense layers' MLPs every step, plus the routed experts the step's tokens touch (uniform
+  routing), averaged over the layers (3 of DeepSeek-V3's 61 layers and 1 of Kimi-K2's are dense). kv_b_proj
+  counts as a linear layer: in the absorbed decode form it multiplies each token's query and output once.
+- Decode attention (absorbed form): per cached token and layer, the latent's bytes at
+  {cm.ATTN_DECODE_MEMORY_EFF:.0%} of HBM bandwidth (the paged kernels' figure) or 2 · (2 · kv_lora_rank +
+  qk_rope_head_dim) FLOPs per head on the GPU's heads at {cm.MLA_DECODE_COMPUTE_EFF:.0%} of the BF16 peak
+  (FlashMLA), whichever is slower. DeepSeek-V3 at TP 8 (16 heads per GPU) is memory-bound on every GPU here;
+  at TP 1 (128 heads) it would be compute-bound.
+- Prompt attention (non-absorbed form): 2 · heads · (qk_nope + qk_rope + v_head_dim) FLOPs per query-key pair
+  per layer at {cm.ATTN_PREFILL_EFF:.0%} of the BF16 peak, like the other models.
+
+Custom models: a Hugging Face `config.json` of `DeepseekV2ForCausalLM` or `DeepseekV3ForCausalLM` (Kimi-K2's
+too, `model_type` `kimi_k2`) loads as an MLA model (`--model-json`, the dashboard's form): `kv_lora_rank`,
+`q_lora_rank` (null = no query bottleneck), `qk_rope_head_dim`, `qk_nope_head_dim`, `v_head_dim`,
+`n_shared_experts`, `first_k_dense_replace` and `intermediate_size` (the dense layers' MLP) besides the usual
+keys; experts in only every `moe_layer_freq`-th layer are refused. `python -m batching specs --model M --gpu G
+--tp T --precision P [--kv-dtype fp8] [--json]` prints what fits and how much KV cache (the Model and hardware
+page shows the same figures).
+
+Not calibrated: no MLA kernel time and no DeepSeek-V3 or Kimi-K2 serving run was measured or compared. The
+model assumes the decode kernels reach the GQA kernels' {cm.ATTN_DECODE_MEMORY_EFF:.0%} of bandwidth (FlashMLA
+claims 0.9 on H800) and FlashMLA's compute efficiency; the linear layers use the smooth roofline fitted to
+Llama-2-70B's GEMMs, with no measurement of FP8 block-scaled GEMMs or of the grouped expert GEMMs; the
+experts are sharded by tensor parallelism (no expert parallelism, no expert load imbalance); the
+re-decompression of earlier context during chunked MLA prefill, the MTP module and SGLang's DP attention are not
+modelled. Treat its DeepSeek-V3 and Kimi-K2 figures as a roofline estimate, not a calibrated prediction.
+
+"""

@@ -55,6 +55,17 @@ ATTN_PREFILL_EFF = 0.35
 # (FlashInfer blog 2024-02-02, "Accelerating Self-Attentions for LLM Serving with FlashInfer",
 # batch-decode bandwidth-utilisation figures); 0.7 of peak HBM bandwidth.
 ATTN_DECODE_MEMORY_EFF = 0.7
+# Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2) decodes in the absorbed form (DeepSeek-V2 paper,
+# arXiv:2405.04434, section 2.1.3; vLLM's and SGLang's MLA backends): W_UK folds into the query and W_UV into
+# the output (kv_b_proj's FLOPs per token, counted with the linear layers), so every head attends over the
+# cached latent itself: per (query, key) pair and head 2 * (kv_lora_rank + rope) FLOPs for QK^T and
+# 2 * kv_lora_rank for PV, reading the latent once for all heads. With many heads per GPU that is no longer
+# memory-bound; FlashMLA (deepseek-ai/FlashMLA README: "up to 3000 GB/s in memory-bound configuration and 580
+# TFLOPS in computation-bound configuration on H800 SXM5", i.e. 0.9 of its 3.35 TB/s and 0.59 of its 989
+# TFLOP/s BF16 peak) gives the compute side; the memory side keeps ATTN_DECODE_MEMORY_EFF (no MLA kernel time
+# was measured here). Prompts use the non-absorbed form: K and V decompressed per head, QK^T over
+# qk_nope + qk_rope and PV over v_head_dim, at ATTN_PREFILL_EFF.
+MLA_DECODE_COMPUTE_EFF = 0.59
 # Per-step fixed time outside the kernels: scheduling, input preparation, sampling hand-off
 # and the gaps between CUDA-graph launches. vLLM's v0.6.0 release post ("vLLM v0.6.0: 2.7x
 # Throughput Improvement and 5x Latency Reduction", 2024-09-05) measured these CPU overheads
@@ -217,10 +228,13 @@ def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel
     c[C_LAYERS] = m.num_layers
     c[C_LIN_FLOPS_TOK] = 2.0 * m.active_linear_params_per_layer / tp
     if m.is_moe:
-        c[C_LIN_BYTES] = (m.attn_params_per_layer + m.router_params_per_layer) * bpw / tp
+        # weights every step reads (attention, router; DeepSeek's shared experts and leading dense layers'
+        # MLPs, averaged over the layers), then the routed experts the step touches: one expert's bytes
+        # scaled by the share of layers that have experts (1 unless some are dense)
+        c[C_LIN_BYTES] = m.step_read_params_per_layer * bpw / tp
         c[C_MOE_EXPERTS] = m.num_experts
         c[C_MOE_TOPK] = m.experts_per_token
-        c[C_MOE_EXPERT_BYTES] = m.expert_params * bpw / tp
+        c[C_MOE_EXPERT_BYTES] = m.expert_params * m.moe_layer_fraction * bpw / tp
     else:
         c[C_LIN_BYTES] = m.linear_params_per_layer * bpw / tp
     c[C_LIN_FLOPS_RATE] = peak * lin["eff_compute"]
@@ -233,10 +247,18 @@ def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel
         * (gpu_ref["hbm_bw_Bps"] / gpu.hbm_bw_Bps)
     c[C_ELEM_P] = el["p"]
     # QK^T and PV: 2 matmuls x 2 FLOPs x head_dim per (query, key) pair per head; BF16 kernels
-    c[C_ATTN_FLOPS_COEF] = 4.0 * m.num_heads * m.head_dim / tp
+    c[C_ATTN_FLOPS_COEF] = prefill_attn_flops_per_pair(m) / tp
     c[C_ATTN_RATE] = gpu.peak_bf16_flops * ATTN_PREFILL_EFF
     c[C_KV_BYTES_TOK_LAYER] = dep.kv_bytes_per_token_per_gpu / m.num_layers
     c[C_KV_BW] = gpu.hbm_bw_Bps * ATTN_DECODE_MEMORY_EFF
+    if m.is_mla:
+        # decode attention per cached token: the latent's bytes at the paged kernels' bandwidth or the absorbed
+        # form's FLOPs at FlashMLA's efficiency, whichever is slower; both grow with the context read, so the
+        # slower one is an effective bandwidth the engine's bytes term already uses
+        t_bytes = c[C_KV_BYTES_TOK_LAYER] / c[C_KV_BW]
+        t_flops = decode_attn_flops_per_token(m) / tp / (gpu.peak_bf16_flops * MLA_DECODE_COMPUTE_EFF)
+        if t_flops > t_bytes:
+            c[C_KV_BW] = c[C_KV_BYTES_TOK_LAYER] / t_flops
     # LM head: a BF16 GEMM in every precision (FP8 checkpoints keep it in BF16)
     c[C_LM_FLOPS_SEQ] = 2.0 * m.vocab_size * m.hidden_size / tp
     c[C_LM_BYTES] = m.vocab_size * m.hidden_size * BYTES_PER_WEIGHT["bf16"] / tp
@@ -258,6 +280,23 @@ def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel
             c[c_v:c_v + k] = f["segment_factors"]
     x, y = allreduce_table(allreduce, tp)
     return CostModel(c, x, y, allreduce)
+
+
+def prefill_attn_flops_per_pair(model) -> float:
+    """Prompt attention FLOPs per (query, key) pair per layer, all heads: 2 for QK^T and 2 for PV per head
+    dimension. MLA prefills in the non-absorbed form: QK^T over qk_nope + qk_rope, PV over v_head_dim."""
+    if model.is_mla:
+        return 2.0 * model.num_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+    return 4.0 * model.num_heads * model.head_dim
+
+
+def decode_attn_flops_per_token(model) -> float:
+    """Decode attention FLOPs per cached token read per layer, all heads: 4 * head_dim per head for multi-head
+    or grouped-query attention; MLA's absorbed form, 2 * (kv_lora_rank + qk_rope) for QK^T and 2 * kv_lora_rank
+    for PV per head (DeepSeek-V3: 2,176 per head, 278,528 for its 128 heads)."""
+    if model.is_mla:
+        return 2.0 * model.num_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+    return 4.0 * model.num_heads * model.head_dim
 
 
 # --- jitted pieces ----------------------------------------------------------------------

@@ -105,9 +105,19 @@ class Model:
     """A decoder-only transformer, as its config.json describes it.
 
     Mixture of experts: ``num_experts`` > 0 replaces the MLP by that many experts of width
-    ``ffn_size`` each (``moe_intermediate_size`` in Qwen3-MoE configs) plus a router, and each
+    ``ffn_size`` each (``moe_intermediate_size`` in Qwen3-MoE and DeepSeek configs) plus a router, and each
     token runs ``experts_per_token`` of them. Memory holds every expert; compute uses the
-    active ones (see ``active_linear_params_per_layer``).
+    active ones (see ``active_linear_params_per_layer``). DeepSeek's MoE (DeepSeek-V2/V3, Kimi-K2) adds
+    ``shared_experts`` experts every token runs (``n_shared_experts``) and keeps the first
+    ``first_dense_layers`` layers dense (``first_k_dense_replace``) with an MLP of width ``dense_ffn_size``
+    (``intermediate_size``; 0 = ``ffn_size``).
+
+    Multi-head latent attention (MLA; DeepSeek-V2/V3/R1, Kimi-K2): ``kv_lora_rank`` > 0. Each token caches one
+    latent of ``kv_lora_rank`` elements plus a shared RoPE key of ``qk_rope_head_dim`` per layer, whatever the
+    number of heads; queries go through a rank-``q_lora_rank`` bottleneck (0 = a full query projection), each of
+    the ``num_heads`` heads has a query/key of ``qk_nope_head_dim`` + ``qk_rope_head_dim`` (= ``head_dim``) and a
+    value of ``v_head_dim`` (DeepSeek-V2 paper, arXiv:2405.04434, section 2.1; DeepSeek-V3 technical report,
+    arXiv:2412.19437, section 2.1.1).
     """
 
     name: str
@@ -122,6 +132,14 @@ class Model:
     qkv_bias: bool = False
     num_experts: int = 0  # 0 = dense MLP
     experts_per_token: int = 0  # top-k routing (mixture of experts only)
+    shared_experts: int = 0  # experts every token runs besides its top-k (n_shared_experts)
+    first_dense_layers: int = 0  # leading layers with a dense MLP instead of experts (first_k_dense_replace)
+    dense_ffn_size: int = 0  # those layers' MLP width (intermediate_size); 0 = ffn_size
+    kv_lora_rank: int = 0  # MLA: latent KV rank (0 = multi-head / grouped-query attention)
+    q_lora_rank: int = 0  # MLA: query bottleneck rank (0 = none)
+    qk_rope_head_dim: int = 0  # MLA: RoPE part of each query/key head (one shared RoPE key per token)
+    qk_nope_head_dim: int = 0  # MLA: non-RoPE part of each query/key head
+    v_head_dim: int = 0  # MLA: value head width
 
     def validate(self) -> None:
         _check_name(self.name)
@@ -140,17 +158,67 @@ class Model:
             if self.experts_per_token != 0:
                 raise ValueError(f"experts_per_token={self.experts_per_token} needs num_experts > 0; "
                                  "allowed 0 for a dense model")
+            for key in ("shared_experts", "first_dense_layers"):
+                if getattr(self, key) != 0:
+                    raise ValueError(f"{key}={getattr(self, key)} needs num_experts > 0; allowed 0 for a dense model")
         else:
             _check_range("num_experts", self.num_experts, 2, 1024)
             _check_range("experts_per_token", self.experts_per_token, 1, self.num_experts)
+            _check_range("shared_experts", self.shared_experts, 0, MODEL_LIMITS["shared_experts"][1])
+            _check_range("first_dense_layers", self.first_dense_layers, 0, self.num_layers - 1)
+        if self.dense_ffn_size != 0:
+            _check_range("dense_ffn_size", self.dense_ffn_size, 64, 1 << 20)
+        if self.kv_lora_rank == 0:
+            for key in ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+                if getattr(self, key) != 0:
+                    raise ValueError(f"{key}={getattr(self, key)} needs kv_lora_rank > 0 (multi-head latent "
+                                     "attention); allowed 0 for multi-head or grouped-query attention")
+        else:
+            _check_range("kv_lora_rank", self.kv_lora_rank, 16, MODEL_LIMITS["kv_lora_rank"][1])
+            if self.q_lora_rank != 0:
+                _check_range("q_lora_rank", self.q_lora_rank, 16, MODEL_LIMITS["q_lora_rank"][1])
+            _check_range("qk_rope_head_dim", self.qk_rope_head_dim, 0, 1024)
+            _check_range("qk_nope_head_dim", self.qk_nope_head_dim, 1, 1024)
+            _check_range("v_head_dim", self.v_head_dim, 1, 1024)
+            if self.head_dim != self.qk_nope_head_dim + self.qk_rope_head_dim:
+                raise ValueError(f"head_dim={self.head_dim} must be qk_nope_head_dim + qk_rope_head_dim = "
+                                 f"{self.qk_nope_head_dim + self.qk_rope_head_dim} for multi-head latent attention")
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (a compressed latent KV cache)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers with experts (0 for a dense model)."""
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    def _per_layer(self, total: int) -> int | float:
+        """A whole-model count as a mean per layer: exact (an int) when every layer is alike."""
+        return total // self.num_layers if total % self.num_layers == 0 else total / self.num_layers
+
     # --- parameter counts -------------------------------------------------
     @property
     def attn_params_per_layer(self) -> int:
+        if self.is_mla:
+            # DeepSeek-V3 modeling code (DeepseekV3Attention): q_a_proj (hidden x q_lora_rank) and q_b_proj
+            # (q_lora_rank x heads x (nope + rope)), or q_proj without the bottleneck; kv_a_proj_with_mqa
+            # (hidden x (kv_lora_rank + rope)); kv_b_proj (kv_lora_rank x heads x (nope + v)); o_proj
+            # (heads x v x hidden). Their RMSNorms (q_a_layernorm, kv_a_layernorm) are in non_linear_params.
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = self.hidden_size * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk
+            else:
+                q = self.hidden_size * self.num_heads * qk
+            kv_a = self.hidden_size * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv_b = self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            o = self.num_heads * self.v_head_dim * self.hidden_size
+            return q + kv_a + kv_b + o
         q = self.hidden_size * self.num_heads * self.head_dim
         kv = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
         o = self.num_heads * self.head_dim * self.hidden_size
@@ -163,29 +231,56 @@ class Model:
         return 3 * self.hidden_size * self.ffn_size
 
     @property
+    def dense_mlp_params(self) -> int:
+        """The gated MLP of a dense layer of a mixture of experts (DeepSeek's first_k_dense_replace layers)."""
+        return 3 * self.hidden_size * (self.dense_ffn_size or self.ffn_size)
+
+    @property
     def router_params_per_layer(self) -> int:
+        """The router of one layer with experts."""
         return self.hidden_size * self.num_experts
 
     @property
-    def mlp_params_per_layer(self) -> int:
-        """Every expert (what memory holds)."""
+    def always_run_params_per_moe_layer(self) -> int:
+        """What every token of a layer with experts runs besides its top-k: the router and the shared experts."""
+        return self.router_params_per_layer + self.shared_experts * self.expert_params
+
+    @property
+    def mlp_params_per_layer(self) -> int | float:
+        """Every expert (what memory holds); the mean over layers when some are dense."""
         if self.is_moe:
-            return self.num_experts * self.expert_params + self.router_params_per_layer
+            moe = self.num_experts * self.expert_params + self.always_run_params_per_moe_layer
+            return self._per_layer(self.num_moe_layers * moe + self.first_dense_layers * self.dense_mlp_params)
         return self.expert_params
 
     @property
-    def active_mlp_params_per_layer(self) -> int:
-        """The experts one token runs through (what its FLOPs use)."""
+    def active_mlp_params_per_layer(self) -> int | float:
+        """The experts one token runs through (what its FLOPs use); the mean over layers when some are dense."""
         if self.is_moe:
-            return self.experts_per_token * self.expert_params + self.router_params_per_layer
+            moe = self.experts_per_token * self.expert_params + self.always_run_params_per_moe_layer
+            return self._per_layer(self.num_moe_layers * moe + self.first_dense_layers * self.dense_mlp_params)
         return self.expert_params
 
     @property
-    def linear_params_per_layer(self) -> int:
+    def step_read_params_per_layer(self) -> int | float:
+        """Weights every step reads whatever its tokens route to, mean per layer: attention, routers, shared
+        experts and dense layers' MLPs (the routed experts a step touches come on top; a dense model: all)."""
+        if not self.is_moe:
+            return self.linear_params_per_layer
+        return self.attn_params_per_layer + self._per_layer(
+            self.num_moe_layers * self.always_run_params_per_moe_layer + self.first_dense_layers * self.dense_mlp_params)
+
+    @property
+    def moe_layer_fraction(self) -> float:
+        """Share of layers with routed experts (1.0 unless some layers are dense)."""
+        return self.num_moe_layers / self.num_layers if self.is_moe else 0.0
+
+    @property
+    def linear_params_per_layer(self) -> int | float:
         return self.attn_params_per_layer + self.mlp_params_per_layer
 
     @property
-    def active_linear_params_per_layer(self) -> int:
+    def active_linear_params_per_layer(self) -> int | float:
         return self.attn_params_per_layer + self.active_mlp_params_per_layer
 
     @property
@@ -194,22 +289,29 @@ class Model:
 
     @property
     def non_linear_params(self) -> int:
-        """Embeddings, LM head and norms: kept in BF16 by FP8 checkpoints."""
+        """Embeddings, LM head and norms (MLA's q_a and kv_a RMSNorms too): kept in BF16 by FP8 checkpoints."""
         head = 0 if self.tied_embeddings else self.embedding_params
         norms = (2 * self.num_layers + 1) * self.hidden_size
+        if self.is_mla:
+            norms += self.num_layers * (self.q_lora_rank + self.kv_lora_rank)
         return self.embedding_params + head + norms
 
     @property
     def num_params(self) -> int:
-        return self.num_layers * self.linear_params_per_layer + self.non_linear_params
+        return round(self.num_layers * self.linear_params_per_layer) + self.non_linear_params
 
     @property
     def active_params(self) -> int:
-        """Parameters one token runs through (= num_params for a dense model)."""
-        return self.num_layers * self.active_linear_params_per_layer + self.non_linear_params
+        """Parameters one token runs through (= num_params for a dense model), the input embedding included (as
+        Mixtral's 12.9B and Qwen3-30B-A3B's 3.3B count; DeepSeek's 36.6B leaves the embedding lookup out)."""
+        return round(self.num_layers * self.active_linear_params_per_layer) + self.non_linear_params
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float = 2.0) -> float:
-        """K and V of every layer for one token, whole model (all TP ranks)."""
+        """The KV cache of every layer for one token, whole model: K and V of every KV head, or for multi-head
+        latent attention the latent and the shared RoPE key, (kv_lora_rank + qk_rope_head_dim) x layers
+        (DeepSeek-V3 in BF16: (512 + 64) x 61 x 2 = 70,272 bytes)."""
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.num_layers * kv_bytes_per_element
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_bytes_per_element
 
 
@@ -276,7 +378,30 @@ MODELS: dict[str, Model] = {
     # 30.5B parameters in memory, 3.3B active (its q/k RMSNorm weights, 256 per layer, omitted).
     "qwen3-30b-a3b": Model("Qwen3-30B-A3B", 48, 2048, 32, 4, 128, 768, 151936, num_experts=128,
                            experts_per_token=8),
+    # deepseek-ai/DeepSeek-V3 config.json: num_hidden_layers 61, hidden_size 7168, num_attention_heads 128,
+    # num_key_value_heads 128, q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64,
+    # v_head_dim 128, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, moe_intermediate_size
+    # 2048, first_k_dense_replace 3, intermediate_size 18432, vocab_size 129280, tie_word_embeddings false.
+    # 671.0B parameters, 37.5B active (36.6B without the input embedding, as DeepSeek counts: 671B / 37B in the
+    # technical report, arXiv:2412.19437; 36.6B in the release's README_WEIGHTS.md); the MTP module
+    # (num_nextn_predict_layers 1, 11.5B more) is left out, as vLLM serves it only for speculative decoding.
+    # Published in FP8 (quantization_config: fp8 e4m3, 128x128 blocks): 78 GiB per GPU at TP 8.
+    "deepseek-v3": Model("DeepSeek-V3", 61, 7168, 128, 128, 192, 2048, 129280, num_experts=256,
+                         experts_per_token=8, shared_experts=1, first_dense_layers=3, dense_ffn_size=18432,
+                         kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                         v_head_dim=128),
+    # moonshotai/Kimi-K2-Instruct config.json (architectures DeepseekV3ForCausalLM, model_type kimi_k2):
+    # num_hidden_layers 61, hidden_size 7168, num_attention_heads 64, num_key_value_heads 64, q_lora_rank 1536,
+    # kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, n_routed_experts 384,
+    # num_experts_per_tok 8, n_shared_experts 1, moe_intermediate_size 2048, first_k_dense_replace 1,
+    # intermediate_size 18432, vocab_size 163840, tie_word_embeddings false. 1.026T parameters (Moonshot: "1T
+    # total"), 32.9B active (31.7B without the input embedding; Moonshot: "32B activated"). Published in FP8.
+    "kimi-k2": Model("Kimi-K2", 61, 7168, 64, 64, 192, 2048, 163840, num_experts=384, experts_per_token=8,
+                     shared_experts=1, first_dense_layers=1, dense_ffn_size=18432, kv_lora_rank=512,
+                     q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
 }
+# The precision each model's weights are published in, where it is not BF16 (the specs command's default)
+PUBLISHED_PRECISION: dict[str, str] = {"deepseek-v3": "fp8", "kimi-k2": "fp8"}
 
 DEFAULT_GPU = "h100-sxm"
 DEFAULT_MODEL = "qwen2.5-72b"
@@ -351,8 +476,35 @@ class Deployment:
                     hints.append("precision fp8" + ("" if tp == self.node.tp else f" with tp={tp}"))
                     break
         if not hints:
+            elsewhere = self._fits_elsewhere()
+            if elsewhere:
+                return ("no tensor-parallel degree or precision on this node fits it; use a GPU with more "
+                        "memory: it fits on " + " or ".join(elsewhere))
             return "no tensor-parallel degree or precision on this node fits it; use a GPU with more memory"
         return "it fits with " + " or ".join(hints)
+
+    def _fits_elsewhere(self) -> list[str]:
+        """The preset GPUs (as many as this node has, up to TP 8) on which the model fits: the lowest precision
+        and TP degree that do, e.g. '8x H200 SXM 141GB in fp8 with tp=8'."""
+        out = []
+        n = self.node.num_gpus
+        for gpu in GPUS.values():
+            if gpu == self.node.gpu or gpu.memory_bytes <= self.node.gpu.memory_bytes:
+                continue
+            found = None
+            for precision in sorted({self.precision, "fp8"}, key=PRECISIONS.index):
+                if precision == "fp8" and gpu.peak_fp8_flops <= 0:
+                    continue
+                for tp in (1, 2, 4, 8):
+                    if tp <= n and n % tp == 0 and self.model.num_heads % tp == 0 and replace(
+                            self, precision=precision, node=Node(gpu, n, tp))._fits():
+                        found = (precision, tp)
+                        break
+                if found:
+                    break
+            if found:
+                out.append(f"{n}x {gpu.name} in {found[0]} with tp={found[1]}")
+        return out
 
     def _fits(self) -> bool:
         return self.kv_bytes_available_per_gpu >= self.kv_bytes_per_token_per_gpu * KV_BLOCK_TOKENS
@@ -385,6 +537,10 @@ class Deployment:
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
+        if self.model.is_mla:
+            # one latent per token serves every head: each TP rank holds all of it (vLLM's and SGLang's MLA
+            # backends under tensor parallelism replicate the latent cache; SGLang's DP attention avoids that)
+            return self.model.kv_bytes_per_token(self.kv_bytes_per_element)
         # KV heads are split across TP ranks (replicated when tp > num_kv_heads)
         heads_per_gpu = max(1, self.model.num_kv_heads // self.node.tp)
         return 2 * self.model.num_layers * heads_per_gpu * self.model.head_dim * self.kv_bytes_per_element
@@ -465,6 +621,14 @@ MODEL_LIMITS: dict[str, tuple[int, int]] = {
     "vocab_size": (1, 1 << 22),
     "num_experts": (0, 1024),
     "experts_per_token": (0, 1024),
+    "shared_experts": (0, 64),
+    "first_dense_layers": (0, 1000),
+    "dense_ffn_size": (0, 1 << 20),
+    "kv_lora_rank": (0, 65536),
+    "q_lora_rank": (0, 65536),
+    "qk_rope_head_dim": (0, 1024),
+    "qk_nope_head_dim": (0, 1024),
+    "v_head_dim": (0, 1024),
 }
 MODEL_JSON_FIELDS = {f.name: f for f in fields(Model)}
 # Hugging Face config.json keys -> Model fields (first key found wins)
@@ -478,13 +642,22 @@ HF_KEYS = {
     "tied_embeddings": ("tie_word_embeddings",),
     "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
     "experts_per_token": ("num_experts_per_tok",),
+    # DeepSeek-V2/V3 and Kimi-K2 (DeepseekV3ForCausalLM): shared experts, leading dense layers, MLA
+    "shared_experts": ("n_shared_experts",),
+    "first_dense_layers": ("first_k_dense_replace",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "q_lora_rank": ("q_lora_rank",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
 }
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 HF_QKV_BIAS_TYPES = ("qwen2",)  # architectures whose attention has q/k/v biases
-# Hugging Face architectures whose shapes Model describes exactly (decoder-only, multi-head or grouped-query
-# attention, a gated MLP or top-k experts without shared experts), with their model_type. Anything else is
-# refused rather than approximated: state-space models have no KV cache per token, DeepSeek's multi-head latent
-# attention caches a compressed latent (a KV cache 25x smaller than these shapes say), multimodal wrappers hold a
-# vision tower and keep the language model in text_config.
+# Hugging Face architectures whose shapes Model describes exactly (decoder-only, multi-head, grouped-query or
+# multi-head latent attention, a gated MLP or top-k experts, DeepSeek's shared experts and leading dense layers),
+# with their model_type. Anything else is refused rather than approximated: state-space models have no KV cache
+# per token, Qwen2-MoE's shared expert has its own width and gate, multimodal wrappers hold a vision tower and
+# keep the language model in text_config.
 HF_ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
@@ -492,7 +665,10 @@ HF_ARCHITECTURES: dict[str, str] = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",  # also Kimi-K2's (model_type kimi_k2)
 }
+HF_MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
 HF_MARKERS = ("architectures", "model_type", "num_hidden_layers", "text_config")  # keys that mark a config.json
 MAX_SPEC_BYTES = 1 << 20  # a config.json is a few KB
 
@@ -607,20 +783,28 @@ def _check_architecture(d: dict) -> None:
         raise ValueError("config.json names neither its architectures nor its model_type; supported "
                          f"architectures: {_supported_architectures()} (or write the model with Model's fields: "
                          f"{', '.join(MODEL_JSON_FIELDS)})")
-    if ok and "text_config" not in d and "vision_config" not in d and "kv_lora_rank" not in d:
+    deepseek = bool(archs) and all(a in HF_MLA_ARCHITECTURES for a in archs) or (
+        not archs and model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"))
+    if not archs and model_type == "kimi_k2":
+        ok = True
+    if ok and "text_config" not in d and "vision_config" not in d and ("kv_lora_rank" not in d or deepseek):
         if d.get("use_sliding_window") is True or (
                 "mistral" in names and isinstance(d.get("sliding_window"), int) and d.get("sliding_window")):
             why = "its sliding-window attention caches only the last window of tokens, which is not modelled"
         elif d.get("mlp_only_layers") or d.get("decoder_sparse_step") not in (None, 1):
             why = "it mixes dense and mixture-of-experts layers, which is not modelled"
+        elif deepseek and d.get("moe_layer_freq") not in (None, 1):
+            why = "its experts sit in every moe_layer_freq-th layer only, which is not modelled"
+        elif deepseek and not d.get("kv_lora_rank"):
+            why = "a DeepSeek model without multi-head latent attention (kv_lora_rank) is not modelled"
         else:
             return
     elif any(w in names for w in ("mamba", "jamba", "zamba", "rwkv", "recurrent", "ssm")) or "state_size" in d \
             or "ssm_cfg" in d:
         why = "a state-space or recurrent model (Mamba, Jamba, RWKV) keeps no per-token KV cache in those layers"
     elif "kv_lora_rank" in d or "deepseekv2" in names or "deepseekv3" in names or "deepseek_v" in names:
-        why = ("its multi-head latent attention (MLA) caches a compressed latent per token, which is not "
-               "modelled yet")
+        why = ("its multi-head latent attention (MLA) is modelled for the DeepSeek-V2/V3 architectures only, "
+               "whose other layers are known")
     elif "text_config" in d or "vision_config" in d or "forconditionalgeneration" in names:
         why = "a multimodal wrapper holds a vision or audio model besides the language model"
     else:
@@ -657,10 +841,28 @@ def _from_hf_config(d: dict) -> tuple[dict, dict[str, str]]:
     if missing:
         raise ValueError(f"config.json lacks {', '.join(HF_KEYS[f][0] for f in missing)}")
     for fname in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "vocab_size",
-                  "num_experts", "experts_per_token"):
+                  "num_experts", "experts_per_token", "shared_experts", "first_dense_layers") + MLA_FIELDS:
         if fname in v:
             v[fname] = _number(source[fname], v[fname], int, *MODEL_LIMITS[fname])
-    if d.get("head_dim") is not None:
+    if v.get("kv_lora_rank"):
+        # MLA: a query/key head is its non-RoPE part plus its RoPE part (transformers' DeepseekV3Config sets
+        # head_dim to the RoPE part alone, so config.json's head_dim is not this); q_lora_rank null = no
+        # query bottleneck (DeepSeek-V2-Lite)
+        for fname in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if fname not in v:
+                raise ValueError(f"config.json has kv_lora_rank but lacks {fname}")
+        v["head_dim"] = v["qk_nope_head_dim"] + v["qk_rope_head_dim"]
+        source["head_dim"] = "qk_nope_head_dim + qk_rope_head_dim"
+        if v.get("num_experts") and v.get("first_dense_layers") and d.get("intermediate_size") is not None:
+            v["dense_ffn_size"] = _number("intermediate_size", d["intermediate_size"], int,
+                                          *MODEL_LIMITS["dense_ffn_size"])
+            source["dense_ffn_size"] = "intermediate_size"
+    else:
+        for fname in MLA_FIELDS:
+            v.pop(fname, None)
+    if v.get("kv_lora_rank"):
+        pass
+    elif d.get("head_dim") is not None:
         v["head_dim"], source["head_dim"] = _number("head_dim", d["head_dim"], int, *MODEL_LIMITS["head_dim"]), "head_dim"
     else:
         v["head_dim"], source["head_dim"] = v["hidden_size"] // v["num_heads"], "hidden_size / num_attention_heads"
@@ -669,8 +871,11 @@ def _from_hf_config(d: dict) -> tuple[dict, dict[str, str]]:
         raise ValueError(f"attention_bias={shown(bias)} is not true or false")
     v["qkv_bias"] = bias
     if not v.get("num_experts"):
-        v.pop("experts_per_token", None)
-        v.pop("num_experts", None)
+        for fname in ("experts_per_token", "num_experts", "shared_experts", "first_dense_layers"):
+            v.pop(fname, None)
+        if v.get("kv_lora_rank") and d.get("intermediate_size") is not None:  # a dense MLA model: the MLP width
+            v["ffn_size"] = _number("intermediate_size", d["intermediate_size"], int, *MODEL_LIMITS["ffn_size"])
+            source["ffn_size"] = "intermediate_size"
     v["name"] = _hf_name(d)
     return v, source
 
@@ -686,7 +891,7 @@ def model_from_dict(d: dict, name: str | None = None) -> Model:
         d, source = _from_hf_config(d)
     unknown = [k for k in d if k not in MODEL_JSON_FIELDS]
     if unknown:
-        raise ValueError(f"unknown model field(s) {_names(unknown)}; allowed: {', '.join(MODEL_JSON_FIELDS)}")
+        raise ValueError(f"unknown model field(s) {_names(unknown, 100)}; allowed: {', '.join(MODEL_JSON_FIELDS)}")
     required = [f.name for f in fields(Model) if f.default is MISSING]
     missing = [k for k in required if k not in d and not (k == "name" and name)]
     if missing:
@@ -772,3 +977,37 @@ def load_json_spec(path: str | Path, kind: str) -> GPU | Model:
         return parse_json_spec(data, kind)
     except ValueError as exc:
         raise ValueError(f"{label}: {exc}") from None
+
+
+def attention_kind(model: Model) -> str:
+    """'MLA' (multi-head latent attention), 'MHA' (a KV head per query head) or 'GQA' (grouped-query)."""
+    if model.is_mla:
+        return "MLA"
+    return "MHA" if model.num_kv_heads == model.num_heads else "GQA"
+
+
+def deployment_figures(dep: Deployment) -> dict:
+    """What fits and how much KV: parameters, weights per GPU, KV bytes per token and KV capacity of a validated
+    deployment (``python -m batching specs`` and the Model and hardware page show these)."""
+    m, node = dep.model, dep.node
+    usable = node.gpu.memory_bytes * dep.gpu_memory_utilization
+    return {
+        "model": m.name,
+        "gpu": node.gpu.name,
+        "num_gpus": node.num_gpus,
+        "tp": node.tp,
+        "replicas": node.replicas,
+        "precision": dep.precision,
+        "kv_dtype": dep.kv_dtype,
+        "attention": attention_kind(m),
+        "parameters": m.num_params,
+        "active_parameters": m.active_params,
+        "weight_bytes_per_gpu": dep.weight_bytes_per_gpu,
+        "weight_gib_per_gpu": dep.weight_bytes_per_gpu / GIB,
+        "usable_gib_per_gpu": usable / GIB,
+        "kv_cache_gib_per_gpu": dep.kv_capacity_tokens * dep.kv_bytes_per_token_per_gpu / GIB,
+        "kv_bytes_per_token": dep.kv_bytes_per_token,
+        "kv_bytes_per_token_per_gpu": dep.kv_bytes_per_token_per_gpu,
+        "kv_capacity_tokens": dep.kv_capacity_tokens,
+        "kv_capacity_tokens_node": dep.kv_capacity_tokens * node.replicas,
+    }

@@ -1,0 +1,109 @@
+"""``python -m batching specs``: what fits and how much KV cache: parameters, active parameters, weight GiB per GPU,
+KV bytes per token and KV capacity per replica of a model on a node, without simulating anything. A model that does
+not fit is one line saying what would (another TP degree, FP8, or the GPUs it fits on)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from batching.cli.args import check_output_file, deployment_from_args, int_arg
+from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, PUBLISHED_PRECISION,
+                                deployment_figures)
+
+STDOUT = "-"
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("specs", help="what fits and how much KV cache: parameters, weights per GPU, KV "
+                                            "bytes per token and KV capacity (nothing simulated)")
+    g = p.add_argument_group("deployment")
+    g.add_argument("--model", default="qwen2.5-72b", choices=list(MODELS))
+    g.add_argument("--gpu", default="h100-sxm", choices=list(GPUS))
+    g.add_argument("--num-gpus", type=int_arg(1, 8), default=8, help="GPUs in the node (1-8)")
+    g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=8,
+                   help="tensor parallel degree {1,2,4,8}")
+    g.add_argument("--precision", default=None, choices=list(PRECISIONS),
+                   help="weight precision (default: the precision the model is published in: fp8 for "
+                        f"{', '.join(PUBLISHED_PRECISION)}, else bf16)")
+    g.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES),
+                   help="KV cache dtype: auto (= BF16 activations) or fp8 (half the bytes per token)")
+    g.add_argument("--kv-cache-tokens", type=int_arg(KV_BLOCK_TOKENS, 2**40), default=None,
+                   help="shrink the KV cache to this many tokens")
+    g.add_argument("--model-json", type=Path, default=None,
+                   help="a custom model: JSON with Model's fields, or a Hugging Face config.json (DeepSeek-V2/V3 "
+                        "and Kimi-K2 configs load with multi-head latent attention; overrides --model)")
+    g.add_argument("--gpu-json", type=Path, default=None,
+                   help="a custom GPU: JSON with name, memory_gib, hbm_bandwidth_tb_s, peak_bf16_tflops "
+                        "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch] (overrides --gpu)")
+    p.add_argument("--json", type=Path, nargs="?", const=Path(STDOUT), default=None, metavar="FILE",
+                   help="print the figures as JSON (or write them to FILE)")
+    p.set_defaults(func=cmd_specs)
+    return p
+
+
+def _precision(args) -> str:
+    if args.precision is not None:
+        return args.precision
+    if getattr(args, "model_json", None):
+        return "bf16"
+    return PUBLISHED_PRECISION.get(args.model, "bf16")
+
+
+def _gib(v: float) -> str:
+    return f"{v:,.1f} GiB"
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:,.2f} billion ({n:,})"
+
+
+def cmd_specs(args) -> int:
+    to_stdout = args.json is not None and str(args.json) == STDOUT
+    if args.json is not None and not to_stdout:
+        check_output_file("--json", args.json)
+    ns = argparse.Namespace(**vars(args))
+    ns.precision = _precision(args)
+    dep = deployment_from_args(ns)
+    d = deployment_figures(dep)
+    if to_stdout:
+        print(json.dumps(d, indent=2))
+        return 0
+    kv_label = "FP8" if d["kv_dtype"] == "fp8" else "BF16"
+    rows = [
+        ("model", f"{d['model']} ({d['attention']})"),
+        ("node", f"{d['num_gpus']}x {d['gpu']}, tp={d['tp']}, {d['replicas']} replica"
+                 f"{'s' if d['replicas'] != 1 else ''}"),
+        ("precision", f"{d['precision']} weights, {kv_label} KV cache"),
+        ("parameters", _params(d["parameters"])),
+        ("active_parameters", _params(d["active_parameters"])),
+        ("weight_gib_per_gpu", _gib(d["weight_gib_per_gpu"])),
+        ("usable_gib_per_gpu", _gib(d["usable_gib_per_gpu"])),
+        ("kv_cache_gib_per_gpu", _gib(d["kv_cache_gib_per_gpu"])),
+        ("kv_bytes_per_token", f"{d['kv_bytes_per_token']:,.0f} B (whole model)"),
+        ("kv_bytes_per_token_per_gpu", f"{d['kv_bytes_per_token_per_gpu']:,.0f} B"
+                                       + (" (the latent is held whole on every TP rank)"
+                                          if d["attention"] == "MLA" and d["tp"] > 1 else "")),
+        ("kv_capacity_tokens", f"{d['kv_capacity_tokens']:,} per replica"),
+        ("kv_capacity_tokens_node", f"{d['kv_capacity_tokens_node']:,} ({d['replicas']} replica"
+                                    f"{'s' if d['replicas'] != 1 else ''})"),
+    ]
+    for k, v in rows:
+        print(f"{k:28s} {v}")
+    if args.json is not None:
+        Path(args.json).write_text(json.dumps(d, indent=2))
+    return 0
+
+
+def main(argv=None) -> int:
+    """Stand-alone entry (``python -m batching.cli.specs specs ...``): only this command."""
+    from batching.cli.args import Parser, dispatch
+
+    parser = Parser(prog="python -m batching")
+    add_parser(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
+    return dispatch(parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
