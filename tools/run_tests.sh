@@ -9,5 +9,5 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 fi
-python3 -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+python3 -m pip install -q --disable-pip-version-check -r requirements-dev.txt -r requirements-cluster.txt
 python3 -m pytest "$@"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from batching.cli import calibrate, capacity, compare, report, run, specs, sweep
+from batching.cli import calibrate, capacity, compare, report, run, search, specs, sweep
 from batching.cli.args import PROG, Parser, dispatch
 
-COMMANDS = (run, compare, sweep, capacity, calibrate, report, specs)
+COMMANDS = (run, compare, sweep, capacity, calibrate, report, specs, search)
 
 
 def make_parser() -> Parser:

@@ -20,5 +20,6 @@ COMPARE = PageInfo("pages/compare.py", "Compare policies", ":material/compare_ar
 TUNE = PageInfo("pages/tune.py", "Tune a knob", ":material/show_chart:")
 CAPACITY = PageInfo("pages/capacity.py", "Capacity planning", ":material/dns:")
 MODEL_AND_HARDWARE = PageInfo("pages/model_and_hardware.py", "Model and hardware", ":material/memory:")
-PAGES: tuple[PageInfo, ...] = (HOME, EXPLORE, COMPARE, TUNE, CAPACITY, MODEL_AND_HARDWARE)
+FIND_A_DEPLOYMENT = PageInfo("pages/find_a_deployment.py", "Find a deployment", ":material/travel_explore:")
+PAGES: tuple[PageInfo, ...] = (HOME, EXPLORE, COMPARE, TUNE, CAPACITY, FIND_A_DEPLOYMENT, MODEL_AND_HARDWARE)
 BY_PATH: dict[str, PageInfo] = {p.path: p for p in PAGES}

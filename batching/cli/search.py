@@ -1,0 +1,241 @@
+"""``python -m batching search``: the cheapest deployment (GPU, precision, TP, policy, knob values) that serves a
+target traffic within the SLOs: per configuration the capacity within the SLOs per node, the nodes needed and $
+per million output tokens, ranked by cost, with the Pareto front of cost against P99 TTFT and TPOT; configurations
+that do not fit or meet no rate are listed with why. Runs on a local process pool or on Ray (--backend)."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from batching.cli.args import (CliError, add_prefix_caching_arg, add_scenario_args, add_slo_args, arrival_flag,
+                               check_output_file, float_arg, fmt, shown, slo_from_args, synthetic_workload,
+                               trace_workload, write_json)
+from batching.sim.policy import PRESETS, BatchingPolicy
+from batching.sim.simulate import Scenario
+from batching.sim.specs import GPUS, MODELS, PRECISIONS, Deployment, Node, load_json_spec
+from batching.studies.backends import BACKENDS, make_backend
+from batching.studies.capacity import HEADROOM_LIMITS, class_names
+from batching.studies.search import (COST_NOTE, MAX_GPU_HOUR_USD, ROUTER_NOTE, SEARCH_KNOBS, TPS, Grid,
+                                     parse_knobs, search)
+
+MAX_TARGET_RATE_REQ_S = 1e9
+CUSTOM_GPU = "custom"  # the grid's name for the GPU of --gpu-json
+
+
+def _list_arg(name: str, allowed: tuple, kind=str, example: str = ""):
+    """An argparse type: a comma list of values from ``allowed`` (checked later when ``allowed`` is empty)."""
+
+    def parse(text: str) -> tuple:
+        parts = [p.strip() for p in str(text).split(",")]
+        if not any(parts):
+            raise argparse.ArgumentTypeError(f"it is empty; give {name} separated by commas, e.g. {example}")
+        out = []
+        for p in parts:
+            if not p:
+                raise argparse.ArgumentTypeError(f"an empty value in {shown(text)}; e.g. {example}")
+            try:
+                v = kind(p)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{shown(p)} is not allowed; allowed: "
+                                                 f"{', '.join(map(str, allowed))}") from None
+            if allowed and v not in allowed:
+                raise argparse.ArgumentTypeError(f"{shown(p)} is not allowed; allowed: "
+                                                 f"{', '.join(map(str, allowed))}")
+            out.append(v)
+        return tuple(dict.fromkeys(out))
+
+    return parse
+
+
+def prices_arg(text: str) -> dict | float:
+    """``--gpu-hour-usd h100-sxm=2.5,h200-sxm=3.5`` (per GPU) or ``2.5`` (every GPU)."""
+    allowed = f"allowed > 0 to {MAX_GPU_HOUR_USD:g}"
+    text = str(text).strip()
+    if "=" not in text:
+        return float_arg(0.0, MAX_GPU_HOUR_USD, low_open=True)(text)
+    out = {}
+    for part in text.split(","):
+        name, eq, value = part.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name or not value:
+            raise argparse.ArgumentTypeError(f"{shown(part)} is not GPU=USD; e.g. h100-sxm=2.5,h200-sxm=3.5")
+        if not value.isascii():
+            raise argparse.ArgumentTypeError(f"{name}: {shown(value)} has characters other than ASCII; write it "
+                                             "with 0-9")
+        try:
+            v = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={shown(value)} is not a number; {allowed}") from None
+        if not math.isfinite(v) or not 0 < v <= MAX_GPU_HOUR_USD:
+            raise argparse.ArgumentTypeError(f"{name}={value} is out of range; {allowed}")
+        out[name] = v
+    return out
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("search", conflict_handler="resolve",
+                              help="the cheapest deployment (GPU, precision, TP, policy, knobs) within the SLOs")
+    add_scenario_args(p)  # --gpu, --tp and --precision are replaced by the lists below
+    g = p.add_argument_group("the grid (every combination is one configuration)")
+    g.add_argument("--gpus", "--gpu", dest="gpus", type=_list_arg("GPUs", (), str, "h100-sxm,h200-sxm"),
+                   default=("h100-sxm",),
+                   help=f"GPUs to try, comma-separated: {', '.join(GPUS)} (and {CUSTOM_GPU!r}, the GPU of "
+                        "--gpu-json); default h100-sxm")
+    g.add_argument("--precisions", "--precision", dest="precisions",
+                   type=_list_arg("precisions", PRECISIONS, str, "bf16,fp8"), default=("bf16",),
+                   help=f"precisions to try: {', '.join(PRECISIONS)} (default bf16)")
+    g.add_argument("--tp", dest="tps", type=_list_arg("TP degrees", TPS, int, "1,2,4,8"), default=TPS,
+                   help="tensor-parallel degrees to try, each dividing --num-gpus (default 1,2,4,8)")
+    g.add_argument("--policies", type=_list_arg("presets", tuple(PRESETS), str, "chunked,priority"),
+                   default=("chunked",), help=f"policy presets to try: {', '.join(PRESETS)} (default chunked)")
+    g.add_argument("--knobs", nargs="+", default=(), metavar="NAME=V1,V2",
+                   help=f"knob values to try, e.g. max_num_seqs=128,256,512 max_num_batched_tokens=512,2048,8192; "
+                        f"knobs: {', '.join(SEARCH_KNOBS)} (each varied only in the presets whose mode uses it)")
+    add_prefix_caching_arg(g, every_preset=True)
+    add_slo_args(p)
+    plan = p.add_argument_group("plan")
+    plan.add_argument("--target-rate", type=float_arg(0.0, MAX_TARGET_RATE_REQ_S, low_open=True), required=True,
+                      help="traffic to serve, req/s")
+    plan.add_argument("--gpu-hour-usd", type=prices_arg, required=True, metavar="GPU=USD,...",
+                      help="price of one GPU-hour per GPU searched, e.g. h100-sxm=2.5,h200-sxm=3.5,b200=5,"
+                           "a100-80gb=1.8 (or one number for every GPU)")
+    low, high = HEADROOM_LIMITS
+    plan.add_argument("--headroom", type=float_arg(low, high), default=1.0,
+                      help=f"plan for the simulated rate per node divided by this factor ({low:g} to {high:g}; "
+                           "see `capacity --help`); default 1")
+    run = p.add_argument_group("execution")
+    run.add_argument("--backend", choices=list(BACKENDS), default="local",
+                     help="local: a process pool over this machine's cores (default); ray: Ray tasks "
+                          "(pip install -r requirements-cluster.txt)")
+    run.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="a running Ray cluster (e.g. ray://head:10001 or auto); default: start a local one")
+    run.add_argument("--workers", type=int_workers, default=None,
+                     help="tasks at once (default: the cores here, or the Ray cluster's CPUs)")
+    run.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,
+                     help="skip configurations that cannot beat the best cost found (default on)")
+    run.add_argument("--warm-start", action=argparse.BooleanOptionalAction, default=True,
+                     help="start each capacity bisection from a similar configuration's answer (default on)")
+    p.add_argument("--json", type=Path, help="write the ranked configurations as JSON")
+    p.set_defaults(func=cmd_search)
+    return p
+
+
+def int_workers(text: str) -> int:
+    from batching.cli.args import int_arg
+
+    return int_arg(1, 4096)(text)
+
+
+def _base(args) -> tuple[Scenario, dict]:
+    """The scenario every configuration shares (model, workload, GPUs per node, KV options, all-reduce, prefix
+    caching) and the custom GPUs (--gpu-json), before any simulation."""
+    custom = {}
+    if getattr(args, "gpu_json", None) is not None:
+        custom[CUSTOM_GPU] = load_json_spec(args.gpu_json, "gpu")
+    known = (*GPUS, *custom)
+    for gpu in args.gpus:
+        if gpu not in known:
+            extra = f", {CUSTOM_GPU} (with --gpu-json)" if not custom else ""
+            raise CliError(f"--gpus: {shown(gpu)} is not allowed; allowed: {', '.join(known)}{extra}")
+    model = load_json_spec(args.model_json, "model") if getattr(args, "model_json", None) else MODELS[args.model]
+    model.validate()
+    first = custom.get(args.gpus[0]) or GPUS[args.gpus[0]]
+    dep = Deployment(Node(first, args.num_gpus, 1), model, "bf16", getattr(args, "kv_dtype", None) or "auto",
+                     kv_cache_tokens=getattr(args, "kv_cache_tokens", None))
+    if args.trace is not None:
+        given = arrival_flag(args)
+        if given is not None:
+            raise CliError(f"{given[0]}: shapes the arrivals of a synthetic workload; a --trace keeps its recorded "
+                           "arrival times (--rate speeds it up or slows it down)")
+        if getattr(args, "shared_prefix_tokens", None):
+            raise CliError("--shared-prefix-tokens: applies to synthetic workloads; a --trace carries its own "
+                           "prefixes (Mooncake's hash_ids) or none")
+        wl = trace_workload(args.trace, args.requests, args.rate)
+    else:
+        wl = synthetic_workload(args)
+    caching = args.prefix_caching if args.prefix_caching is not None else PRESETS["chunked"].prefix_caching
+    pol = BatchingPolicy(mode="continuous", prefix_caching=caching)  # carries the prefix-caching choice only
+    return Scenario(dep, wl, pol, args.allreduce), custom
+
+
+def _prices(args) -> dict:
+    v = args.gpu_hour_usd
+    if isinstance(v, float):
+        return {g: v for g in args.gpus}
+    missing = [g for g in args.gpus if g not in v]
+    if missing:
+        raise CliError(f"--gpu-hour-usd: no price for {', '.join(missing)}; give one per GPU searched, e.g. "
+                       + ",".join(f"{g}=2.5" for g in args.gpus))
+    return {g: v[g] for g in args.gpus}
+
+
+def _ms(v) -> str:
+    return "-" if v is None else (f"{v:,.2f} s" if v >= 10 else f"{v * 1e3:,.0f} ms")
+
+
+def cmd_search(args) -> int:
+    if args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.slo_e2e_s is None:
+        raise CliError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-s")
+    for tp in args.tps:
+        if tp > args.num_gpus or args.num_gpus % tp:
+            raise CliError(f"--tp: {tp} must divide --num-gpus {args.num_gpus}; allowed: "
+                           + ", ".join(str(t) for t in TPS if t <= args.num_gpus and args.num_gpus % t == 0))
+    try:
+        knobs = parse_knobs(args.knobs)
+    except ValueError as exc:
+        raise CliError(f"--knobs: {exc}") from None
+    base, custom = _base(args)
+    slo = slo_from_args(args, base)
+    prices = _prices(args)
+    grid = Grid(tuple(args.gpus), tuple(args.precisions), tuple(args.tps), tuple(args.policies), knobs)
+    try:
+        grid.validate(custom)
+    except ValueError as exc:
+        raise CliError(f"the grid: {exc}") from None
+    check_output_file("--json", args.json)
+    backend = make_backend(args.backend, args.ray_address, args.workers)
+    print(f"searching {grid.size():,} configurations on {backend.describe()}", file=sys.stderr)
+    try:
+        res = search(base, slo, args.target_rate, prices, grid, backend=backend, prune=args.prune,
+                     warm=args.warm_start, headroom=args.headroom, custom_gpus=custom, progress=_progress)
+    finally:
+        backend.close()
+    _print(res, slo.describe(class_names(base)))
+    write_json(args.json, res)
+    if res["failed"]:
+        print(f"{len(res['failed'])} configuration(s) failed on a worker after a retry: "
+              + "; ".join(f"{f['label']}: {f['error']}" for f in res["failed"])[:2000], file=sys.stderr)
+        return 1
+    return 0
+
+
+def _progress(done: int, total: int, msg: str) -> None:
+    print(f"[{done}/{total}] {msg}", file=sys.stderr)
+
+
+def _print(res: dict, slo_text: str) -> None:
+    print(f"slo: {slo_text}")
+    print(f"target: {fmt(res['target_rate_req_s'])} req/s, {res['mean_output_tokens']:,.0f} output tokens per "
+          f"request on average; {res['num_gpus_per_node']} GPUs per node"
+          + (f"; headroom {res['headroom']:g}x" if res["headroom"] != 1 else ""))
+    head = (f"{'#':>3} {'configuration':44s} {'replicas':>8} {'rate/node':>11} {'nodes':>6} {'$/M out tok':>12} "
+            f"{'P99 TTFT':>10} {'P99 TPOT':>9}  binding  pareto")
+    print(head)
+    for i, c in enumerate(r for r in res["configs"] if r["meets_slo"]):
+        print(f"{i + 1:>3} {c['label'][:44]:44s} {c['replicas_per_node']:>8} {c['max_rate_req_s']:>7,.3g} req/s "
+              f"{c['nodes_needed']:>6} {'$' + format(c['usd_per_million_output_tokens'], ',.3f'):>12} "
+              f"{_ms(c['ttft_p99_s']):>10} {_ms(c['tpot_p99_s']):>9}  {c['binding_slo'] or '-':7s}  "
+              f"{'*' if c['pareto'] else ''}")
+    if not any(r["meets_slo"] for r in res["configs"]):
+        print("   (no configuration meets the SLOs)")
+    for s in res["skipped"]:
+        print(f"skipped {s['label']}: {s['reason']}: {s['why']}")
+    for s in res["pruned"]:
+        print(f"pruned  {s['label']}: {s['why']}")
+    print(f"searched {res['searched']} of {res['grid_size']} configurations, {len(res['skipped'])} skipped, "
+          f"{len(res['pruned'])} pruned, {len(res['failed'])} failed; {res['simulations']:,} simulations in "
+          f"{res['seconds']:,.1f} s ({res['backend']})")
+    print(f"note: {ROUTER_NOTE}")
+    print(f"note: {COST_NOTE}")

@@ -1,0 +1,282 @@
+"""Find a deployment: the cheapest GPU, precision, tensor-parallel split, policy and knob values that serve a target
+traffic within the SLOs, on the sidebar's model and workload; ranked by cost, with the Pareto front of cost against
+P99 TTFT and TPOT, why the others were left out, and a link that opens the chosen one on Explore."""
+import json
+import os
+
+import pandas as pd
+import streamlit as st
+
+from batching.charts import policy as charts
+from batching.charts.search import pareto_chart
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
+from batching.sim.specs import GPUS, PRECISIONS
+from batching.studies.backends import BackendUnavailable, make_backend
+from batching.studies.capacity import class_names
+from batching.studies.search import COST_NOTE, ROUTER_NOTE, TPS, Grid, parse_knobs, search
+from batching.ui import cache, nav, page, planning, sidebar, state, widgets
+from batching.ui.params import Param
+from batching.ui.safe import plain
+
+LAST = "search_last"
+RAY_ADDRESS = os.environ.get("BATCHING_RAY_ADDRESS", "").strip() or None
+RAY_MIN_CONFIGS = max(1, int(os.environ.get("BATCHING_RAY_MIN_CONFIGS", "32")))
+AUTO_MAX_CONFIGS = 16  # a grid this small searches as soon as the page opens or an input changes; larger ones wait
+# for the Search button
+DEFAULT_PRICES = {"h100-sxm": 2.5, "h200-sxm": 3.5, "b200": 5.0, "a100-80gb": 1.8}
+KNOB_INPUTS = {"s_seqs": ("max_num_seqs", "max_num_seqs values", "e.g. 128,256,512; empty = each preset's own"),
+               "s_budget": ("max_num_batched_tokens", "max_num_batched_tokens values",
+                            "e.g. 512,2048,8192; empty = each preset's own")}
+# Explore's URL keys for a policy's knobs (batching/ui/knobs.py FIELDS), with the factor from the policy's unit
+EXPLORE_KNOBS = {"max_num_seqs": ("seqs", 1), "max_num_batched_tokens": ("budget", 1), "max_batch_size": ("batch", 1),
+                 "max_wait_s": ("wait_ms", 1000)}
+
+scenario = page.setup(
+    nav.FIND_A_DEPLOYMENT,
+    "Which GPU, precision, tensor-parallel split, batching policy and knob values serve your traffic within the "
+    "SLOs at the lowest cost, and on how many nodes: one capacity search per configuration, on the sidebar's model "
+    "and workload (the sidebar's GPU, TP and precision are replaced by the grid below; its request rate is what "
+    "each search varies).")
+
+
+def params() -> list[Param]:
+    return [
+        Param("target", 20.0, 0.01, 1_000_000.0, label="target traffic (req/s)"),
+        Param("s_gpus", "h100-sxm,h200-sxm", label="GPUs to try"),
+        Param("s_precs", "bf16,fp8", label="precisions to try"),
+        Param("s_tps", "2,4,8", label="TP degrees to try"),
+        Param("s_policies", "chunked", label="policies to try"),
+        *[Param(k, "", label=label) for k, (_, label, _) in KNOB_INPUTS.items()],
+        *[Param(f"usd_{g}", DEFAULT_PRICES.get(g, 2.5), 0.01, 1000.0, label=f"price per GPU-hour, {g} ($)")
+          for g in GPUS],
+    ]
+
+
+def _chosen(key: str, options: list, kind=str) -> list:
+    """The options stored under ``key`` (a comma list in the URL), in the options' order; unknown ones dropped."""
+    raw = [p.strip() for p in str(state.value(key, "")).split(",") if p.strip()]
+    picked = []
+    for p in raw:
+        try:
+            v = kind(p)
+        except ValueError:
+            continue
+        if v in options and v not in picked:
+            picked.append(v)
+    out = [o for o in options if o in picked]
+    if len(out) != len(raw):
+        state.set_value(key, ",".join(map(str, out)))
+    return out
+
+
+def _multi(key: str, label: str, options: list, kind=str, fmt=str, help: str | None = None, col=st) -> list:
+    chosen = _chosen(key, options, kind)
+    st.session_state[state.widget_key(key)] = chosen
+
+    def changed() -> None:
+        state.set_value(key, ",".join(str(o) for o in options if o in st.session_state[state.widget_key(key)]))
+        state.clear_notices()
+
+    col.multiselect(label, options, key=state.widget_key(key), on_change=changed, format_func=fmt, help=help)
+    return chosen
+
+
+def _backend(size: int):
+    """Ray when the host configured a cluster (BATCHING_RAY_ADDRESS) and the grid is large; else threads in this
+    process, as many as free simulation slots (the kernel releases the GIL while it runs)."""
+    if RAY_ADDRESS and size >= RAY_MIN_CONFIGS:
+        try:
+            return make_backend("ray", RAY_ADDRESS), 0
+        except BackendUnavailable as exc:
+            st.warning(f"The Ray cluster is not available ({plain(exc)}); searching on this server.",
+                       icon=":material/cloud_off:")
+    extra = 0
+    while extra < cache.MAX_CONCURRENT - 1 and cache.SLOTS.try_take():
+        extra += 1
+    return make_backend("threads", workers=1 + extra), extra
+
+
+def _run(base: Scenario, slo, target: float, prices: dict, grid: Grid) -> dict:
+    holder = st.empty()
+    size = grid.size()
+
+    def progress(done: int, total: int, text: str) -> None:
+        holder.progress(done / max(total, 1), text=f"Searching {size:,} configurations: {done} of {total} steps "
+                                                   f"(last: {text})")
+
+    def go() -> dict:
+        backend, extra = _backend(size)
+        try:
+            return search(base, slo, target, prices, grid, backend=backend, progress=progress)
+        finally:
+            backend.close()
+            for _ in range(extra):
+                cache.SLOTS.release()
+
+    cache.ensure_kernel()
+    try:
+        return cache.with_slot(lambda: cache.run_in_slot(go))
+    finally:
+        holder.empty()
+
+
+def explore_link_params(cfg: dict) -> dict:
+    """The URL parameters that open ``cfg`` (a search row) on Explore: the sidebar's scenario with this GPU, TP and
+    precision, the policy preset and its knob values."""
+    query = state.url_params(sidebar.params())
+    query.update({"gpu": cfg["gpu"], "tp": str(cfg["tp"]), "precision": cfg["precision"], "policy": cfg["policy"]})
+    for name, value in cfg["knobs"].items():
+        key, factor = EXPLORE_KNOBS[name]
+        v = value * factor
+        query[key] = str(int(v)) if float(v).is_integer() else f"{v:g}"
+    return query
+
+
+def _table(configs: list[dict], target: float) -> pd.DataFrame:
+    rows = []
+    for i, c in enumerate(configs):
+        rows.append({
+            "Rank": i + 1, "GPU": c["gpu"], "Precision": c["precision"].upper(), "TP": c["tp"],
+            "Replicas per node": c["replicas_per_node"], "Policy": c["policy"],
+            "Knobs": ", ".join(f"{k}={v:g}" for k, v in c["knobs"].items()) or "preset's",
+            "Rate per node (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": c["nodes_needed"],
+            "$ per M output tokens": c["usd_per_million_output_tokens"], "P99 TTFT (s)": c["ttft_p99_s"],
+            "P99 TPOT (ms)": c["tpot_p99_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
+            "Pareto": "yes" if c["pareto"] else "",
+        })
+    return pd.DataFrame(rows)
+
+
+@st.fragment
+def search_view(base: Scenario) -> None:
+    names = widgets.guarded(lambda: class_names(base), "The workload's classes")
+    if names is None:
+        return
+    sps = planning.load_slo_params(names)
+    ps = params()
+    state.load_with_notices(ps)
+    st.subheader("Service-level objectives and traffic", divider="gray")
+    st.caption("Each target takes one value for every class, or one per class separated by commas, class 0 first: "
+               + "; ".join(f"{i} = {plain(n)}" for i, n in enumerate(names)) + ". The same SLOs as on Capacity "
+               "planning and Tune a knob.")
+    planning.slo_inputs(names)
+    r = {p.key: p.widget_range() for p in ps if p.low is not None}
+    st.number_input("Target traffic (req/s)", **r["target"], step=5.0, format="%.4g",
+                    help="The total traffic to serve: nodes needed = ⌈target / rate per node⌉.", **state.bind("target"))
+
+    st.subheader("Configurations to try", divider="gray")
+    c = st.columns(4, gap="medium")
+    gpus = _multi("s_gpus", "GPUs", list(GPUS), fmt=lambda k: GPUS[k].name, col=c[0],
+                  help="8 GPUs per node (the sidebar's node size).")
+    precs = _multi("s_precs", "Precisions", list(PRECISIONS), fmt=str.upper, col=c[1],
+                   help="FP8 halves the weights' bytes; the A100 has no FP8 (skipped, with why).")
+    tps = _multi("s_tps", "Tensor parallel", list(TPS), kind=int, col=c[2],
+                 help="GPUs per replica; 8 / TP replicas share a node's load.")
+    pols = _multi("s_policies", "Policies", list(PRESETS), col=c[3], help="Batching policy presets.")
+    k = st.columns(2, gap="medium")
+    for col, (key, (_, label, hint)) in zip(k, KNOB_INPUTS.items()):
+        col.text_input(label, placeholder=hint, help=f"Comma-separated values to try ({hint}); varied only for "
+                       "the iteration-level presets (continuous, chunked, priority).", **state.bind(key))
+    if gpus:
+        pc = st.columns(len(gpus), gap="medium")
+        for col, g in zip(pc, gpus):
+            col.number_input(f"{GPUS[g].name} ($ per GPU-hour)", **r[f"usd_{g}"], step=0.25, format="%.2f",
+                             **state.bind(f"usd_{g}"))
+    state.publish([*sps, *ps])
+
+    if not (gpus and precs and tps and pols):
+        st.warning("Pick at least one GPU, precision, TP degree and policy.", icon=":material/info:")
+        return
+    slo, problem = planning.slo_from_state(names)
+    if slo is None:
+        st.error(f"**These SLOs cannot be searched:** {plain(problem)}.", icon=":material/error:")
+        return
+    items = [f"{KNOB_INPUTS[key][0]}={str(state.value(key)).strip()}" for key in KNOB_INPUTS
+             if str(state.value(key, "")).strip()]
+    try:
+        grid = Grid(tuple(gpus), tuple(precs), tuple(tps), tuple(pols), parse_knobs(items))
+        grid.validate()
+    except ValueError as exc:
+        st.error(f"**These knob values cannot be searched:** {plain(exc)}", icon=":material/error:")
+        return
+    target = float(state.value("target"))
+    prices = {g: float(state.value(f"usd_{g}")) for g in gpus}
+    inputs = (cache.scenario_token(base), slo, target, tuple(sorted(prices.items())), grid)
+    size = grid.size()
+    where = (f"on the Ray cluster ({plain(RAY_ADDRESS)})" if RAY_ADDRESS and size >= RAY_MIN_CONFIGS else
+             "on this server")
+    st.caption(f"{size:,} configurations; each fitting one runs a capacity search (about 10 simulations, fewer "
+               f"with warm starts and pruning) {where}.")
+    key = ("deployment_search",) + inputs
+    found = cache.peek(key)  # the same search by any session: answered from the cache
+    auto = size <= AUTO_MAX_CONFIGS
+    pressed = st.button("Search", type="primary", icon=":material/search:",
+                        help=None if auto else f"More than {AUTO_MAX_CONFIGS} configurations: the search waits for "
+                                              "this button.")
+    if found is None and (pressed or auto):
+        found = widgets.guarded(lambda: _run(base, slo, target, prices, grid), "The search")
+        if found is not None:
+            cache.small_cached(key, lambda: found, len(json.dumps(found, default=str)) + 1024)
+    if found is not None:
+        st.session_state[LAST] = (inputs, found, slo.describe(names))
+    last = st.session_state.get(LAST)
+    if last is None:
+        st.info("Press **Search** to rank the configurations.", icon=":material/search:")
+        return
+    if last[0] != inputs:
+        st.caption("The inputs changed since this search: press **Search** to run it again.")
+    _results(last[1], last[2])
+
+
+def _results(res: dict, slo_text: str) -> None:
+    target = res["target_rate_req_s"]
+    ok = [c for c in res["configs"] if c["meets_slo"]]
+    st.subheader(f"Ranked by cost: {plain(slo_text)}", divider="gray")
+    st.caption(f"Searched {res['searched']} of {res['grid_size']} configurations ({len(res['skipped'])} skipped, "
+               f"{len(res['pruned'])} pruned, {len(res['failed'])} failed) with {res['simulations']:,} simulations "
+               f"in {res['seconds']:,.1f} s ({plain(res['backend'])}).")
+    if not ok:
+        st.warning("No configuration meets these SLOs; see why below.", icon=":material/warning:")
+    else:
+        labels = [c["label"] for c in ok]
+        pick = st.selectbox("Chosen configuration", range(len(ok)), format_func=lambda i: f"{i + 1}. {labels[i]}",
+                            key="search_chosen", help="The cheapest by default; the chart marks it.")
+        pick = pick if pick is not None and pick < len(ok) else 0
+        best = ok[pick]
+        st.info(f"**{plain(best['label'])}**: {best['max_rate_req_s']:,.3g} req/s per node within the SLOs, "
+                f"{best['nodes_needed']} node(s) for {target:,.4g} req/s, "
+                f"${best['usd_per_million_output_tokens']:,.3f} per million output tokens; P99 TTFT "
+                f"{best['ttft_p99_s']:,.3f} s, P99 TPOT {best['tpot_p99_s'] * 1e3:,.1f} ms at that rate.",
+                icon=":material/dns:")
+        st.page_link(nav.EXPLORE.path, label=f"Open {best['label']} on Explore", icon=":material/open_in_new:",
+                     query_params=explore_link_params(best))
+        cfg = {"Rate per node (req/s)": st.column_config.NumberColumn(format="%.3g"),
+               "$ per M output tokens": st.column_config.NumberColumn(format="$%.3f"),
+               "P99 TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
+               "P99 TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
+        st.dataframe(_table(ok, target), column_config=cfg, hide_index=True, width="stretch")
+        st.caption(f"{ROUTER_NOTE} {COST_NOTE} P99 TTFT and TPOT at each configuration's own rate per node; the "
+                   "binding SLO is the one most requests miss at the first rate that fails.")
+        widgets.chart(pareto_chart(res["configs"], pick), "Each point is a configuration at its highest rate "
+                      "within the SLOs: lower is cheaper, further left is faster. Coloured points are the Pareto "
+                      "front: none is beaten on cost, P99 TTFT and P99 TPOT at once.",
+                      charts.slug("search", "pareto"))
+    with st.expander(f"Why not the others ({len(res['skipped'])} skipped, {len(res['pruned'])} pruned, "
+                     f"{len(res['failed'])} failed)", expanded=not ok):
+        rows = ([{"Configuration": s["label"], "Left out": s["reason"], "Why": s["why"]} for s in res["skipped"]]
+                + [{"Configuration": s["label"], "Left out": "pruned (cannot beat the best)", "Why": s["why"]}
+                   for s in res["pruned"]]
+                + [{"Configuration": s["label"], "Left out": "failed on a worker",
+                    "Why": f"{s['error']} ({s['tries']} tries)"} for s in res["failed"]])
+        if rows:
+            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        else:
+            st.caption("Every configuration was searched.")
+    st.download_button("Results (JSON)", json.dumps(res, indent=2, default=str).encode(), "search.json",
+                       "application/json", on_click="ignore", icon=":material/data_object:")
+
+
+if scenario is None:
+    st.stop()
+search_view(scenario)

@@ -1,0 +1,100 @@
+"""Find a deployment in AppTest: renders from a deep link (shared sidebar, inputs from the URL), a search ranks by cost
+with units on every number, the Pareto chart marks the chosen point, skipped configurations say why, the link opens
+the chosen configuration on Explore (which then runs it), and bad input is a message, not an exception."""
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from uihelpers import assert_clean, chart, chart_titles, data_traces, run_page
+
+from batching.studies.search import ROUTER_NOTE
+
+PAGE = "pages/find_a_deployment.py"
+QUERY = dict(n="100", s_gpus="h100-sxm,a100-80gb", s_precs="bf16,fp8", s_tps="8", target="20")
+
+
+def searched(**query):
+    at = run_page(PAGE, **(QUERY | query))
+    assert_clean(at)
+    [b for b in at.button if b.label == "Search"][0].click()
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def explore_link(at):
+    links = [l.proto for l in at.get("page_link") if l.proto.label.startswith("Open ")]
+    assert len(links) == 1
+    return links[0]
+
+
+def test_a_large_grid_waits_for_the_button():
+    at = run_page(PAGE, **(QUERY | {"s_tps": "1,2,4,8", "s_policies": "chunked,priority"}))  # 32 configurations
+    assert_clean(at)
+    assert at.title[0].value == "Find a deployment"
+    assert at.multiselect(key="wid:s_gpus").value == ["h100-sxm", "a100-80gb"]
+    assert at.multiselect(key="wid:s_tps").value == [1, 2, 4, 8]
+    assert at.number_input(key="wid:target").value == 20.0
+    assert at.text_input(key="wid:ttft_ms").value == "1000,30000"  # the SLOs Capacity and Tune share
+    assert "search_last" not in at.session_state and chart_titles(at) == []
+    assert any("Press **Search**" in i.value for i in at.info)
+
+
+def test_a_small_grid_searches_on_open():
+    at = run_page(PAGE, **QUERY)  # 4 configurations: searched as the page opens, from a deep link
+    assert_clean(at)
+    assert chart_titles(at) == ["Cost against tail latency per configuration"]
+    assert at.session_state["search_last"][1]["grid_size"] == 4
+
+
+def test_search_ranks_marks_and_links():
+    at = searched()
+    df = at.dataframe[0].value
+    assert list(df.columns) == ["Rank", "GPU", "Precision", "TP", "Replicas per node", "Policy", "Knobs",
+                                "Rate per node (req/s)", "Nodes for 20 req/s", "$ per M output tokens",
+                                "P99 TTFT (s)", "P99 TPOT (ms)", "Binding SLO", "Pareto"]
+    costs = list(df["$ per M output tokens"])
+    assert costs == sorted(costs) and len(df) >= 2
+    assert df.iloc[0]["GPU"] == "h100-sxm" and df.iloc[0]["Precision"] == "FP8"
+    res = at.session_state["search_last"][1]
+    assert df.iloc[0]["Rate per node (req/s)"] == res["configs"][0]["max_rate_req_s"]
+    assert any(ROUTER_NOTE in c.value for c in at.caption)
+    # the chart: the chosen (cheapest) configuration ringed in both panels
+    spec = chart(at, "Cost against tail latency")
+    chosen = [t for t in data_traces(spec) if t["name"].startswith("Chosen: ")]
+    assert len(chosen) == 2 and chosen[0]["y"] == [res["configs"][0]["usd_per_million_output_tokens"]]
+    # why not: A100 in FP8 does not fit
+    why = at.dataframe[1].value
+    row = why[why["Configuration"] == "a100-80gb fp8 tp8 chunked"].iloc[0]
+    assert row["Left out"] == "does not fit" and "not supported on A100" in row["Why"]
+    # the link opens the chosen configuration on Explore
+    link = explore_link(at)
+    q = {k: v[0] for k, v in parse_qs(link.query_string).items()}
+    assert link.page == "explore"
+    assert q == {"n": "100", "gpu": "h100-sxm", "tp": "8", "precision": "fp8", "policy": "chunked"}
+    # choosing another configuration moves the ring and the link
+    at.selectbox(key="search_chosen").set_value(1).run()
+    assert_clean(at)
+    second = at.session_state["search_last"][1]["configs"][1]
+    spec = chart(at, "Cost against tail latency")
+    ring = [t for t in data_traces(spec) if t["name"].startswith("Chosen: ")][0]
+    assert ring["y"] == [second["usd_per_million_output_tokens"]]
+    assert f"precision={second['precision']}" in explore_link(at).query_string
+
+
+def test_the_link_runs_on_explore_with_knobs():
+    at = searched(s_gpus="h100-sxm", s_precs="fp8", s_seqs="64")
+    link = explore_link(at)
+    q = {k: v[0] for k, v in parse_qs(link.query_string).items()}
+    assert q["seqs"] == "64"
+    explore = run_page("pages/explore.py", **q)
+    assert_clean(explore)
+    assert explore.selectbox(key="wid:policy").value == "chunked"
+    assert explore.slider(key="wid:seqs").value == 64
+    assert explore.selectbox(key="wid:precision").value == "fp8"
+
+
+def test_bad_knob_values_are_a_message():
+    at = run_page(PAGE, **(QUERY | {"s_seqs": "0"}))
+    assert not at.exception
+    assert any("max_num_seqs=0 is out of range" in e.value for e in at.error)
