@@ -374,3 +374,21 @@ def test_capacity_reads_the_runs_it_is_given_and_finds_the_same_rate():
     given = capacity(sc, PER_CLASS, run=run)
     assert sorted(seen) == plain_.points["rate_req_s"].tolist()  # one run per rate tried, the same rates
     assert given.to_dict() == plain_.to_dict() and given.points.equals(plain_.points)
+
+
+def test_capacity_never_counts_a_rate_the_node_cannot_keep_up_with():
+    """A short run at a rate the node cannot carry still meets a loose SLO (every request of a 20 s run waits
+    less than 1,000 s): the search counts a rate only if the waiting queue does not grow through the run."""
+    from batching.studies.capacity import SLO, capacity, ceiling_req_s
+
+    sc = Scenario(workload=workload_preset("mixed", 1.0, 200, 0), policy=PRESETS["chunked"])
+    loose = SLO(ttft_s=1000.0, tpot_s=10.0)
+    res = capacity(sc, loose)
+    # what the node carries flat out over a run long enough for its tail not to matter (8.6 req/s); 200
+    # requests' own saturated run understates it (5.2 req/s: its tail drains with a thin batch)
+    long_run = ceiling_req_s(sc.with_workload(sc.workload.with_num_requests(2000)))
+    assert res.max_rate_req_s <= 1.05 * long_run  # before this rule: doubled while the SLOs held
+    assert res.binding_slo is None  # the node's capacity binds, not an SLO
+    grown = res.points[res.points["rate_req_s"] > res.max_rate_req_s]
+    assert (grown["attainment"] >= loose.attainment).any()  # it met the SLOs there, but its queue grew
+    assert (grown["queue_growth_req_s"] > 0.1 * grown["offered_req_s"]).all()

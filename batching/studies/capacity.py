@@ -17,7 +17,7 @@ from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.traces import MAX_PRIORITY_LEVELS
 from batching.sim.workload import INTERACTIVE_CHAT
-from batching.studies.compare import Progress
+from batching.studies.compare import QUEUE_GROWTH_TOLERANCE, Progress
 
 SLO_MAX_S = 3600.0  # the longest latency an SLO may set (the CLI's and the dashboard's inputs read it)
 ATTAINMENT_DEFAULT = 0.99
@@ -217,7 +217,39 @@ def slo_reading(res, slo: SLO) -> dict:
             "per_slo": {n: float(mask.mean()) for n, mask in masks.items()},
             "goodput_req_s": float(ok.sum()) / wall if wall > 0 else float("nan"),
             "throughput_output_tok_s": s["throughput_output_tok_s"], "ttft_p99_s": s["ttft_p99_s"],
-            "tpot_p99_s": s["tpot_p99_s"], "by_priority": by}
+            "tpot_p99_s": s["tpot_p99_s"], "offered_req_s": s["offered_req_s"],
+            "queue_growth_req_s": s["queue_growth_req_s"], "by_priority": by}
+
+
+def sustained(p: dict) -> bool:
+    """The node keeps up at this rate: its waiting queue does not grow through the run (by more than
+    compare.QUEUE_GROWTH_TOLERANCE x the offered rate, the rule that marks a compared run overloaded). A run
+    that falls behind can still meet a loose SLO while it is short (a 30 s TTFT target passes every request of
+    a 10 s run), so a rate counts only if it is also sustained."""
+    growth, offered = p.get("queue_growth_req_s", math.nan), p.get("offered_req_s", math.nan)
+    return not (math.isfinite(growth) and math.isfinite(offered) and growth > QUEUE_GROWTH_TOLERANCE * offered)
+
+
+def meets_slo(p: dict, slo: SLO) -> bool:
+    """A rate passes: ``slo.attainment`` of requests meet their class's SLOs and the node keeps up."""
+    return p["attainment"] >= slo.attainment and sustained(p)
+
+
+def binding_of(points: Sequence[dict], slo: SLO) -> tuple[str | None, str | None]:
+    """(binding SLO, binding class) of a search's points: the SLO with the lowest attainment at the lowest rate
+    that fails, and the class with the lowest attainment there (None with one class). (None, None) when every
+    rate passed, or when the first that fails met the SLOs but its queue grew: the node's capacity binds."""
+    failing = [p for p in points if not meets_slo(p, slo)]
+    if not failing:
+        return None, None
+    first = min(failing, key=lambda p: p["rate_req_s"])
+    if first["attainment"] >= slo.attainment:
+        return None, None
+    binding = min(first["per_slo"], key=first["per_slo"].get)
+    cls = None
+    if len(first["by_priority"]) > 1:
+        cls = min(first["by_priority"].values(), key=lambda c: c["attainment"])["class_name"]
+    return binding, cls
 
 
 def slo_point(sc: Scenario, slo: SLO) -> dict:
@@ -330,7 +362,7 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
         return p
 
     def meets(p: dict) -> bool:
-        return p["attainment"] >= slo.attainment
+        return meets_slo(p, slo)
 
     def bisect(lo: float, hi: float, best: dict) -> tuple[float, dict]:
         while hi - lo > rel_tol * hi and step[0] < max_iter:
@@ -369,16 +401,7 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
             lo, best = bisect(lo, hi, best)
     if progress:
         progress(max_iter, max_iter, "done")
-    # the binding SLO: the one with the lowest attainment at the first rate that fails; the binding class,
-    # the class with the lowest attainment there
-    failing = [p for p in points if p["attainment"] < slo.attainment]
-    binding = binding_class = None
-    if failing:
-        first_fail = min(failing, key=lambda p: p["rate_req_s"])
-        binding = min(first_fail["per_slo"], key=first_fail["per_slo"].get)
-        if len(first_fail["by_priority"]) > 1:
-            worst = min(first_fail["by_priority"].values(), key=lambda c: c["attainment"])
-            binding_class = worst["class_name"]
+    binding, binding_class = binding_of(points, slo)
     rate = lo if best is not None else 0.0
     thr = best["throughput_output_tok_s"] if best else 0.0
     nodes, usd = plan_costs(rate, thr, scenario.deployment.node.num_gpus, target_rate_req_s, gpu_hour_usd, headroom)

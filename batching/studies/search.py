@@ -52,7 +52,7 @@ import numpy as np
 from batching.sim.policy import KNOB_LIMITS, PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.specs import GPU, GPUS, KV_BLOCK_TOKENS, PRECISIONS, Deployment, Node
-from batching.studies.capacity import SLO, capacity, check_headroom, plan_costs, slo_point
+from batching.studies.capacity import SLO, binding_of, capacity, check_headroom, meets_slo, plan_costs, slo_point
 
 TPS = (1, 2, 4, 8)
 # the knobs a search may vary, by the mode that uses them (a knob a policy's mode ignores is not varied for it)
@@ -234,21 +234,13 @@ def fit_problem(sc: Scenario, longest_request: int, longest_prompt: int) -> str 
 
 
 def _best_point(points: list[dict], slo: SLO) -> dict | None:
-    ok = [p for p in points if p["attainment"] >= slo.attainment]
+    ok = [p for p in points if meets_slo(p, slo)]
     return max(ok, key=lambda p: p["rate_req_s"]) if ok else None
 
 
 def _binding(points: list[dict], slo: SLO) -> tuple[str | None, str | None]:
     """As ``studies.capacity``: the SLO (and class) with the lowest attainment at the lowest rate that fails."""
-    failing = [p for p in points if p["attainment"] < slo.attainment]
-    if not failing:
-        return None, None
-    first = min(failing, key=lambda p: p["rate_req_s"])
-    binding = min(first["per_slo"], key=first["per_slo"].get)
-    cls = None
-    if len(first["by_priority"]) > 1:
-        cls = min(first["by_priority"].values(), key=lambda c: c["attainment"])["class_name"]
-    return binding, cls
+    return binding_of(points, slo)
 
 
 def warm_capacity(sc: Scenario, slo: SLO, ceiling: float, estimate: float, known: list[dict] | None = None,
@@ -267,7 +259,7 @@ def warm_capacity(sc: Scenario, slo: SLO, ceiling: float, estimate: float, known
         return p
 
     def meets(p: dict) -> bool:
-        return p["attainment"] >= slo.attainment
+        return meets_slo(p, slo)
 
     good = [p["rate_req_s"] for p in points if meets(p)]
     bad = [p["rate_req_s"] for p in points if not meets(p)]
