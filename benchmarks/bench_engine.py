@@ -18,6 +18,7 @@ from batching.sim import engine as eng  # noqa: E402
 from batching.sim.costmodel import cost_model  # noqa: E402
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, with_knobs  # noqa: E402
 from batching.sim.simulate import Scenario, simulate  # noqa: E402
+from batching.sim.speculative import spec_for, spec_kv_blocks  # noqa: E402
 from batching.sim.specs import GIB  # noqa: E402
 from batching.sim.workload import workload_preset  # noqa: E402
 
@@ -30,7 +31,10 @@ def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
         chains.update(prefix_caching=True, chain_off=reqs.block_off, chain_ids=reqs.block_ids)
     dep, pol = sc.deployment, sc.policy
     cm = cost_model(dep)
-    kv = dep.kv_capacity_blocks
+    kv = spec_kv_blocks(pol, dep)
+    spec = spec_for(pol, dep, cm, 0)
+    if spec is not None:
+        chains["spec"] = spec
     args = (reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority, len(reqs.class_names),
             MODE_CODE[pol.mode], pol.max_batch_size, pol.max_wait_s, pol.max_num_seqs, pol.max_num_batched_tokens,
             pol.chunked_prefill, pol.priority, PREEMPTION_CODE[pol.preemption],
@@ -75,6 +79,17 @@ def main() -> None:
         print(f"{label:12s} {sec:9.4f} {args.requests / sec:12,.0f} requests/s {steps:9,d} steps")
     print(f"caching on keeps {rates['caching on'] / rates['caching off']:.0%} of the requests/s of caching off "
           f"(target >= 75 %)")
+    # speculative decoding: EAGLE, K = 3, A = 0.8, beside plain continuous on the default scenario
+    print(f"\nspeculative decoding, continuous, {args.requests:,} requests of the default scenario, kernel only:")
+    spec_rates = {}
+    eagle = with_knobs(PRESETS["continuous"], spec_decode="eagle", spec_tokens=3, spec_acceptance=0.8)
+    mixed = workload_preset("mixed", args.rate, args.requests, 0)
+    for label, pol in (("plain", PRESETS["continuous"]), ("eagle K=3", eagle)):
+        sec, steps = engine_seconds(Scenario(workload=mixed, policy=pol))
+        spec_rates[label] = args.requests / sec
+        print(f"{label:12s} {sec:9.4f} {args.requests / sec:12,.0f} requests/s {steps:9,d} steps")
+    print(f"speculation keeps {spec_rates['eagle K=3'] / spec_rates['plain']:.0%} of the requests/s of plain "
+          f"continuous (target >= 50 %)")
     # speed-up over the interpreted kernel on 500 requests
     code = ("import sys,time; sys.path.insert(0, %r)\n"
             "from benchmarks.bench_engine import engine_seconds\n"

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.sim import costmodel as cm
-from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, preset, with_knobs
+from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
 from batching.sim.simulate import Scenario
 from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
                                 load_json_spec)
@@ -38,6 +38,9 @@ SUMMARY_KEYS = ("num_requests", "num_steps", "throughput_output_tok_s", "ttft_p5
                 "preemptions")
 # printed and written beside SUMMARY_KEYS when the policy caches prefixes (issue 12)
 PREFIX_KEYS = ("prefix_hit_rate", "cached_prompt_tokens")
+# printed and written beside SUMMARY_KEYS when the policy speculates (issue 13)
+SPEC_KEYS = ("spec_acceptance_rate", "mean_tokens_per_step", "spec_share", "draft_time_share")
+SPEC_FLAGS = ("spec_tokens", "spec_acceptance", "spec_draft_model", "spec_disable_batch_size")
 ARRIVAL_FLAGS = ("--burstiness", "--on-off", "--rate-profile")
 
 
@@ -367,6 +370,26 @@ def add_policy_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--priority", action=argparse.BooleanOptionalAction, default=None)
     g.add_argument("--preemption", choices=list(PREEMPTION_MODES), default=None)
     add_prefix_caching_arg(g)
+    add_spec_decode_args(g)
+
+
+def add_spec_decode_args(g) -> None:
+    """--spec-decode and its knobs (speculative decoding; iteration-level batching only)."""
+    g.add_argument("--spec-decode", choices=list(SPEC_METHODS), default=None,
+                   help="speculative decoding: draft (a smaller model of the family, --spec-draft-model), eagle "
+                        "(EAGLE draft head), ngram (prompt lookup, no draft compute), mtp (DeepSeek-V3 "
+                        "multi-token-prediction module); default off")
+    g.add_argument("--spec-tokens", type=int_arg(*KNOB_LIMITS["spec_tokens"]), default=None, metavar="K",
+                   help="draft tokens proposed per sequence and step (default 3)")
+    low, high = KNOB_LIMITS["spec_acceptance"]
+    g.add_argument("--spec-acceptance", type=float_arg(low, high), default=None, metavar="A",
+                   help="per-token acceptance probability; a verification emits (1 - A^(K+1)) / (1 - A) tokens on "
+                        "average (default 0.8)")
+    g.add_argument("--spec-draft-model", choices=list(MODELS), default=None,
+                   help="the draft model of --spec-decode draft (default qwen2.5-7b)")
+    g.add_argument("--spec-disable-batch-size", type=int_arg(*KNOB_LIMITS["spec_disable_batch_size"]), default=None,
+                   metavar="N", help="speculation off while more than N sequences run (vLLM's "
+                                     "speculative_disable_by_batch_size; default 0: never off)")
 
 
 def add_prefix_caching_arg(g, every_preset: bool = False) -> None:
@@ -390,7 +413,8 @@ def presets_with_caching(prefix_caching: bool | None) -> dict:
 
 POLICY_DEFAULTS = dict(preset="continuous", mode=None, max_batch_size=None, max_wait_ms=None, max_num_seqs=None,
                        max_num_batched_tokens=None, chunked_prefill=None, priority=None, preemption=None,
-                       prefix_caching=None)
+                       prefix_caching=None, spec_decode=None, spec_tokens=None, spec_acceptance=None,
+                       spec_draft_model=None, spec_disable_batch_size=None)
 
 
 # ---------------------------------------------------------------- the scenario
@@ -529,14 +553,31 @@ def build_scenario(args) -> Scenario:
                        "no prefix cache")
     if caching is None and args.mode is not None and args.mode != "continuous":
         caching = False  # --mode static/dynamic on a caching preset: request-level modes have no prefix cache
+    spec = _spec_knobs(args, args.mode or base.mode)
     pol = with_knobs(base, mode=args.mode, max_batch_size=args.max_batch_size,
                      max_wait_s=None if args.max_wait_ms is None else args.max_wait_ms / 1e3,
                      max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                      chunked_prefill=args.chunked_prefill, priority=args.priority, preemption=args.preemption,
-                     prefix_caching=caching)
+                     prefix_caching=caching, **spec)
     sc = Scenario(dep, wl, pol, args.allreduce)
     sc.validate()
     return sc
+
+
+def _spec_knobs(args, mode: str) -> dict:
+    """The speculative-decoding knobs the flags set; one-line errors for knobs without the method they tune."""
+    method = getattr(args, "spec_decode", None)
+    knobs = {k: getattr(args, k, None) for k in SPEC_FLAGS}
+    given = [k for k, v in knobs.items() if v is not None]
+    if method in (None, "off") and given:
+        flag = "--" + given[0].replace("_", "-")
+        raise CliError(f"{flag}: tunes speculative decoding; add --spec-decode draft, eagle, ngram or mtp")
+    if knobs["spec_draft_model"] is not None and method != "draft":
+        raise CliError(f"--spec-draft-model: is the draft model of --spec-decode draft (--spec-decode is {method})")
+    if method not in (None, "off") and mode != "continuous":
+        raise CliError(f"--spec-decode {method}: needs iteration-level batching (mode continuous: the presets "
+                       f"continuous, chunked, priority); {mode} batching runs each batch as a whole")
+    return {"spec_decode": method, **knobs}
 
 
 # ---------------------------------------------------------------- outputs (checked before any simulation)
@@ -592,15 +633,16 @@ def write_json(path: Path | None, data) -> None:
 # ---------------------------------------------------------------- printing
 
 
-def summary_keys(prefix_caching: bool = False) -> tuple[str, ...]:
-    """The documented summary keys (README, Command line): with prefix caching, its hit rate and cached tokens too."""
-    return SUMMARY_KEYS + (PREFIX_KEYS if prefix_caching else ())
+def summary_keys(prefix_caching: bool = False, spec_decode: bool = False) -> tuple[str, ...]:
+    """The documented summary keys (README, Command line): with prefix caching, its hit rate and cached tokens too;
+    with speculative decoding, its acceptance rate, tokens per verification, speculating share and draft time."""
+    return SUMMARY_KEYS + (PREFIX_KEYS if prefix_caching else ()) + (SPEC_KEYS if spec_decode else ())
 
 
-def pick(summary: dict, prefix_caching: bool = False) -> dict:
+def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False) -> dict:
     """The documented summary keys (README, Command line), ``by_priority`` per class; ``prefix_caching``: with
-    ``prefix_hit_rate`` and ``cached_prompt_tokens`` (where the summary has them)."""
-    keys = summary_keys(prefix_caching)
+    ``prefix_hit_rate`` and ``cached_prompt_tokens`` (where the summary has them); ``spec_decode``: with SPEC_KEYS."""
+    keys = summary_keys(prefix_caching, spec_decode)
     out = {k: summary[k] for k in keys if k in summary}
     out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}

@@ -24,11 +24,12 @@ def cmd_run(args) -> int:
     check_output_folder("--csv", args.csv)
     res = simulate(sc)
     caching = sc.policy.prefix_caching
-    s = pick(res.summary(), caching)
+    spec = sc.policy.spec_decode != "off"
+    s = pick(res.summary(), caching, spec)
     print(f"# {sc.policy.describe()}")
     if arrivals_text(sc.workload):
         print(f"# arrivals: {arrivals_text(sc.workload)}, mean {sc.workload.rate_req_s:g} req/s")
-    for k in summary_keys(caching):
+    for k in summary_keys(caching, spec):
         if k in s:
             print(f"{k:26s} {fmt(s[k])}")
     for lvl, v in s["by_priority"].items():

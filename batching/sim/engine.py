@@ -24,8 +24,9 @@ from batching.sim.engine_state import (
     F_START, ITL_BINS, ITL_HI_S, ITL_LO_S, MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, NUM_B, NUM_RF, NUM_SF, NUM_SI,
     OK, OUT_OF_STEPS, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
     R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS, S_DECODE, S_KV_BLOCKS, S_LM,
-    S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING, Batch, Cost, Inputs,
-    Knobs, Later, Outputs, Prefix, Queues, Seqs, itl_bin_edges,
+    S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING, NUM_SPF, NUM_SPI,
+    SP_ACCEPTED, SP_PROPOSED, SP_SEQS, SPF_CTX, SPF_DRAFT_S, Batch, Cost, Inputs, Knobs, Later, Outputs, Prefix,
+    Queues, Seqs, Spec, itl_bin_edges,
 )
 
 # the engine's public names: its entry points and the enums, columns and types of engine_state
@@ -36,7 +37,8 @@ __all__ = [
     "S_PREFILL", "S_DECODE", "S_PADDED", "S_RUNNING", "S_WAITING", "S_KV_BLOCKS", "S_SWAPPED", "S_LM",
     "S_SWAP_TOKENS", "S_PREEMPTED", "S_ADMITTED", "S_STALLED", "S_CACHED_TOKENS", "S_CACHE_BLOCKS", "F_START",
     "F_DURATION", "F_ATTN_WORK", "F_DECODE_CTX", "R_FIRST_SCHED", "R_FIRST_TOKEN", "R_FINISH", "R_RELEASE",
-    "R_MAX_ITL", "R_ARRIVAL",
+    "R_MAX_ITL", "R_ARRIVAL", "SP_SEQS", "SP_PROPOSED", "SP_ACCEPTED", "SPF_CTX", "SPF_DRAFT_S", "NUM_SPI", "NUM_SPF",
+    "Spec",
 ]
 
 
@@ -245,11 +247,12 @@ def _new_state_nb(inp, knobs):
 
 
 @njit(cache=True, nogil=True)
-def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
+def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
     """One scheduler pass and one forward pass per step, in vLLM's order: the running sequences
     (decodes, then prefill chunks under way), the swapped ones, then the waiting queue; without
     chunked prefill (vLLM V0) waiting prompts go first and a step that admits them is
-    prefill-only. A step that preempted brings nobody back from host memory and admits nobody."""
+    prefill-only. A step that preempted brings nobody back from host memory and admits nobody.
+    ``spec``: speculative decoding (engine_state.Spec), or None (off; its code is then compiled out)."""
     coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
     n = inp.arrival.shape[0]
     max_steps = out.steps_i.shape[0]
@@ -261,6 +264,8 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
         if inp.prompt[i] + inp.output[i] + 1 > tab_size:
             tab_size = inp.prompt[i] + inp.output[i] + 1
     tab = token_time_table_nb(coef, ar_x, ar_y, min(tab_size, 1 << 17))
+    if spec is not None:
+        np.random.seed(spec.seed)  # numba's own generator (per thread): sampled acceptance repeats for a seed
     t = 0.0
     a = 0
     released = 0
@@ -282,45 +287,59 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
         if step >= max_steps:
             return OUT_OF_STEPS, step
         begin_step_nb(out, step, t)
+        if spec is not None:
+            spec.steps_i[step, SP_SEQS] = 0
+            spec.steps_i[step, SP_PROPOSED] = 0
+            spec.steps_i[step, SP_ACCEPTED] = 0
+            spec.steps_f[step, SPF_CTX] = 0.0
+            spec.steps_f[step, SPF_DRAFT_S] = 0.0
         if not knobs.chunked and b.n[B_WAITING] > 0:
             # vLLM V0: whole waiting prompts first; a step that admits them is prefill-only
             nr0 = b.n[B_RUNNING]
             if pc is None:
-                h, need = schedule_waiting_nb(t, True, inp, seqs, q, b, pc, knobs, out, step)
+                h, need = schedule_waiting_nb(t, True, inp, seqs, q, b, pc, knobs, out, step, spec)
             else:
-                h, need = schedule_waiting_pc_nb(t, True, inp, seqs, q, b, pc, knobs, out, step)
+                h, need = schedule_waiting_pc_nb(t, True, inp, seqs, q, b, pc, knobs, out, step, spec)
             if h >= 0:
-                evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step)
+                evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec)
             elif si[step, S_ADMITTED] > 0:
                 si[step, S_STALLED] = count_decoding_nb(b, seqs, nr0)
         if si[step, S_ADMITTED] == 0:
             # (1) decodes of the running sequences; when KV runs out, preempt and go on
             nd, short = 0, 1
+            spec_on = False
+            if spec is not None:
+                spec_on = b.n[B_RUNNING] <= spec.disable_above  # vLLM's speculative_disable_by_batch_size
             while short > 0:
-                nd, short = schedule_decodes_nb(nd, inp, seqs, b, pc, knobs, out, step)
+                nd, short = schedule_decodes_nb(nd, inp, seqs, b, pc, knobs, out, step, spec, spec_on)
                 if short > 0:
-                    make_room_nb(nd, short, inp, seqs, q, b, pc, knobs, out, step)
+                    make_room_nb(nd, short, inp, seqs, q, b, pc, knobs, out, step, spec)
             # (1b) swapped sequences back in, decoding with the others
             if si[step, S_PREEMPTED] == 0 and b.n[B_SWAPPED] > 0:
-                nd = schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step)
+                nd = schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec)
             if knobs.chunked:
                 # (2) the next chunk of the prefills under way; when KV runs out, preempt and go on
                 i, short = nd, 1
                 while short > 0:
-                    i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step)
+                    i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec)
                     if short > 0:
-                        make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step)
+                        make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
                 # (3) new requests, unless this step preempted
                 if si[step, S_PREEMPTED] == 0 and b.n[B_WAITING] > 0:
                     if pc is not None:
                         pc_trim_nb(pc, b.n)  # the new blocks above took reclaimable ones: the cache as it is now
                     if pc is None:
-                        h, need = schedule_waiting_nb(t, False, inp, seqs, q, b, pc, knobs, out, step)
+                        h, need = schedule_waiting_nb(t, False, inp, seqs, q, b, pc, knobs, out, step, spec)
                     else:
-                        h, need = schedule_waiting_pc_nb(t, False, inp, seqs, q, b, pc, knobs, out, step)
+                        h, need = schedule_waiting_pc_nb(t, False, inp, seqs, q, b, pc, knobs, out, step, spec)
                     if h >= 0:
-                        evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step)
+                        evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec)
+        # tokens computed: prompt chunks, decodes, and with speculation the rejected draft tokens (S_PADDED)
         tokens = si[step, S_PREFILL] + si[step, S_DECODE]
+        n_lm = si[step, S_LM]
+        if spec is not None:
+            tokens += si[step, S_PADDED]
+            n_lm += si[step, S_PADDED]  # the LM head scores every verified position, the rejected ones included
         swap_tok = si[step, S_SWAP_TOKENS]
         if 0 < tokens < tab.shape[0]:
             base = tab[tokens]
@@ -337,10 +356,22 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
         else:
             return DEADLOCK, step
         dur = rest_time_nb(coef, base, out.steps_f[step, F_ATTN_WORK], out.steps_f[step, F_DECODE_CTX],
-                           float(si[step, S_LM]), float(swap_tok))
+                           float(n_lm), float(swap_tok))
+        if spec is not None:
+            ns = spec.steps_i[step, SP_SEQS]
+            if spec.drafts and ns > 0:
+                # the proposals: k draft passes (k = proposed / ns, K unless outputs or the budget cut it) over
+                # the ns speculating sequences, each its linear layers, a read of its own KV and its LM head
+                lm = ns * spec.draft_lm_flops_s
+                if lm < spec.draft_lm_bytes_s:
+                    lm = spec.draft_lm_bytes_s
+                one = spec.draft_tab[ns] + spec.draft_ctx_s * spec.steps_f[step, SPF_CTX] + lm
+                draft = one * spec.steps_i[step, SP_PROPOSED] / ns
+                spec.steps_f[step, SPF_DRAFT_S] = draft
+                dur += draft
         running = b.n[B_RUNNING]
         t += dur
-        nd = apply_step_nb(t, inp, seqs, b, pc, lat, out)
+        nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec)
         # (a call passes every array of its tuples, two atomic reference counts each: only when needed)
         if nd > 0:
             if pc is not None:
@@ -362,11 +393,11 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat):
 
 
 @njit(cache=True, nogil=True)
-def run_nb(inp, knobs, cost, out, pc, lat):
+def run_nb(inp, knobs, cost, out, pc, lat, spec):
     """Simulate every request; returns (status, number of steps written). ``pc``: the prefix cache, or None
-    (off); ``lat``: the session-turn heap, or None (open loop)."""
+    (off); ``lat``: the session-turn heap, or None (open loop); ``spec``: speculative decoding, or None (off)."""
     if knobs.mode == MODE_CONTINUOUS:
-        return _run_continuous_nb(inp, knobs, cost, out, pc, lat)
+        return _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec)
     return _run_request_level_nb(inp, knobs, cost, out, lat)
 
 
@@ -378,6 +409,9 @@ class EngineOutput:
     steps_i: np.ndarray  # (steps, NUM_SI)
     steps_f: np.ndarray  # (steps, NUM_SF)
     itl_hist: np.ndarray  # (classes, ITL_BINS) counts
+    req_spec_accepted: np.ndarray | None = None  # (n,) accepted draft tokens per request (speculative decoding)
+    spec_steps_i: np.ndarray | None = None  # (steps, NUM_SPI) SP_* columns (speculative decoding)
+    spec_steps_f: np.ndarray | None = None  # (steps, NUM_SPF) SPF_* columns
 
 
 # the step tables' ceiling: ~(NUM_SI + NUM_SF) * 8 bytes per step here and again in the step DataFrame,
@@ -388,9 +422,11 @@ MAX_STEPS = 25_000_000
 def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float,
         max_seqs: int, budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int,
         watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None, *,
-        prefix_caching: bool = False, chain_off=None, chain_ids=None, after=None, think_s=None) -> EngineOutput:
+        prefix_caching: bool = False, chain_off=None, chain_ids=None, after=None, think_s=None,
+        spec: Spec | None = None) -> EngineOutput:
     """Run the engine. Optional: block chains (``chain_off``, ``chain_ids``: workload.Requests' block_off and
-    block_ids) used when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``)."""
+    block_ids) used when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``); speculative
+    decoding (``spec``: speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
     n = len(arrival)
     if chain_off is None:
         chain_off, chain_ids = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
@@ -419,7 +455,14 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
         hist = np.zeros((max(1, n_classes), ITL_BINS), np.int64)
         out = Outputs(req_f, req_pre, req_cached, np.empty((est, NUM_SI), np.int64), np.empty((est, NUM_SF)), hist)
         pc = _new_prefix(inp.chain_ids, prefix_caching and int(mode) == MODE_CONTINUOUS)
-        status, nsteps = run_nb(inp, knobs, cost, out, pc, _new_later(inp.after))
+        sp = None
+        if spec is not None and int(mode) == MODE_CONTINUOUS:
+            if spec.draft_tab.shape[0] <= min(int(max_seqs), n):
+                raise ValueError(f"spec.draft_tab has {spec.draft_tab.shape[0]} rows; the engine needs one per running "
+                                 f"sequence count up to max_seqs={max_seqs} (speculative.spec_for sizes it)")
+            sp = spec._replace(emit=np.ones(n, np.int64), req_acc=np.zeros(n, np.int64),
+                               steps_i=np.empty((est, NUM_SPI), np.int64), steps_f=np.empty((est, NUM_SPF)))
+        status, nsteps = run_nb(inp, knobs, cost, out, pc, _new_later(inp.after), sp)
         if status == OUT_OF_STEPS:
             if est >= MAX_STEPS:
                 span = float(inp.arrival[-1] - inp.arrival[0]) if n else 0.0
@@ -434,4 +477,7 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
         del out  # the tables' only other reference: trim them in place (realloc, no copy)
         steps_i.resize((nsteps, NUM_SI), refcheck=False)
         steps_f.resize((nsteps, NUM_SF), refcheck=False)
-        return EngineOutput(req_f, req_pre, req_cached, steps_i, steps_f, hist)
+        if sp is None:
+            return EngineOutput(req_f, req_pre, req_cached, steps_i, steps_f, hist)
+        return EngineOutput(req_f, req_pre, req_cached, steps_i, steps_f, hist, sp.req_acc,
+                            sp.steps_i[:nsteps].copy(), sp.steps_f[:nsteps].copy())

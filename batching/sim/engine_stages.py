@@ -14,7 +14,10 @@ control flow. So the per-step stages are inlined into the engine loop (``inline=
 written for that pass: loops with one exit (a ``going`` flag, no ``break``/``continue``/``return``
 inside them), no call that can raise (no integer ``%``; preemption is not called from a stage:
 the stage stops and returns, the engine loop calls ``make_room_nb`` or ``evict_for_nb`` and
-resumes it). The preemption helpers run rarely and are ordinary functions.
+resumes it). The preemption helpers run rarely and are ordinary functions. Optional features come in as
+arguments that are a NamedTuple or None (``pc`` the prefix cache, ``lat`` session turns, ``spec`` speculative
+decoding): numba prunes ``if x is not None`` branches when x is None, so a run without them compiles without
+their code, loads included (even reading one more step column in every stage cost plain runs ~3 %).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from batching.sim.engine_state import (
     F_DURATION, F_START, ITL_BINS, ITL_BINS_PER_LOG, ITL_LO_S, ITL_LOG_LO, PREEMPT_OFF, PREEMPT_SWAP, R_ARRIVAL,
     R_FINISH, R_FIRST_SCHED, R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS,
     S_DECODE, S_KV_BLOCKS, S_LM, S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED,
-    S_WAITING,
+    S_WAITING, SP_ACCEPTED, SP_PROPOSED, SP_SEQS, SPF_CTX,
 )
 from batching.sim.specs import KV_BLOCK_TOKENS
 
@@ -371,7 +374,7 @@ def pick_victim_nb(run, lo, hi, cls, arrival, above):
 
 
 @njit(cache=True, nogil=True)
-def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step):
+def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec):
     """Preempt run[v]: it leaves the running list and frees its GPU blocks; its KV is copied to
     host memory (swap, while host space lasts; the copy is this step's) or dropped, the request
     rejoining the front of its class to prefill prompt + generated tokens again (recompute).
@@ -382,7 +385,7 @@ def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step):
     for j in range(v, nr - 1):
         run[j] = run[j + 1]
     cnt[B_RUNNING] = nr - 1
-    unschedule_nb(r, seqs, out, step)
+    unschedule_nb(r, seqs, out, step, spec)
     if pc is not None:
         pc_release_nb(r, inp, seqs, pc, cnt)
     else:
@@ -404,7 +407,7 @@ def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step):
 
 
 @njit(cache=True, nogil=True)
-def unschedule_nb(r, seqs, out, step):
+def unschedule_nb(r, seqs, out, step, spec):
     """Take the work scheduled for ``r`` in this step back out of the step."""
     c = seqs.sched[r]
     if c == 0:
@@ -412,9 +415,18 @@ def unschedule_nb(r, seqs, out, step):
     si, sf = out.steps_i, out.steps_f
     kv = seqs.kv[r]
     if kv >= seqs.target[r]:
-        si[step, S_DECODE] -= 1
-        si[step, S_LM] -= 1
-        sf[step, F_DECODE_CTX] -= kv + 1
+        e = 1  # tokens it would have emitted; a decode verifying c > 1 tokens speculated
+        if spec is not None:
+            if c > 1:
+                e = spec.emit[r]
+                spec.steps_i[step, SP_SEQS] -= 1
+                spec.steps_i[step, SP_PROPOSED] -= c - 1
+                spec.steps_i[step, SP_ACCEPTED] -= e - 1
+                spec.steps_f[step, SPF_CTX] -= kv + 1
+        si[step, S_DECODE] -= e
+        si[step, S_PADDED] -= c - e
+        si[step, S_LM] -= e
+        sf[step, F_DECODE_CTX] -= kv + c
     else:
         si[step, S_PREFILL] -= c
         sf[step, F_ATTN_WORK] -= c * (kv + 0.5 * c)
@@ -424,15 +436,15 @@ def unschedule_nb(r, seqs, out, step):
 
 
 @njit(cache=True, nogil=True)
-def make_room_nb(i, need, inp, seqs, q, b, pc, knobs, out, step):
+def make_room_nb(i, need, inp, seqs, q, b, pc, knobs, out, step, spec):
     """KV ran out for run[i]'s next tokens: preempt the sequences behind it (lowest class, latest
     arrival first) until ``need`` blocks are free, or run[i] itself when none is left behind it."""
     while need > b.n[B_FREE]:
         v = pick_victim_nb(b.run, i + 1, b.n[B_RUNNING], seqs.cls, inp.arrival, -1)
         if v < 0:
-            preempt_nb(i, inp, seqs, q, b, pc, knobs, out, step)
+            preempt_nb(i, inp, seqs, q, b, pc, knobs, out, step, spec)
             return
-        preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step)
+        preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -443,21 +455,27 @@ def fits_nb(need, cnt, knobs):
 
 
 @njit(cache=True, nogil=True)
-def evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step):
+def evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec):
     """Priority: preempt running sequences of a class below waiting request ``h``'s (lowest class,
     latest arrival first) until a slot and ``need`` blocks would be free for it, or none is left."""
     while not fits_nb(need, b.n, knobs):
         v = pick_victim_nb(b.run, 0, b.n[B_RUNNING], seqs.cls, inp.arrival, seqs.cls[h])
         if v < 0:
             return
-        preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step)
+        preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec)
 
 
 # --- the scheduling stages of a continuous-batching step ------------------------------------
 @njit(cache=True, nogil=True, inline="always")
-def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step):
+def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
     """(1) Running: one decode token for each sequence past its prefill (they lead the running
     list), from run[i] on, while the token budget lasts.
+
+    Speculative decoding (``spec``, while ``spec_on``): a sequence verifies k + 1 tokens, k = min(K, tokens it
+    still owes - 1, budget left - 1) proposed ones and the one the target adds (each counts in the budget, as
+    vLLM V1's scheduler counts them); its KV blocks cover all k + 1 (vLLM's lookahead slots). How many of the k
+    are accepted is sampled here (geometric, P(>= j accepted) = A^j, closed form: no loop in this loop): it emits
+    accepted + 1 tokens (S_DECODE), the rejected ones are computed for nothing (S_PADDED).
 
     Returns (index where the prefills under way begin, 0), or, when run[i] needs more KV blocks
     than are free, (i, blocks it needs): the caller makes room (``make_room_nb``) and resumes."""
@@ -465,9 +483,15 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step):
     kv, target, blocks, sched = seqs.kv, seqs.target, seqs.blocks, seqs.sched
     si = out.steps_i
     room = knobs.budget - si[step, S_PREFILL] - si[step, S_DECODE]
+    if spec is not None:
+        room -= si[step, S_PADDED]  # rejected draft tokens count in the budget too (a load only with speculation)
     free = cnt[B_FREE]
     nr = cnt[B_RUNNING]
-    n_dec = 0
+    n_dec = 0  # tokens computed (k + 1 per speculating sequence)
+    rej = 0  # of those, rejected draft tokens (speculation only)
+    n_spec = 0
+    proposed = 0
+    sctx = 0.0
     stalled = 0
     ctx = 0.0
     short = 0
@@ -480,7 +504,13 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step):
             stalled += 1  # the budget is spent: no token for it in this step
             i += 1
         else:
-            need = blocks_for_nb(kv[r] + 1) - blocks[r]
+            kr = 0
+            if spec is not None:
+                if spec_on:
+                    kr = min(spec.k, inp.output[r] - seqs.gen[r] - 1, room - n_dec - 1)
+                    if kr < 0:
+                        kr = 0
+            need = blocks_for_nb(kv[r] + 1 + kr) - blocks[r]
             if need > free:
                 short = need  # KV ran out: the caller makes room
                 going = False
@@ -491,15 +521,30 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step):
                 if pc is not None:
                     if seqs.pb[r] < min(seqs.plim[r], (kv[r] + 1) // KV_BLOCK_TOKENS):
                         pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc)
-                sched[r] = 1
-                n_dec += 1
-                ctx += kv[r] + 1
+                sched[r] = 1 + kr
+                n_dec += 1 + kr
+                ctx += kv[r] + 1 + kr  # a multi-query kernel reads the context once for its k + 1 queries
+                if spec is not None:
+                    if kr > 0:
+                        x = np.log(1.0 - np.random.random()) * spec.inv_log_a
+                        acc = kr if not (x < kr) else int(x)  # (x is inf or nan when A is 1)
+                        spec.emit[r] = acc + 1
+                        rej += kr - acc
+                        n_spec += 1
+                        proposed += kr
+                        sctx += kv[r] + 1
                 i += 1
     cnt[B_FREE] = free
-    si[step, S_DECODE] += n_dec
-    si[step, S_LM] += n_dec
+    si[step, S_DECODE] += n_dec - rej
+    si[step, S_LM] += n_dec - rej
     si[step, S_STALLED] += stalled
     out.steps_f[step, F_DECODE_CTX] += ctx
+    if spec is not None:
+        si[step, S_PADDED] += rej
+        spec.steps_i[step, SP_SEQS] += n_spec
+        spec.steps_i[step, SP_PROPOSED] += proposed
+        spec.steps_i[step, SP_ACCEPTED] += proposed - rej
+        spec.steps_f[step, SPF_CTX] += sctx
     return i, short
 
 
@@ -516,7 +561,7 @@ def best_swapped_nb(b, cls, arrival):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step):
+def schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec):
     """(1b) Swapped sequences come back (highest class, then earliest first) while sequence slots,
     the budget and free blocks allow, their KV copied in over PCIe in this step; one past its
     prefill decodes in this step, placed at the end of the decodes (index ``nd``), so before any
@@ -525,6 +570,9 @@ def schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step):
     cnt, swapped, cls = b.n, b.swapped, seqs.cls
     kv, target = seqs.kv, seqs.target
     si = out.steps_i
+    budget = knobs.budget
+    if spec is not None:
+        budget -= si[step, S_PADDED]
     going = True
     while going and cnt[B_SWAPPED] > 0 and cnt[B_RUNNING] < knobs.max_seqs:
         j = best_swapped_nb(b, cls, inp.arrival)
@@ -533,7 +581,7 @@ def schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step):
         need = blocks_for_nb(kv[s] + 1)
         if cnt[B_WAITING] > 0 and cls[s] > q_first_class_nb(q):
             going = False  # a waiting request of a higher class goes first
-        elif decoding and si[step, S_PREFILL] + si[step, S_DECODE] >= knobs.budget:
+        elif decoding and si[step, S_PREFILL] + si[step, S_DECODE] >= budget:
             going = False
         elif need > cnt[B_FREE]:
             going = False
@@ -571,7 +619,7 @@ def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step):
+def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
     """(2) Prefills under way, from run[i] on: the next chunk of each, in order, from what the
     decodes left of the budget. A sequence past its prefill found here (none should be) counts
     as stalled.
@@ -582,6 +630,8 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step):
     kv, target, blocks, sched = seqs.kv, seqs.target, seqs.blocks, seqs.sched
     si = out.steps_i
     room = knobs.budget - si[step, S_PREFILL] - si[step, S_DECODE]
+    if spec is not None:
+        room -= si[step, S_PADDED]
     free = cnt[B_FREE]
     nr = cnt[B_RUNNING]
     n_pre = 0
@@ -626,7 +676,7 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step):
+def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
     """(3) Waiting requests in (class,) arrival order: whole prompts (``whole``: vLLM V0 without
     chunked prefill) or a first chunk of what the budget has left, while sequence slots, the
     budget and free KV blocks (less the watermark once something runs) allow; without preemption
@@ -651,6 +701,8 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step):
         k = q_first_class_nb(q)
         h = q_peek_nb(q, k)
         tokens = si[step, S_PREFILL] + si[step, S_DECODE]
+        if spec is not None:
+            tokens += si[step, S_PADDED]
         m, m0 = 0, 0
         if pc is not None:
             # cached leading blocks, leaving at least one prompt token to compute (as vLLM)
@@ -704,10 +756,10 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step):
 
 
 @njit(cache=True, nogil=True)
-def schedule_waiting_pc_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step):
+def schedule_waiting_pc_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
     """``schedule_waiting_nb`` with the prefix cache, compiled on its own: called from the engine loop, so
     its chain walks (loops in a loop) stay out of the loop whose reference counts LLVM must prune."""
-    return schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step)
+    return schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -737,7 +789,7 @@ def finish_nb(nd, t, inp, seqs, b, pc, lat):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def apply_step_nb(t, inp, seqs, b, pc, lat, out):
+def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec):
     """The step ended at ``t`` and its tokens exist: chunks advance the prefills, decodes and
     completed prefills emit a token (its gap recorded), finished sequences leave at once and free
     their blocks (with the prefix cache or sessions, ``finish_nb`` does the rest: a chain walk here
@@ -754,18 +806,23 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out):
         finished = False
         if c > 0:
             sched[r] = 0
+            ne = 1  # tokens emitted: accepted + 1 for a speculating decode (its c > 1)
             if kv[r] >= target[r]:
-                kv[r] += 1
+                if spec is not None:
+                    if c > 1:
+                        ne = spec.emit[r]
+                        spec.req_acc[r] += ne - 1
+                kv[r] += ne
                 emits = True
             else:
                 kv[r] += c
                 emits = kv[r] == target[r]
             if emits:
-                gen[r] += 1
+                gen[r] += ne
                 if gen[r] == 1:
                     req_f[r, R_FIRST_TOKEN] = t
                 else:
-                    gap = t - last_tok[r]
+                    gap = t - last_tok[r]  # one gap per delivery: a verification's tokens arrive together
                     itl_record_nb(hist, prio[r], gap)
                     if gap > req_f[r, R_MAX_ITL]:
                         req_f[r, R_MAX_ITL] = gap

@@ -46,6 +46,16 @@ F_DURATION = 1
 F_ATTN_WORK = 2  # useful sum of chunk * (context + chunk / 2)
 F_DECODE_CTX = 3  # useful sum of decode contexts read
 NUM_SF = 4
+# speculative decoding's own per-step tables (Spec.steps_i / steps_f, allocated only when it is on: wider rows in
+# the main tables would slow every run). A speculating decode verifies its k proposed draft tokens plus one; it
+# emits its accepted ones plus one (S_DECODE), the rejected ones are computed for nothing (S_PADDED)
+SP_SEQS = 0  # decoding sequences that speculated (verified k >= 1 draft tokens) in this step
+SP_PROPOSED = 1  # draft tokens proposed (and verified) in this step
+SP_ACCEPTED = 2  # of those, accepted
+NUM_SPI = 3
+SPF_CTX = 0  # sum of the contexts of the speculating sequences (the draft reads its own KV)
+SPF_DRAFT_S = 1  # seconds of the step spent drafting (draft model or head passes), included in F_DURATION
+NUM_SPF = 2
 
 # --- per-request output columns (float64 table) -----------------------------------------
 R_FIRST_SCHED = 0
@@ -173,6 +183,27 @@ class Prefix(NamedTuple):
     prev: np.ndarray  # int64 per id: LRU neighbours (-1 none)
     next: np.ndarray
     ends: np.ndarray  # int64 (2,): LRU head (oldest) and tail, -1 when empty
+
+
+class Spec(NamedTuple):
+    """Speculative decoding (speculative.spec_for builds it; None when off, and the kernels are then compiled
+    without it). Each step, a decoding sequence proposes k = min(K, tokens it still owes - 1, budget left - 1)
+    draft tokens while at most ``disable_above`` sequences run; acceptance per token with probability A."""
+
+    k: int  # K, draft tokens proposed per sequence and step
+    inv_log_a: float  # 1 / ln A (accepted = floor(ln U / ln A) capped at k, U uniform on (0, 1]: P(>= j) = A^j)
+    disable_above: int  # speculate only while at most this many sequences run (vLLM speculative_disable_by_batch_size)
+    seed: int  # np.random.seed of the run: sampled acceptance is deterministic for a seed
+    drafts: bool  # whether proposing costs draft passes (draft model, EAGLE head, MTP module; not n-gram lookup)
+    draft_tab: np.ndarray  # seconds of one draft pass by the number of speculating sequences: its linear layers,
+    #                        element-wise ops and all-reduces (the draft cost model's token_time_nb)
+    draft_ctx_s: float  # seconds per context token a draft pass reads (its own KV cache: layers x bytes / bandwidth)
+    draft_lm_flops_s: float  # seconds per sequence of the draft's LM head at its compute roofline
+    draft_lm_bytes_s: float  # seconds of the draft's LM head weight read
+    emit: np.ndarray  # int64 per request: tokens the current step emits for it when it speculates (accepted + 1)
+    req_acc: np.ndarray  # int64 per request: accepted draft tokens over the run (an output)
+    steps_i: np.ndarray  # (room, NUM_SPI) int64, SP_* columns (an output, trimmed like Outputs.steps_i)
+    steps_f: np.ndarray  # (room, NUM_SPF) float64, SPF_* columns
 
 
 class Later(NamedTuple):

@@ -49,6 +49,14 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
                         "first admission / prompt tokens (vLLM's prefix cache hit rate, counted once per request)."),
     "cached_prompt_tokens": ("Cached prompt tokens", "Prompt tokens served from the prefix cache (not computed) at "
                              "the requests' first admission."),
+    "spec_acceptance_rate": ("Draft acceptance (%)", "Speculative decoding: accepted draft tokens / draft tokens "
+                             "proposed and verified."),
+    "mean_tokens_per_step": ("Tokens per verification", "Speculative decoding: tokens a speculating sequence emits "
+                             "per step (accepted + 1), on average; (1 − A^(K+1)) / (1 − A) expected."),
+    "spec_share": ("Speculating decodes (%)", "Speculative decoding: decode sequence-steps that speculated (the rest "
+                   "decoded one token: speculation disabled by batch size, the output's last token, the budget)."),
+    "draft_time_share": ("Draft time (%)", "Speculative decoding: share of the forward-pass time spent drafting "
+                         "(draft model or head passes)."),
 }
 
 
@@ -127,7 +135,9 @@ def slo_mask(req: pd.DataFrame, slo_ttft_s=None, slo_tpot_s=None, slo_e2e_s=None
 
 
 # "Useful" token slots of a step: prompt tokens (recomputation after a preemption included: the
-# step table cannot tell them apart) and decode tokens. Padded prompt tokens of a static or
+# step table cannot tell them apart) and decode tokens (with speculative decoding, the tokens emitted:
+# accepted draft tokens + 1 per speculating sequence; its rejected draft tokens are ``padded_tokens``, computed
+# for nothing, so gpu_util falls with the rejection rate). Padded prompt tokens of a static or
 # dynamic batch and the slots of finished sequences the batch still carries (``padded_tokens``)
 # are computed for nothing. A step's useful share = useful tokens / all token slots it computed;
 # a step that computes no token (nothing but a swap-in copy) has share 0.
@@ -207,3 +217,29 @@ def queue_growth(req: pd.DataFrame) -> tuple[float, float]:
     waiting = np.searchsorted(arr, t, "right") - np.searchsorted(sched, t, "right")
     slope = float(np.polyfit(t - t[0], waiting.astype(float), 1)[0])
     return float((len(req) - 1) / span), slope
+
+
+def spec_summary(steps: pd.DataFrame) -> dict:
+    """Speculative decoding figures from the step table (spec_seqs, spec_proposed, spec_accepted, draft_s).
+
+    spec_acceptance_rate  accepted draft tokens / proposed (and verified) ones
+    mean_tokens_per_step  tokens a speculating sequence emits per verification: (accepted + seqs) / seqs
+    spec_share            decode sequence-steps that speculated / all decode sequence-steps (a decode emitting
+                          one token counts one; speculating ones are counted from spec_seqs)
+    draft_time_share      drafting seconds / forward-pass seconds
+    """
+    if len(steps) == 0 or "spec_seqs" not in steps:
+        return {"spec_acceptance_rate": float("nan"), "mean_tokens_per_step": float("nan"),
+                "spec_share": float("nan"), "draft_time_share": float("nan")}
+    seqs = float(steps["spec_seqs"].sum())
+    prop = float(steps["spec_proposed"].sum())
+    acc = float(steps["spec_accepted"].sum())
+    # decode sequence-steps: speculating ones, and plain decodes (decode tokens beyond the speculating ones' emits)
+    plain = float(steps["decode_tokens"].sum()) - (acc + seqs)
+    dur = float(steps["duration_s"].sum())
+    return {
+        "spec_acceptance_rate": acc / prop if prop > 0 else float("nan"),
+        "mean_tokens_per_step": (acc + seqs) / seqs if seqs > 0 else float("nan"),
+        "spec_share": seqs / (seqs + plain) if seqs + plain > 0 else float("nan"),
+        "draft_time_share": float(steps["draft_s"].sum()) / dur if dur > 0 else float("nan"),
+    }

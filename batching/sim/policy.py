@@ -6,12 +6,16 @@ from dataclasses import dataclass, replace
 from batching.sim.engine_state import (
     MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP,
 )
+from batching.sim.specs import MODELS
 
 # names -> the engine's integer codes (engine_state holds the enums)
 MODE_CODE = {"static": MODE_STATIC, "dynamic": MODE_DYNAMIC, "continuous": MODE_CONTINUOUS}
 PREEMPTION_CODE = {"off": PREEMPT_OFF, "recompute": PREEMPT_RECOMPUTE, "swap": PREEMPT_SWAP}
 MODES = tuple(MODE_CODE)
 PREEMPTION_MODES = tuple(PREEMPTION_CODE)
+# speculative decoding methods (batching/sim/speculative.py prices them)
+SPEC_METHODS = ("off", "draft", "eagle", "ngram", "mtp")
+DEFAULT_DRAFT_MODEL = "qwen2.5-7b"  # the default target's family (Qwen2.5-72B)
 # knob -> (lowest, highest) value a policy accepts: validate() checks them, the CLI's options, the dashboard's
 # widgets and links, and sweep ranges read them (the one place they are defined)
 KNOB_LIMITS: dict[str, tuple[float, float]] = {
@@ -21,6 +25,9 @@ KNOB_LIMITS: dict[str, tuple[float, float]] = {
     "max_num_batched_tokens": (16, 1_048_576),
     "swap_space_gib": (0.0, 4096.0),
     "watermark": (0.0, 0.5),
+    "spec_tokens": (1, 16),  # K draft tokens per step (vLLM num_speculative_tokens)
+    "spec_acceptance": (0.0, 1.0),  # A, per-token acceptance probability
+    "spec_disable_batch_size": (0, 4096),  # 0: speculate at every batch size
 }
 
 
@@ -48,6 +55,16 @@ class BatchingPolicy:
     # computed again. Iteration-level engines only: the request-level batchers modelled (FasterTransformer,
     # Triton's dynamic batcher) have no prefix cache.
     prefix_caching: bool = False
+    # speculative decoding (iteration-level only): off | draft (a smaller model of the family, spec_draft_model)
+    # | eagle (EAGLE draft head) | ngram (prompt lookup) | mtp (DeepSeek-V3 multi-token-prediction module). Each
+    # step a decoding sequence verifies spec_tokens (K) proposed tokens + 1, each accepted with probability
+    # spec_acceptance (A); speculation is off while more than spec_disable_batch_size sequences run (vLLM's
+    # speculative_disable_by_batch_size; 0 = never off)
+    spec_decode: str = "off"
+    spec_tokens: int = 3
+    spec_acceptance: float = 0.8
+    spec_draft_model: str = DEFAULT_DRAFT_MODEL
+    spec_disable_batch_size: int = 0
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -62,6 +79,19 @@ class BatchingPolicy:
             raise ValueError(
                 f"chunked_prefill, priority and prefix_caching need mode='continuous' (mode={self.mode!r})"
             )
+        if self.spec_decode not in SPEC_METHODS:
+            raise ValueError(f"spec_decode={self.spec_decode!r} is not allowed; allowed: {', '.join(SPEC_METHODS)}")
+        if self.spec_decode != "off" and self.mode != "continuous":
+            raise ValueError(f"spec_decode={self.spec_decode!r} needs mode='continuous' (mode={self.mode!r})")
+        if not isinstance(self.spec_tokens, int) or isinstance(self.spec_tokens, bool):
+            raise ValueError(f"spec_tokens={self.spec_tokens!r} must be a whole number; allowed 1 to 16")
+        if not isinstance(self.spec_disable_batch_size, int) or isinstance(self.spec_disable_batch_size, bool):
+            raise ValueError(f"spec_disable_batch_size={self.spec_disable_batch_size!r} must be a whole number; "
+                             f"allowed 0 to 4096")
+        if self.spec_decode == "draft":
+            if self.spec_draft_model not in MODELS:
+                raise ValueError(
+                    f"spec_draft_model={self.spec_draft_model!r} is unknown; allowed: {', '.join(MODELS)}")
 
     @property
     def batch_cap(self) -> int:
@@ -80,6 +110,10 @@ class BatchingPolicy:
             parts.append("priority classes")
         if self.prefix_caching:
             parts.append("prefix caching")
+        if self.spec_decode != "off":
+            what = f"draft {self.spec_draft_model}" if self.spec_decode == "draft" else self.spec_decode
+            limit = f", off above {self.spec_disable_batch_size} seqs" if self.spec_disable_batch_size else ""
+            parts.append(f"speculative decoding ({what}, K={self.spec_tokens}, A={self.spec_acceptance:g}{limit})")
         parts.append(f"preemption {self.preemption}")
         return ", ".join(parts)
 

@@ -9,8 +9,10 @@ import pandas as pd
 
 from batching.sim import engine as eng
 from batching.sim.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model, useful_flops_bytes
-from batching.sim.metrics import latency_summary, node_summary, queue_growth, request_latencies, wall_time
+from batching.sim.metrics import (latency_summary, node_summary, queue_growth, request_latencies, spec_summary,
+                                  wall_time)
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
+from batching.sim.speculative import spec_for, spec_kv_blocks
 from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
 from batching.sim.workload import MAX_NUM_REQUESTS as MAX_REQUESTS, Requests, SyntheticWorkload, TraceWorkload
 
@@ -69,10 +71,12 @@ def summarize(res: SimResult) -> dict:
     wall = wall_time(req)
     s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
     s["duration_s"] = wall
+    kv_blocks = spec_kv_blocks(sc.policy, dep)
     s.update(node_summary(res.steps, wall, dep.node.replicas, sc.policy.batch_cap,
-                          dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps,
-                          dep.kv_capacity_blocks))
-    s["kv_capacity_tokens"] = dep.kv_capacity_tokens
+                          dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps, kv_blocks))
+    s["kv_capacity_tokens"] = kv_blocks * KV_BLOCK_TOKENS
+    if sc.policy.spec_decode != "off":
+        s.update(spec_summary(res.steps))
     s["offered_req_s"], s["queue_growth_req_s"] = queue_growth(req)
     by = {}
     for level, name in enumerate(res.class_names):
@@ -140,10 +144,11 @@ def _sessions(reqs: Requests, idx: np.ndarray):
     return np.where(prev >= 0, local[np.maximum(prev, 0)], -1), reqs.think_s[idx]
 
 
-def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: CostModel):
-    """Run the engine on each replica (requests dealt by ``deal_replicas``); returns engine outputs and index sets."""
+def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: CostModel, seed: int = 0):
+    """Run the engine on each replica (requests dealt by ``deal_replicas``); returns engine outputs and index sets.
+    ``seed``: speculative decoding samples acceptance from it (replica r uses seed + r)."""
     replicas = dep.node.replicas
-    kv_blocks = dep.kv_capacity_blocks
+    kv_blocks = spec_kv_blocks(policy, dep)  # the dep's, less a draft model's or head's share with speculation
     _check_fits(reqs, policy, kv_blocks)
     swap_cap = int(policy.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
     rep_of = deal_replicas(reqs, replicas)
@@ -154,12 +159,13 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
             continue
         chain_off, chain_ids = _chains(reqs, idx) if policy.prefix_caching else (None, None)
         after, think_s = _sessions(reqs, idx)
+        spec = spec_for(policy, dep, cm, seed + rep)
         out = eng.run(reqs.arrival_s[idx], reqs.prompt_tokens[idx], reqs.output_tokens[idx], reqs.priority[idx],
                       len(reqs.class_names), MODE_CODE[policy.mode], policy.max_batch_size, policy.max_wait_s,
                       policy.max_num_seqs, policy.max_num_batched_tokens, policy.chunked_prefill, policy.priority,
                       PREEMPTION_CODE[policy.preemption], swap_cap, int(policy.watermark * kv_blocks), kv_blocks,
                       cm.coef, cm.ar_log_bytes, cm.ar_s, prefix_caching=policy.prefix_caching,
-                      chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s)
+                      chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s, spec=spec)
         outs.append((rep, idx, out))
     return outs
 
@@ -176,12 +182,13 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         reqs = reqs.saturated()
     dep = scenario.deployment
     cm = cost_model(dep, scenario.allreduce)
-    outs = run_requests(reqs, dep, scenario.policy, cm)
+    outs = run_requests(reqs, dep, scenario.policy, cm, int(getattr(scenario.workload, "seed", 0)))
     n = len(reqs)
     req_f = np.empty((n, eng.NUM_RF))
     pre = np.empty(n, np.int64)
     cached = np.empty(n, np.int64)
     rep_of = np.empty(n, np.int64)
+    spec_acc = np.zeros(n, np.int64)
     step_frames = []
     hist = np.zeros((max(1, len(reqs.class_names)), eng.ITL_BINS), np.int64)
     for rep, idx, out in outs:
@@ -189,6 +196,8 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         pre[idx] = out.req_preemptions
         cached[idx] = out.req_cached
         rep_of[idx] = rep
+        if out.req_spec_accepted is not None:
+            spec_acc[idx] = out.req_spec_accepted
         hist += out.itl_hist
         step_frames.append(_steps_frame(out, rep, cm))
     requests = pd.DataFrame({
@@ -207,6 +216,8 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         "preemptions": pre,
         "cached_prompt_tokens": cached,  # served from the prefix cache at its first admission
     })
+    if scenario.policy.spec_decode != "off":
+        requests["spec_accepted_tokens"] = spec_acc  # accepted draft tokens (speculative decoding)
     requests = request_latencies(requests)
     steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
     return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated)
@@ -217,7 +228,7 @@ def _steps_frame(out: eng.EngineOutput, replica: int, cm: CostModel) -> pd.DataF
     tokens = si[:, eng.S_PREFILL] + si[:, eng.S_DECODE]
     flops, nbytes = useful_flops_bytes(cm.coef, tokens, sf[:, eng.F_ATTN_WORK], sf[:, eng.F_DECODE_CTX],
                                        si[:, eng.S_LM])
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "replica": replica,
         "step": np.arange(len(si)),
         "start_s": sf[:, eng.F_START],
@@ -238,3 +249,9 @@ def _steps_frame(out: eng.EngineOutput, replica: int, cm: CostModel) -> pd.DataF
         "useful_flops": flops,
         "useful_bytes": nbytes,
     })
+    if out.spec_steps_i is not None:  # speculative decoding: rejected draft tokens are in padded_tokens
+        frame["spec_seqs"] = out.spec_steps_i[:, eng.SP_SEQS]  # decoding sequences that speculated
+        frame["spec_proposed"] = out.spec_steps_i[:, eng.SP_PROPOSED]  # draft tokens proposed and verified
+        frame["spec_accepted"] = out.spec_steps_i[:, eng.SP_ACCEPTED]  # of those, accepted
+        frame["draft_s"] = out.spec_steps_f[:, eng.SPF_DRAFT_S]  # seconds of the step spent drafting (in duration_s)
+    return frame

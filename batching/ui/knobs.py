@@ -5,9 +5,9 @@ from dataclasses import dataclass, replace
 
 import streamlit as st
 
-from batching.sim.policy import PREEMPTION_MODES, PRESETS, BatchingPolicy, with_knobs
+from batching.sim.policy import PREEMPTION_MODES, PRESETS, SPEC_METHODS, BatchingPolicy, with_knobs
 from batching.sim.simulate import Scenario
-from batching.sim.specs import KV_BLOCK_TOKENS
+from batching.sim.specs import KV_BLOCK_TOKENS, MODELS
 from batching.sim.workload import SyntheticWorkload
 from batching.ui import state
 from batching.ui.params import Param
@@ -25,6 +25,11 @@ FIELDS = {
     "prio": ("priority", None),
     "preempt": ("preemption", None),
     "cache": ("prefix_caching", None),
+    "spec": ("spec_decode", None),
+    "spec_k": ("spec_tokens", None),
+    "spec_a": ("spec_acceptance", 100),  # percent in the URL and on the slider
+    "spec_model": ("spec_draft_model", None),
+    "spec_off": ("spec_disable_batch_size", None),
 }
 # URL key -> (lowest, highest, step) of its slider, in the widget's unit (ms for the wait): the link accepts the
 # same range. A dashboard range, inside what the policy accepts (``sim.policy.KNOB_LIMITS``, what the CLI takes)
@@ -33,12 +38,21 @@ SLIDERS = {
     "wait_ms": (0, 2000, 10),
     "seqs": (1, 1024, 1),
     "budget": (64, 16384, 64),
+    "spec_k": (1, 16, 1),
+    "spec_a": (0, 100, 5),
+    "spec_off": (0, 1024, 1),
 }
 MODE_KNOBS = {
     "static": ("batch",),
     "dynamic": ("batch", "wait_ms"),
-    "continuous": ("seqs", "budget", "chunked", "prio", "preempt", "cache"),
+    "continuous": ("seqs", "budget", "chunked", "prio", "preempt", "cache", "spec", "spec_k", "spec_a", "spec_model",
+                   "spec_off"),
 }
+SPEC_KNOBS = ("spec_k", "spec_a", "spec_model", "spec_off")  # greyed out while speculation is off
+SPEC_HELP = ("Speculative decoding: each step a decoding sequence verifies K proposed tokens + 1 and keeps the "
+             "accepted ones (draft: a smaller model of the family; eagle: an EAGLE draft head; ngram: prompt "
+             "lookup, no draft compute; mtp: DeepSeek-V3's multi-token-prediction module). It cuts TPOT at low "
+             "load; at large batches verification turns compute-bound and the gain shrinks or turns into a loss.")
 PREFIX_CACHING_HELP = ("Automatic prefix caching (vLLM V1, SGLang RadixAttention): prompt blocks already in the KV "
                        "cache (a shared system prompt, a conversation's history) are not computed again; free "
                        "cached blocks are evicted LRU when space is needed. It changes nothing when no prompts "
@@ -68,6 +82,11 @@ def _defaults(base: BatchingPolicy) -> dict:
         "prio": base.priority,
         "preempt": base.preemption,
         "cache": base.prefix_caching,
+        "spec": base.spec_decode,
+        "spec_k": base.spec_tokens,
+        "spec_a": int(round(base.spec_acceptance * 100)),
+        "spec_model": base.spec_draft_model,
+        "spec_off": base.spec_disable_batch_size,
     }
 
 
@@ -82,6 +101,12 @@ def knob_params(prefix: str, base: BatchingPolicy) -> list[Param]:
         "prio": Param(prefix + "prio", d["prio"], label="priority classes"),
         "preempt": Param(prefix + "preempt", d["preempt"], choices=PREEMPTION_MODES, label="preemption"),
         "cache": Param(prefix + "cache", d["cache"], label="prefix caching"),
+        "spec": Param(prefix + "spec", d["spec"], choices=SPEC_METHODS, label="speculative decoding"),
+        "spec_k": Param(prefix + "spec_k", d["spec_k"], *SLIDERS["spec_k"][:2], label="draft tokens K"),
+        "spec_a": Param(prefix + "spec_a", d["spec_a"], *SLIDERS["spec_a"][:2], label="acceptance A (%)"),
+        "spec_model": Param(prefix + "spec_model", d["spec_model"], choices=tuple(MODELS), label="draft model"),
+        "spec_off": Param(prefix + "spec_off", d["spec_off"], *SLIDERS["spec_off"][:2],
+                          label="speculation off above (sequences)"),
     }
     return [every[k] for k in MODE_KNOBS[base.mode]]
 
@@ -178,6 +203,25 @@ def _knob_widget(prefix: str, k: str) -> None:
                      "recompute (free and prefill again later) or swap (copy to host memory over PCIe).", **kw)
     elif k == "cache":
         st.toggle("Prefix caching", help=PREFIX_CACHING_HELP, **kw)
+    elif k == "spec":
+        st.selectbox("Speculative decoding", list(SPEC_METHODS), help=SPEC_HELP, **kw)
+    else:
+        off = state.value(prefix + "spec", "off") == "off"
+        if k == "spec_k":
+            st.slider("Draft tokens K", **_range(k), help="Tokens proposed per sequence and step "
+                      "(vLLM num_speculative_tokens).", disabled=off, **kw)
+        elif k == "spec_a":
+            st.slider("Acceptance A (%)", **_range(k), help="Per-token acceptance probability: a verification "
+                      "emits (1 − A^(K+1)) / (1 − A) tokens on average.", disabled=off, **kw)
+        elif k == "spec_model":
+            draft = state.value(prefix + "spec", "off") == "draft"
+            st.selectbox("Draft model", list(MODELS), help="The smaller model of the family that drafts "
+                         "(speculative decoding 'draft'); it shares the GPUs, so the KV cache shrinks.",
+                         disabled=not draft, **kw)
+        elif k == "spec_off":
+            st.slider("Speculation off above (sequences)", **_range(k), help="vLLM's "
+                      "speculative_disable_by_batch_size: no speculation while more sequences run; 0: never off.",
+                      disabled=off, **kw)
 
 
 # ---------------------------------------------------------------- scenario knobs (Explore)

@@ -1,0 +1,149 @@
+"""Speculative decoding (DESIGN §2 "Beyond one queue"): the policy's knobs -> the engine's ``Spec``.
+
+Each step a speculating decode sequence verifies k + 1 tokens (k proposed draft tokens and the one the target
+adds), accepts a sampled number of the proposals (each with probability A, stopping at the first rejection,
+at most k) and emits accepted + 1 tokens. The expected tokens per verification is (1 − A^(K+1)) / (1 − A)
+(Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding", ICML, eq. 1, with
+A the per-token acceptance rate α).
+
+What a step costs (engine.py prices it; nothing here is a new constant of the target's cost model):
+
+- Verification is the target's forward pass over the k + 1 tokens of each speculating sequence: they count
+  as tokens of the step for the linear layers, element-wise ops, all-reduces and the LM head, so a small
+  batch stays memory-bound (the weights are read once for all of them: nearly free) and a large one turns
+  compute-bound (every verified token costs FLOPs), which is where the gain shrinks and turns into a loss
+  (vLLM, "How Speculative Decoding Boosts vLLM Performance by up to 2.8x", blog 2024-10-17, Llama-3-70B on
+  4xH100: at QPS 1 up to 1.5x faster on ShareGPT with a draft model and 2.8x on CNN/DailyMail with n-grams; at
+  high QPS 1.4x and 1.8x slower). Attention reads each sequence's
+  context once for its k + 1 queries (a multi-query decode kernel, as vLLM's FlashAttention/FlashInfer paths
+  run verification: the KV is loaded once per step, the k + 1 queries of a GQA group of 8 stay far below the
+  ridge, ~32 FLOP/byte against ~300 on H100), so with long contexts the KV read dominates and costs the same
+  for k + 1 tokens as for one: decode stays memory-bound at larger batches and the gain holds (MagicDec,
+  Chen et al. 2024, arXiv:2408.11049, §3: "for moderate to long sequences, LLM decoding remains
+  memory-bound even at large batch sizes, KV loading being the bottleneck").
+- Rejected tokens are computed for nothing: they are the step's ``padded_tokens``, so ``gpu_util`` (useful
+  share of the step's token slots) falls with the rejection rate, as for a static batch's padding.
+- The proposals: ``draft`` runs a smaller model of the family K times per step over the speculating
+  sequences (its own cost model: linear layers, element-wise ops, all-reduces, its KV read and its LM head);
+  ``eagle`` runs the EAGLE head K times: one decoder layer plus a fully connected layer fusing the embedding
+  and the feature (2·hidden² weights), with the target's LM head (Li et al. 2024, "EAGLE: Speculative
+  Sampling Requires Rethinking Feature Uncertainty", ICML 2024, arXiv:2401.15077: the draft model reuses the
+  target's embedding and LM head, its autoregression head is an FC layer and one decoder layer, under 1B
+  parameters for LLaMA2-Chat 70B; acceptance ~0.8 per token); ``mtp`` runs DeepSeek-V3's MTP module the same
+  way (DeepSeek-V3 Technical Report, arXiv:2412.19437, §2.2: a shared embedding and output head, one
+  Transformer block and a d×2d projection matrix per module; §5.4.3: the second token is accepted 85-90 % of
+  the time, 1.8x the tokens per second); ``ngram`` proposes by prompt lookup on the CPU (vLLM's n-gram
+  proposer), no GPU work.
+- Memory: a draft model's weights and its KV cache (per token, as the target's) share the GPUs with the
+  target's, and the EAGLE/MTP head's one layer likewise: the target's KV capacity shrinks accordingly (vLLM's
+  blog above: "the memory manager now handles the KV cache for both the draft and target models").
+- speculative_disable_by_batch_size: vLLM PR #4592 ("[Dynamic Spec Decoding] Auto-disable by the running
+  queue size"): speculation off for the batch while more than N requests run.
+
+Simplifications: a draft pass costs no fixed per-step overhead (it runs inside the target's scheduler step,
+under CUDA graphs); the draft's catch-up on the tokens the target accepted is not priced; draft passes carry
+the mean k of the step's speculating sequences; a sequence swapped back in decodes plainly in that step.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from batching.sim.costmodel import (
+    C_FIXED, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LIN_BW, C_LIN_FLOPS_RATE, C_LM_BYTES, C_LM_FLOPS_SEQ,
+    CostModel, cost_model, token_time_table_nb,
+)
+from batching.sim.engine_state import NUM_SPF, NUM_SPI, Spec
+from batching.sim.policy import SPEC_METHODS  # noqa: F401  (the methods, named once)
+from batching.sim.specs import KV_BLOCK_TOKENS, MODELS, Deployment
+
+# methods whose proposals cost GPU passes, and which of them are one-layer heads on the target
+DRAFTING_METHODS = ("draft", "eagle", "mtp")
+HEAD_METHODS = ("eagle", "mtp")
+NO_LIMIT = 0  # spec_disable_batch_size = 0: speculate at every batch size
+
+
+def expected_tokens_per_step(k: int, a: float) -> float:
+    """Expected tokens a speculating sequence emits per verification: (1 − A^(K+1)) / (1 − A) (K + 1 at A = 1)."""
+    if a >= 1.0:
+        return float(k + 1)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def head_layers(dep: Deployment) -> float:
+    """An EAGLE head or MTP module in target layers: one decoder layer plus the 2·hidden × hidden fusion."""
+    m = dep.model
+    return 1.0 + 2.0 * m.hidden_size * m.hidden_size / m.active_linear_params_per_layer
+
+
+def draft_deployment(dep: Deployment, draft_model: str) -> Deployment:
+    """The draft model on the target's GPUs, at the largest TP degree up to the target's that divides its heads
+    (vLLM's speculative_draft_tensor_parallel_size is 1 or the target's)."""
+    if draft_model not in MODELS:
+        raise ValueError(f"spec_draft_model={draft_model!r} is unknown; allowed: {', '.join(MODELS)}")
+    m = MODELS[draft_model]
+    tp = dep.node.tp
+    while tp > 1 and m.num_heads % tp:
+        tp //= 2
+    return replace(dep, model=m, node=replace(dep.node, tp=tp), kv_cache_tokens=None)
+
+
+def _draft_cost(policy, dep: Deployment, allreduce: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if policy.spec_decode == "draft":
+        cm = cost_model(draft_deployment(dep, policy.spec_draft_model), allreduce)
+        coef = cm.coef.copy()
+    else:
+        cm = cost_model(dep, allreduce)
+        coef = cm.coef.copy()
+        coef[C_LAYERS] = head_layers(dep)
+    coef[C_FIXED] = 0.0  # inside the target's scheduler step
+    return coef, cm.ar_log_bytes, cm.ar_s
+
+
+def draft_memory_per_gpu(policy, dep: Deployment) -> tuple[float, float]:
+    """(weight bytes, KV bytes per token) the proposer adds on each GPU of the target's group."""
+    if policy.spec_decode == "draft":
+        d = draft_deployment(dep, policy.spec_draft_model)
+        return d.weight_bytes_per_gpu, d.kv_bytes_per_token_per_gpu
+    if policy.spec_decode in HEAD_METHODS:
+        frac = head_layers(dep) / dep.model.num_layers
+        return frac * dep.linear_weight_bytes_per_gpu, frac * dep.kv_bytes_per_token_per_gpu
+    return 0.0, 0.0
+
+
+def spec_kv_blocks(policy, dep: Deployment) -> int:
+    """The target's KV blocks per replica once the proposer's weights and KV share the memory (the user's
+    ``kv_cache_tokens`` override still caps it)."""
+    base = dep.kv_capacity_blocks
+    if policy.spec_decode not in DRAFTING_METHODS:
+        return base
+    w, kv = draft_memory_per_gpu(policy, dep)
+    per_block = (dep.kv_bytes_per_token_per_gpu + kv) * KV_BLOCK_TOKENS
+    blocks = int(max(0.0, dep.kv_bytes_available_per_gpu - w) // per_block)
+    return min(base, blocks)
+
+
+def spec_for(policy, dep: Deployment, cm: CostModel | None = None, seed: int = 0, allreduce: str | None = None
+             ) -> Spec | None:
+    """The engine's Spec for a policy (None when speculation is off)."""
+    if policy.spec_decode == "off" or policy.mode != "continuous":
+        return None
+    a = float(policy.spec_acceptance)
+    inv = 0.0 if a <= 0.0 else (-math.inf if a >= 1.0 else 1.0 / math.log(a))
+    disable = policy.spec_disable_batch_size if policy.spec_disable_batch_size > 0 else 1 << 62
+    drafts = policy.spec_decode in DRAFTING_METHODS
+    size = policy.max_num_seqs + 1
+    if drafts:
+        ar = allreduce if allreduce is not None else (cm.allreduce if cm is not None else "vllm_graph")
+        coef, ar_x, ar_y = _draft_cost(policy, dep, ar)
+        tab = token_time_table_nb(coef, ar_x, ar_y, size)
+        ctx_s = coef[C_LAYERS] * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
+        lm_f = coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE]
+        lm_b = coef[C_LM_BYTES] / coef[C_LIN_BW]
+    else:
+        tab, ctx_s, lm_f, lm_b = np.zeros(size), 0.0, 0.0, 0.0
+    return Spec(int(policy.spec_tokens), float(inv), int(disable), int(seed) % (2 ** 32), bool(drafts),
+                np.ascontiguousarray(tab, np.float64), float(ctx_s), float(lm_f), float(lm_b),
+                np.ones(1, np.int64), np.zeros(1, np.int64), np.zeros((1, NUM_SPI), np.int64), np.zeros((1, NUM_SPF)))
