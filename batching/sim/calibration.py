@@ -526,3 +526,39 @@ re-decompression of earlier context during chunked MLA prefill, the MTP module a
 modelled. Treat its DeepSeek-V3 and Kimi-K2 figures as a roofline estimate, not a calibrated prediction.
 
 """
+
+
+def spec_markdown() -> str:
+    """The "Speculative decoding" section of docs/CALIBRATION.md: where its formulas and costs come from, and
+    what the simulator does not model (batching/sim/speculative.py)."""
+    return """## Speculative decoding
+
+Sources: Leviathan et al., ICML 2023, "Fast Inference from Transformers via Speculative Decoding" (expected
+tokens per verification (1 − A^(K+1)) / (1 − A) for a per-token acceptance A and K draft tokens); the vLLM blog
+"How Speculative Decoding Boosts vLLM Performance by up to 2.8x" (2024-10-17; Llama-3-70B on 4×H100: at QPS 1 up
+to 1.5× faster with a draft model on ShareGPT and 2.8× with n-gram lookup on CNN/DailyMail, at high QPS 1.4× and
+1.8× slower; the KV cache manager holds the draft's cache too); EAGLE (Li et al., ICML 2024, arXiv:2401.15077: a
+draft head of one decoder layer and a fusion layer on the target's features, reusing its embedding and LM head;
+acceptance about 0.8); the DeepSeek-V3 technical report (arXiv:2412.19437, §2.2: an MTP module is one
+Transformer block, a 2d→d projection and the shared head; §5.4.3: the second token is accepted 85–90 % of the
+time, 1.8× tokens per second); MagicDec (Chen et al., arXiv:2408.11049, ICLR 2025: at large batch and long
+context decoding stays memory-bound on KV reads, so speculation keeps paying); vLLM PR #4592
+(`speculative_disable_by_batch_size`).
+
+- A speculating sequence verifies k + 1 tokens per step (k = K, fewer near the end of its output or of the
+  token budget): they are tokens of the step for the linear layers (memory-bound at small batch,
+  compute-bound at large), the LM head scores all k + 1, and attention reads the context once for the k + 1
+  queries (a multi-query kernel: ~32 FLOP/byte, bandwidth-bound on every GPU here).
+- Accepted draft tokens per sequence and step are drawn with P(≥ j) = A^j, capped at k, from the run's seed;
+  the sequence emits accepted + 1 tokens. Rejected ones are computed for nothing (`padded_tokens`), so
+  `gpu_util` counts them as waste.
+- Proposals: `draft` runs the draft model's own cost model K times per step (its TP the largest divisor of its
+  heads up to the target's); `eagle` and `mtp` run one target layer, a 2·hidden² fusion layer and the LM head K
+  times; `ngram` costs nothing. A draft model's weights and KV cache (an EAGLE/MTP head's one layer) come out
+  of the target's KV cache.
+- Not modelled: a draft pass's fixed launch overhead and CPU time, the draft's catch-up on accepted tokens,
+  vLLM V0's scoring without a multi-query kernel. So the simulator's high-load slow-downs (draft 1.06×,
+  n-gram at A = 0.5 1.25× slower) are smaller than vLLM's measured 1.4× and 1.8×; nothing was tuned to close
+  the gap.
+
+"""
