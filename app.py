@@ -75,9 +75,12 @@ st.caption("One row per preset. Throughput is measured at the sidebar's request 
            "finished sequences held in a batch; Busy is what nvidia-smi shows. Hover a header for its definition."
            + (f" Greyed: overloaded at this rate ({', '.join(_over)}): the queue grows through the run, so their "
               "latencies measure the run's length and read as unbounded." if _over else ""))
-with st.expander("What the columns mean, and diagnostics"):
-    tables.definitions(list(COMPARE_COLUMNS) + list(tables.DIAGNOSTICS))
-    tables.summary_table(summaries, tables.DIAGNOSTICS)
+# drawn only while open (opening it reruns the page from the cache): a closed expander's table would be built,
+# sent and laid out by the browser on every move of a sidebar knob
+with st.expander("What the columns mean, and diagnostics", key="home_diagnostics", on_change="rerun") as diag:
+    if diag.open:
+        tables.definitions(list(COMPARE_COLUMNS) + list(tables.DIAGNOSTICS))
+        tables.summary_table(summaries, tables.DIAGNOSTICS)
 
 bars = charts.showdown_bars(summaries)
 widgets.chart(bars, "Left: throughput at this load (light) against capacity (dark); the gap is headroom. Middle "

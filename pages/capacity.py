@@ -246,11 +246,13 @@ def _results(plan: CapacityPlan) -> None:
 
     name = charts.slug("capacity", report.scenario_slug(base))
     line = scenario_caption(base, rate="rate searched")  # as the exported figures say (report --page capacity)
-    bars = cp.capacity_bars(plan.results, target, usd)
+    drawn = (base, slo, tuple(plan.results), plan.headroom)
+    bars = _figure("bars", (*drawn, target, usd), lambda: cp.capacity_bars(plan.results, target, usd))
     widgets.chart(bars, "Left: requests per second one node sustains within the SLOs (higher is better). Middle: "
                   "nodes for the target traffic. Right: dollars per million output tokens at that rate (lower is "
                   "better); both with the headroom factor.", f"{name}_bars", scenario_line=line)
-    curves = cp.goodput_curves(plan.points(), plan.max_rates(), slo.attainment)
+    # the same searches draw the same curves: a target, price or headroom move keeps this chart as it was
+    curves = _figure("goodput", drawn, lambda: cp.goodput_curves(plan.points(), plan.max_rates(), slo.attainment))
     widgets.chart(curves, "Top: requests per second within every SLO against the rate offered; it follows the "
                   "dashed diagonal until the SLOs start to fail. Bottom: share of requests within the SLOs; each "
                   "policy's dotted line is where it last stays above the dashed target.", f"{name}_goodput",
@@ -293,6 +295,19 @@ def _results(plan: CapacityPlan) -> None:
         ("Report (HTML)", _html, "report.html", "text/html",
          "A standalone page with the scenario, the tables and the charts; opens offline."),
     ], link)
+
+FIGURES = "capacity_figures"  # session: kind -> (what it was drawn from, the figure), the last one per kind
+
+
+def _figure(kind: str, drawn: tuple, build):
+    """The chart of this kind drawn from ``drawn``: the session's last one when it was drawn from the same, else
+    ``build()`` (as Tune a knob keeps its charts)."""
+    memo = st.session_state.setdefault(FIGURES, {})
+    hit = memo.get(kind)
+    if hit is None or hit[0] != drawn:
+        hit = memo[kind] = (drawn, build())
+    return hit[1]
+
 
 if scenario is None:
     st.stop()

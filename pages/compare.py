@@ -84,8 +84,9 @@ def compare(base: Scenario) -> None:
     name = charts.slug("compare", *[k.split(" · ")[1].replace("*", "-custom") for k in summaries],
                        report.scenario_slug(base))
     st.subheader("Latency distributions", divider="gray")
-    for tab, metric in zip(st.tabs(["TTFT", "TPOT", "E2E"]), METRICS):
-        cdf, hist = _latency_figures(latencies[metric], metric)
+    # only the open tab builds and draws its two charts (a tab click reruns this part)
+    for tab, metric in widgets.open_tabs(["TTFT", "TPOT", "E2E"], METRICS, "compare_latency_tab"):
+        cdf, hist = _shown_figures(base, chosen, latencies, metric)
         with tab:
             c1, c2 = st.columns(2)
             with c1:
@@ -152,6 +153,20 @@ def _results(base: Scenario, chosen: dict, download: bool = False) -> dict:
 def _latencies(results: dict) -> dict[str, dict]:
     """metric -> policy -> its per-request latencies (s), read-only views of the runs' columns."""
     return {m: {k: r.requests[f"{m}_s"].to_numpy() for k, r in results.items()} for m in METRICS}
+
+
+FIGURES = "compare_figures"  # session: (scenario, policies, metric) -> the CDF and histogram drawn, last few
+
+
+def _shown_figures(base: Scenario, chosen: dict, latencies: dict, metric: str) -> tuple:
+    """The open tab's two figures, kept per metric for the session's last comparison: a tab click back, or a
+    knob step that lands on the same policies, reuses them."""
+    drawn = (base, tuple(chosen.items()), metric, st.session_state.get(page.CAPTION_LINE))
+    memo = st.session_state.setdefault(FIGURES, {})
+    hit = memo.get(metric)
+    if hit is None or hit[0] != drawn:
+        hit = memo[metric] = (drawn, _latency_figures(latencies[metric], metric))
+    return hit[1]
 
 
 def _latency_figures(values: dict, metric: str) -> tuple:

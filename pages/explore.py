@@ -73,7 +73,7 @@ def explore(base: Scenario) -> None:
     name = charts.slug("explore", label.replace("*", "-custom"), report.scenario_slug(run))
     # the same figures `python -m batching report` exports, but the timeline within a point budget: the first
     # requests in full and a sample of the rest, said in a note (the exports below draw every request)
-    figs = report.policy_figures(result, timeline_points=charts.TIMELINE_POINT_BUDGET)
+    figs = _figures(result, label)
 
     tl = figs["timeline"][0]
     _, note = charts.timeline_rows(result.requests, max_points=charts.TIMELINE_POINT_BUDGET)
@@ -98,8 +98,8 @@ def explore(base: Scenario) -> None:
 
     c3, c4 = st.columns(2)
     with c3:
-        tabs = st.tabs(["TTFT", "TPOT", "E2E"])
-        for tab, metric in zip(tabs, ("ttft", "tpot", "e2e")):
+        # only the open tab draws its histogram (a tab click reruns this part, the figures come from the memo)
+        for tab, metric in widgets.open_tabs(["TTFT", "TPOT", "E2E"], ("ttft", "tpot", "e2e"), "explore_hist_tab"):
             with tab:
                 widgets.chart(figs[f"{metric}_hist"][0], f"Requests per {metric.upper()} bin on a log axis, one "
                               "colour per priority class; dashed and dotted lines mark each class's P50 and P99.",
@@ -125,6 +125,20 @@ def explore(base: Scenario) -> None:
         requests_csv=lambda: report.requests_csv(cache.result_for_download(run)),
         steps_csv=lambda: report.steps_csv(cache.result_for_download(run)),
         summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html)
+
+
+FIGURES = "explore_figures"  # session: (run, label) -> the figures drawn from it, the last one only
+
+
+def _figures(result, label: str) -> dict:
+    """``report.policy_figures`` of this run, kept for the session's last run: a tab click or a knob step that
+    lands on the same run reuses them instead of building seven figures again."""
+    drawn = (result.scenario, label, st.session_state.get(page.CAPTION_LINE))
+    memo = st.session_state.get(FIGURES)
+    if memo is None or memo[0] != drawn:
+        memo = (drawn, report.policy_figures(result, timeline_points=charts.TIMELINE_POINT_BUDGET))
+        st.session_state[FIGURES] = memo
+    return memo[1]
 
 
 def _prefix_caption(run: Scenario, summary: dict) -> None:

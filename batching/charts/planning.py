@@ -6,6 +6,7 @@ milliseconds. Sweep frames are ``studies.sweeps.sweep`` output (plus ``offered_o
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -287,43 +288,57 @@ def sweep_frontier(sweeps: Mapping[str, pd.DataFrame], knob: str, latency: str =
 # ---------------------------------------------------------------- Capacity planning
 
 
-def capacity_bars(plans: Mapping[str, CapacityResult | Mapping], target_rate_req_s: float | None = None,
-                  gpu_hour_usd: float | None = None) -> go.Figure:
-    """Per policy: sustainable request rate per node, nodes needed for the target, $ per million output tokens.
-
-    ``plans``: name -> ``CapacityResult`` (as ``studies.planning.CapacityPlan.results`` holds them, priced) or
-    its ``to_dict()``."""
-    target = f"{target_rate_req_s:,.4g} req/s" if target_rate_req_s else "the target"
-    price = f"; cost at ${gpu_hour_usd:,.4g} per GPU-hour" if gpu_hour_usd else ""
+@functools.lru_cache(maxsize=16)
+def _capacity_layout(target: str, price: str) -> go.Layout:
     # short subplot and axis titles: a third of the width each, and a rotated y title must stay within the
     # plot's height (longer ones ran into the subtitle)
     fig = _figure("Capacity per policy within the SLOs", f"Zero or missing: no rate tried met the SLOs{price}", 440,
                   rows=1, cols=3, horizontal_spacing=0.1,
                   subplot_titles=("Sustainable rate per node", f"Nodes for {target}", "Cost per M output tokens"))
-    names = list(plans)
-    if not names:
-        return _no_data(fig)
-    cmap = policy_colors(names)
-    colors = [cmap[n] for n in names]
-    series = (("max_rate_req_s", "req/s", ",.3g", 1), ("nodes_needed", "nodes", ",.0f", 2),
-              ("usd_per_million_output_tokens", "$", ",.2f", 3))
-    for key, unit, fmt, col in series:
-        y = [_num(_field(plans[n], key)) for n in names]
-        text = [("n/a" if not math.isfinite(v) else (f"${v:{fmt}}" if unit == "$" else f"{v:{fmt}}")) for v in y]
-        fig.add_trace(go.Bar(x=names, y=[v if math.isfinite(v) else None for v in y], marker_color=colors,
-                             text=text, textposition="outside", cliponaxis=False, showlegend=False,
-                             name=key, hovertemplate=f"%{{x}}: %{{y:{fmt}}} {unit}<extra></extra>"), row=1, col=col)
     fig.update_yaxes(title_text="Rate per node (req/s)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="Nodes (count)", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(title_text="$ per M output tokens ($)", rangemode="tozero", row=1, col=3)
     fig.update_xaxes(title_text="Policy")
-    for col in (1, 2, 3):  # room above the tallest bar for its label
-        ys = [_num(_field(plans[n], series[col - 1][0])) for n in names]
-        top = max([v for v in ys if math.isfinite(v)], default=0.0)
+    return fig.layout
+
+
+def capacity_bars(plans: Mapping[str, CapacityResult | Mapping], target_rate_req_s: float | None = None,
+                  gpu_hour_usd: float | None = None) -> go.Figure:
+    """Per policy: sustainable request rate per node, nodes needed for the target, $ per million output tokens.
+
+    ``plans``: name -> ``CapacityResult`` (as ``studies.planning.CapacityPlan.results`` holds them, priced) or
+    its ``to_dict()``. Plain-dict bars on a layout built once per target and price (``make_subplots`` and its
+    updates cost most of this figure's time)."""
+    target = f"{target_rate_req_s:,.4g} req/s" if target_rate_req_s else "the target"
+    price = f"; cost at ${gpu_hour_usd:,.4g} per GPU-hour" if gpu_hour_usd else ""
+    names = list(plans)
+    if not names:
+        return _no_data(go.Figure(layout=_capacity_layout(target, price)))
+    cmap = policy_colors(names)
+    colors = [cmap[n] for n in names]
+    series = (("max_rate_req_s", "req/s", ",.3g", 1), ("nodes_needed", "nodes", ",.0f", 2),
+              ("usd_per_million_output_tokens", "$", ",.2f", 3))
+    traces, axes = [], {}
+    for key, unit, fmt, col in series:
+        y = [_num(_field(plans[n], key)) for n in names]
+        text = [("n/a" if not math.isfinite(v) else (f"${v:{fmt}}" if unit == "$" else f"{v:{fmt}}")) for v in y]
+        axis = "" if col == 1 else str(col)
+        traces.append(dict(type="bar", x=names, y=[v if math.isfinite(v) else None for v in y],
+                           marker=dict(color=colors), text=text, textposition="outside", cliponaxis=False,
+                           showlegend=False, name=key, xaxis=f"x{axis}", yaxis=f"y{axis}",
+                           hovertemplate=f"%{{x}}: %{{y:{fmt}}} {unit}<extra></extra>"))
+        # room above the tallest bar for its label
+        top = max([v for v in y if math.isfinite(v)], default=0.0)
+        kw: dict = {}
         if top > 0:
-            fig.update_yaxes(range=[0, top * 1.18], row=1, col=col)
+            kw["range"] = [0, top * 1.18]
         if col == 2 and top <= 10:
-            fig.update_yaxes(dtick=1, row=1, col=col)  # whole nodes
+            kw["dtick"] = 1  # whole nodes
+        if kw:
+            axes[f"yaxis{axis}"] = kw
+    fig = go.Figure(data=traces, layout=_capacity_layout(target, price))
+    if axes:
+        fig.update_layout(axes)
     return fig
 
 
@@ -339,55 +354,65 @@ def _num(value) -> float:
     return v
 
 
-def goodput_curves(points: Mapping[str, pd.DataFrame], max_rates: Mapping[str, float],
-                   attainment: float) -> go.Figure:
-    """Goodput (top) and SLO attainment (bottom) against the request rate, for every rate each search tried;
-    the attainment target dashed, each policy's sustainable rate dotted."""
+@functools.lru_cache(maxsize=16)
+def _goodput_layout(attainment: float) -> go.Layout:
     fig = _figure("Goodput and SLO attainment vs request rate", "Every rate the search tried; dotted: each "
                   "policy's sustainable rate; dashed: the target", 680, rows=2, cols=1,
                   shared_xaxes=True, vertical_spacing=0.14,
                   subplot_titles=("Goodput: requests per second within every SLO",
                                   f"Share of requests within every SLO (target {attainment * 100:.3g} %)"))
-    shown = False
-    all_rates = []
-    colors = policy_colors(points)
-    for name, df in points.items():
-        if df is None or df.empty:
-            continue
-        shown = True
-        color = colors[name]
-        df = df.sort_values("rate_req_s")
-        x = df["rate_req_s"].to_numpy(float)
-        all_rates.append(x)
-        fig.add_trace(go.Scatter(x=x, y=df["goodput_req_s"], mode="lines+markers", name=name, legendgroup=name,
-                                 line=dict(color=color, width=2.5), marker=dict(size=7),
-                                 hovertemplate=f"{name}<br>%{{x:,.3g}} req/s offered<br>goodput %{{y:,.3g}} req/s"
-                                               "<extra></extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=x, y=df["attainment"] * 100, mode="lines+markers", name=name, legendgroup=name,
-                                 showlegend=False, line=dict(color=color, width=2.5), marker=dict(size=7),
-                                 hovertemplate=f"{name}<br>%{{x:,.3g}} req/s<br>%{{y:.1f}} % within the SLOs"
-                                               "<extra></extra>"), row=2, col=1)
-        rate = max_rates.get(name)
-        if rate is not None and rate > 0:
-            for row in (1, 2):
-                fig.add_shape(type="line", xref="x" if row == 1 else "x2", yref="y domain" if row == 1 else
-                              "y2 domain", x0=rate, x1=rate, y0=0, y1=1, name=f"{name} max rate",
-                              line=dict(color=color, width=1.5, dash="dot"))
-    if not shown:
-        return _no_data(fig)
-    hi = float(np.concatenate(all_rates).max())
-    # what goodput would be if every request met the SLOs: the offered rate itself
-    ref = np.array([0.0, hi])
-    fig.add_trace(go.Scatter(x=ref, y=ref, mode="lines", name="All requests within the SLOs",
-                             line=dict(color=GREY, width=1, dash="dash"), hoverinfo="skip"), row=1, col=1)
-    fig.add_shape(type="line", xref="x2 domain", yref="y2", x0=0, x1=1, y0=attainment * 100, y1=attainment * 100,
-                  name="attainment target", line=dict(color=KNEE_COLOR, width=1.5, dash="dash"))
     # tick labels under both panels, the axis title once (under the bottom one: nothing between a panel and the
     # title of the one below it)
     fig.update_xaxes(showticklabels=True, rangemode="tozero")
     fig.update_xaxes(title_text="Request rate offered to one node (req/s)", row=2, col=1)
     fig.update_yaxes(title_text="Goodput (req/s)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="Within every SLO (%)", range=[0, 103], row=2, col=1)
+    return fig.layout
+
+
+def goodput_curves(points: Mapping[str, pd.DataFrame], max_rates: Mapping[str, float],
+                   attainment: float) -> go.Figure:
+    """Goodput (top) and SLO attainment (bottom) against the request rate, for every rate each search tried;
+    the attainment target dashed, each policy's sustainable rate dotted. Plain-dict traces and shapes on a layout
+    built once per attainment target."""
+    traces, shapes = [], []
+    all_rates = []
+    colors = policy_colors(points)
+    for name, df in points.items():
+        if df is None or df.empty:
+            continue
+        color = colors[name]
+        df = df.sort_values("rate_req_s")
+        x = df["rate_req_s"].to_numpy(float)
+        all_rates.append(x)
+        traces.append(dict(type="scatter", x=x, y=df["goodput_req_s"].to_numpy(float), mode="lines+markers",
+                           name=name, legendgroup=name, line=dict(color=color, width=2.5), marker=dict(size=7),
+                           xaxis="x", yaxis="y",
+                           hovertemplate=f"{name}<br>%{{x:,.3g}} req/s offered<br>goodput %{{y:,.3g}} req/s"
+                                         "<extra></extra>"))
+        traces.append(dict(type="scatter", x=x, y=df["attainment"].to_numpy(float) * 100, mode="lines+markers",
+                           name=name, legendgroup=name, showlegend=False, line=dict(color=color, width=2.5),
+                           marker=dict(size=7), xaxis="x2", yaxis="y2",
+                           hovertemplate=f"{name}<br>%{{x:,.3g}} req/s<br>%{{y:.1f}} % within the SLOs"
+                                         "<extra></extra>"))
+        rate = max_rates.get(name)
+        if rate is not None and rate > 0:
+            for row in (1, 2):
+                shapes.append(dict(type="line", xref="x" if row == 1 else "x2",
+                                   yref="y domain" if row == 1 else "y2 domain", x0=rate, x1=rate, y0=0, y1=1,
+                                   name=f"{name} max rate", line=dict(color=color, width=1.5, dash="dot")))
+    if not all_rates:
+        return _no_data(go.Figure(layout=_goodput_layout(float(attainment))))
+    hi = float(np.concatenate(all_rates).max())
+    # what goodput would be if every request met the SLOs: the offered rate itself
+    ref = np.array([0.0, hi])
+    traces.append(dict(type="scatter", x=ref, y=ref, mode="lines", name="All requests within the SLOs",
+                       line=dict(color=GREY, width=1, dash="dash"), hoverinfo="skip", xaxis="x", yaxis="y"))
+    shapes.append(dict(type="line", xref="x2 domain", yref="y2", x0=0, x1=1, y0=attainment * 100,
+                       y1=attainment * 100, name="attainment target",
+                       line=dict(color=KNEE_COLOR, width=1.5, dash="dash")))
+    fig = go.Figure(data=traces, layout=_goodput_layout(float(attainment)))
+    fig.update_layout(shapes=shapes)
     return fig
 
 

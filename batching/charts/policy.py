@@ -200,8 +200,14 @@ def tick_text(t: float) -> str:
 def log_axis(fig: go.Figure, axis: str, values, **where) -> None:
     """Make an axis ("x" or "y") log with clean labels: decades (minor ticks at 2-9 between them) or 1-2-5 when
     the data span less than two decades; never Plotly's crowded small digits. ``where``: row/col of a subplot."""
-    ticks = log_ticks(values)
     update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    update(**log_axis_update(values), **where)
+
+
+def log_axis_update(values) -> dict:
+    """The properties ``log_axis`` sets on an axis, as a plain dict (for figures built without ``row=``/``col=``:
+    ``fig.update_layout(yaxis2=log_axis_update(values))``)."""
+    ticks = log_ticks(values)
     kw: dict = {"type": "log"}
     if ticks:
         kw.update(tickmode="array", tickvals=ticks, ticktext=[tick_text(t) for t in ticks])
@@ -210,7 +216,7 @@ def log_axis(fig: go.Figure, axis: str, values, **where) -> None:
             kw["minor"] = dict(ticks="outside", ticklen=3, dtick="D1", showgrid=False)
     else:
         kw.update(dtick=1, exponentformat="power")  # no data: decades, whatever the range
-    update(**kw, **where)
+    return kw
 
 
 def _latency_values(df: pd.DataFrame, metric: str) -> np.ndarray:
@@ -280,11 +286,8 @@ def _percentile_lines(fig: go.Figure, name: str, values: np.ndarray | None, colo
 LIGHT_ALPHA = 0.35  # the "at this load" and P50 bars: the policy's colour, light; capacity and P99 solid
 
 
-def showdown_bars(summaries: Mapping[str, dict]) -> go.Figure:
-    """Grouped bars per policy in the policy's colour: throughput at this load (light) vs capacity (solid),
-    TTFT and TPOT P50 (light) and P99 (solid) on log axes."""
-    names = list(summaries)
-    colors = policy_colors(names)
+@functools.lru_cache(maxsize=4)
+def _showdown_layout() -> go.Layout:
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.1,
                         subplot_titles=("Throughput at this load vs capacity", "TTFT (log scale)",
                                         "TPOT (log scale)"))
@@ -292,6 +295,20 @@ def showdown_bars(summaries: Mapping[str, dict]) -> go.Figure:
                       title=_title("Strategy showdown: throughput and latency by policy",
                                    "One colour per policy; light bars: at this load / P50, solid bars: capacity / "
                                    "P99"))
+    fig.update_yaxes(title_text="Throughput (tok/s)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="TTFT (s)", row=1, col=2)
+    fig.update_yaxes(title_text="TPOT (ms)", row=1, col=3)
+    fig.update_xaxes(title_text="Policy")
+    fig.update_annotations(font_size=13)
+    return fig.layout
+
+
+def showdown_bars(summaries: Mapping[str, dict]) -> go.Figure:
+    """Grouped bars per policy in the policy's colour: throughput at this load (light) vs capacity (solid),
+    TTFT and TPOT P50 (light) and P99 (solid) on log axes. Plain-dict traces on a cached layout
+    (``make_subplots`` and validated bars cost ~60 ms a figure, every home-page rerun)."""
+    names = list(summaries)
+    colors = policy_colors(names)
     series = [
         (1, "At this load", "throughput_output_tok_s", 1.0, False, "tok/s"),
         (1, "Capacity", "capacity_output_tok_s", 1.0, True, "tok/s"),
@@ -301,22 +318,19 @@ def showdown_bars(summaries: Mapping[str, dict]) -> go.Figure:
         (3, "P99", "tpot_p99_s", 1e3, True, "ms"),
     ]
     values: dict[int, list[float]] = {1: [], 2: [], 3: []}
+    traces = []
     for col, label, key, factor, solid, unit in series:
         y = [_num(summaries[n].get(key)) * factor for n in names]
         values[col] += y
         line = [colors[n] for n in names]
         fill = line if solid else [alpha(c, LIGHT_ALPHA) for c in line]
-        fig.add_trace(go.Bar(x=names, y=y, name=label, legendgroup=label, showlegend=False,
-                             marker=dict(color=fill, line=dict(color=line, width=1.5)),
-                             hovertemplate=f"%{{x}} {label}: %{{y:,.3g}} {unit}<extra></extra>"),
-                      row=1, col=col)
-    fig.update_yaxes(title_text="Throughput (tok/s)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="TTFT (s)", row=1, col=2)
-    fig.update_yaxes(title_text="TPOT (ms)", row=1, col=3)
-    log_axis(fig, "y", values[2], row=1, col=2)
-    log_axis(fig, "y", values[3], row=1, col=3)
-    fig.update_xaxes(title_text="Policy")
-    fig.update_annotations(font_size=13)
+        axis = "" if col == 1 else str(col)
+        traces.append(dict(type="bar", x=names, y=y, name=label, legendgroup=label, showlegend=False,
+                           xaxis=f"x{axis}", yaxis=f"y{axis}",
+                           marker=dict(color=fill, line=dict(color=line, width=1.5)),
+                           hovertemplate=f"%{{x}} {label}: %{{y:,.3g}} {unit}<extra></extra>"))
+    fig = go.Figure(data=traces, layout=_showdown_layout())
+    fig.update_layout(yaxis2=log_axis_update(values[2]), yaxis3=log_axis_update(values[3]))
     return fig
 
 
@@ -734,12 +748,15 @@ def latency_cdf(values: Mapping[str, np.ndarray], metric: str, points: int = 400
                                                "<extra></extra>"))
     if not shown:
         return _no_data(fig)
-    for y in (50, 99):
-        fig.add_hline(y=y, line=dict(color="#9A9A9A", width=1, dash="dot"), annotation_text=f"P{y}",
-                      annotation_position="top left", annotation_font_size=11)
-    fig.update_layout(xaxis_title=f"{name} ({unit}, log scale)", yaxis_title="Requests at or below (%)",
-                      yaxis_range=[0, 101])
-    log_axis(fig, "x", np.concatenate(shown))
+    # the P50 and P99 lines and labels as add_hline draws them, set in one layout update (add_hline costs ~6 ms
+    # a line, most of this figure's time)
+    fig.update_layout(
+        shapes=[dict(type="line", xref="x domain", yref="y", x0=0, x1=1, y0=y, y1=y,
+                     line=dict(color="#9A9A9A", width=1, dash="dot")) for y in (50, 99)],
+        annotations=[dict(text=f"P{y}", x=0, y=y, xref="x domain", yref="y", xanchor="left", yanchor="bottom",
+                          showarrow=False, font=dict(size=11)) for y in (50, 99)],
+        xaxis=dict(title=dict(text=f"{name} ({unit}, log scale)"), **log_axis_update(np.concatenate(shown))),
+        yaxis=dict(title=dict(text="Requests at or below (%)"), range=[0, 101]))
     return fig
 
 

@@ -30,6 +30,15 @@ def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None, s
     st.caption(caption)
 
 
+def open_tabs(labels: Sequence[str], items: Sequence[T], key: str) -> list[tuple[object, T]]:
+    """Tabs whose hidden ones draw nothing: (tab, item) for the open tab only. A click on another tab reruns the
+    script (or the fragment it is in) and draws that one: hidden Plotly charts would be sent, parsed and drawn
+    by the browser on every rerun although nobody sees them. Every tab stays one click away, nothing is lost."""
+    tabs = st.tabs(list(labels), key=key, on_change="rerun")
+    opened = [(tab, item) for tab, item in zip(tabs, items) if tab.open]
+    return opened or [(tabs[0], items[0])]  # no state yet (bare mode): the first, as st.tabs opens
+
+
 def guarded(fn: Callable[[], T], what: str) -> T | None:
     """Run a library call; a ValueError or RuntimeError becomes an st.error saying what to change
     (or, when every simulation slot stayed taken, that the server is busy and to try again). ``what`` and the

@@ -17,8 +17,13 @@ def test_default_render():
     assert_clean(at)
     assert at.title[0].value == "Compare policies"
     specs = chart_specs(at)
-    assert len(specs) == 6  # CDF and histogram for TTFT, TPOT, E2E
-    for name in ("TTFT", "TPOT", "E2E latency"):
+    assert len(specs) == 2  # CDF and histogram of the open tab (TTFT); a hidden tab draws nothing
+    # TTFT, TPOT, E2E: each pair one tab click away (the tab reruns the fragment and draws its two charts)
+    for tab, name in (("TTFT", "TTFT"), ("TPOT", "TPOT"), ("E2E", "E2E latency")):
+        at.session_state["compare_latency_tab"] = tab
+        at.run()
+        assert_clean(at)
+        assert len(chart_specs(at)) == 2
         cdf = chart(at, f"{name} CDF by policy")
         assert trace_types(cdf) == {"scatter"}
         assert [t["name"] for t in data_traces(cdf)] == ["A · dynamic", "B · continuous", "C · chunked"]

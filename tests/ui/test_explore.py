@@ -17,11 +17,17 @@ def test_default_render():
     assert at.title[0].value == "Explore a policy"
     assert at.selectbox(key="wid:policy").value == "continuous"
     specs = chart_specs(at)
-    assert len(specs) == 7  # timeline, composition, KV/queue, 3 latency histograms, ITL
+    # timeline, composition, KV/queue, the open tab's latency histogram (TTFT), ITL: a hidden tab draws nothing
+    assert len(specs) == 5
     assert trace_types(chart(at, "Request timeline")) == {"scatter"}  # within the point budget: SVG
     assert trace_types(chart(at, "Batch composition")) == {"scatter"}  # filled step areas
     assert trace_types(chart(at, "KV cache use")) == {"scatter"}
-    for name in ("TTFT", "TPOT", "E2E latency"):
+    # each of the three latency histograms is one tab click away (the tab reruns the fragment and draws it)
+    for tab, name in (("TTFT", "TTFT"), ("TPOT", "TPOT"), ("E2E", "E2E latency")):
+        at.session_state["explore_hist_tab"] = tab
+        at.run()
+        assert_clean(at)
+        assert len(chart_specs(at)) == 5
         hist = chart(at, f"{name} distribution")
         assert trace_types(hist) == {"scatter"}
         assert hist["layout"]["xaxis"]["type"] == "log"

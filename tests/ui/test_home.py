@@ -37,7 +37,12 @@ def test_classic_table_columns_overload_and_no_none():
     helps = {c.get("label"): c.get("help") for c in spec.values() if isinstance(c, dict)}
     assert helps["GPU util"] == metric_spec("gpu_util").help
     assert helps["Load"] == metric_spec("load").help
-    # SOL util stays available under its own name, in the diagnostics beside the table
+    # SOL util stays available under its own name, in the diagnostics beside the table: drawn when the expander
+    # is opened (a closed one draws nothing)
+    assert not any("SOL util" in d.value.columns for d in at.dataframe)
+    at.session_state["home_diagnostics"] = True
+    at.run()
+    assert_clean(at)
     assert any("SOL util" in d.value.columns for d in at.dataframe)
 
 
