@@ -26,7 +26,7 @@ from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECIS
 from batching.sim.traces import MAX_TOKENS
 from batching.sim.workload import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
                                    MAX_NUM_REQUESTS, MAX_PEAK_TO_TROUGH, MAX_PERIOD_S, MAX_RATE_REQ_S,
-                                   WORKLOAD_PRESETS, LengthDist, TraceWorkload, workload_preset)
+                                   WORKLOAD_PRESETS, LengthDist, SyntheticWorkload, TraceWorkload, workload_preset)
 from batching.studies.capacity import ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, class_names, per_class_values
 
 PROG = "python -m batching"
@@ -531,20 +531,24 @@ def synthetic_workload(args):
     return wl
 
 
+def workload_from_args(args) -> SyntheticWorkload | TraceWorkload:
+    """The workload of --trace (refusing the flags that shape synthetic traffic) or of the synthetic flags."""
+    if args.trace is None:
+        return synthetic_workload(args)
+    given = arrival_flag(args)
+    if given is not None:
+        raise CliError(f"{given[0]}: shapes the arrivals of a synthetic workload; a --trace keeps its recorded "
+                       "arrival times (--rate speeds it up or slows it down)")
+    if getattr(args, "shared_prefix_tokens", None):
+        raise CliError("--shared-prefix-tokens: applies to synthetic workloads; a --trace carries its own "
+                       "prefixes (Mooncake's hash_ids) or none")
+    return trace_workload(args.trace, args.requests, args.rate)
+
+
 def build_scenario(args) -> Scenario:
     """The Scenario the scenario and policy flags describe, validated (nothing simulated yet)."""
     dep = deployment_from_args(args)
-    if args.trace is not None:
-        given = arrival_flag(args)
-        if given is not None:
-            raise CliError(f"{given[0]}: shapes the arrivals of a synthetic workload; a --trace keeps its recorded "
-                           "arrival times (--rate speeds it up or slows it down)")
-        if getattr(args, "shared_prefix_tokens", None):
-            raise CliError("--shared-prefix-tokens: applies to synthetic workloads; a --trace carries its own "
-                           "prefixes (Mooncake's hash_ids) or none")
-        wl = trace_workload(args.trace, args.requests, args.rate)
-    else:
-        wl = synthetic_workload(args)
+    wl = workload_from_args(args)
     base = preset(args.preset)
     caching = getattr(args, "prefix_caching", None)
     if caching and (args.mode or base.mode) != "continuous":

@@ -9,9 +9,9 @@ import math
 import sys
 from pathlib import Path
 
-from batching.cli.args import (CliError, add_prefix_caching_arg, add_scenario_args, add_slo_args, arrival_flag,
-                               check_output_file, float_arg, fmt, shown, slo_from_args, synthetic_workload,
-                               trace_workload, write_json)
+from batching.cli.args import (CliError, add_prefix_caching_arg, add_scenario_args, add_slo_args,
+                               check_output_file, float_arg, fmt, shown, slo_from_args, workload_from_args,
+                               write_json)
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario
 from batching.sim.specs import GPUS, MODELS, PRECISIONS, Deployment, Node, load_json_spec
@@ -144,17 +144,7 @@ def _base(args) -> tuple[Scenario, dict]:
     first = custom.get(args.gpus[0]) or GPUS[args.gpus[0]]
     dep = Deployment(Node(first, args.num_gpus, 1), model, "bf16", getattr(args, "kv_dtype", None) or "auto",
                      kv_cache_tokens=getattr(args, "kv_cache_tokens", None))
-    if args.trace is not None:
-        given = arrival_flag(args)
-        if given is not None:
-            raise CliError(f"{given[0]}: shapes the arrivals of a synthetic workload; a --trace keeps its recorded "
-                           "arrival times (--rate speeds it up or slows it down)")
-        if getattr(args, "shared_prefix_tokens", None):
-            raise CliError("--shared-prefix-tokens: applies to synthetic workloads; a --trace carries its own "
-                           "prefixes (Mooncake's hash_ids) or none")
-        wl = trace_workload(args.trace, args.requests, args.rate)
-    else:
-        wl = synthetic_workload(args)
+    wl = workload_from_args(args)
     caching = args.prefix_caching if args.prefix_caching is not None else PRESETS["chunked"].prefix_caching
     pol = BatchingPolicy(mode="continuous", prefix_caching=caching)  # carries the prefix-caching choice only
     return Scenario(dep, wl, pol, args.allreduce), custom
