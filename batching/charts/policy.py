@@ -609,7 +609,7 @@ KV_CACHED_NAME = "prefix cache only (evictable)"
 
 @functools.lru_cache(maxsize=32)
 def _kv_layout(kv_capacity_tokens: int, per_replica: bool, cached: bool = False) -> go.Layout:
-    what = "KV cache in use and held by the prefix cache" if cached else "KV cache in use"
+    what = "KV cache used + prefix cache" if cached else "KV cache in use"  # fits a half-width column
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=(f"{what} (capacity {int(kv_capacity_tokens):,} tokens per replica)",
                                         "Queue depth (per replica)" if per_replica else "Queue depth"))
