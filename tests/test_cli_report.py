@@ -170,7 +170,20 @@ def test_the_figures_are_the_dashboards(tmp_path):
     at.switch_page("pages/explore.py")
     at.run()
     assert not at.exception and not at.error
-    app_specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    # the latency histograms are tabs that draw only when open: open each in turn, keep the order they sit in
+    drawn: dict[str, dict] = {}
+    for tab in ("TTFT", "TPOT", "E2E"):
+        at.session_state["explore_hist_tab"] = tab
+        at.run()
+        assert not at.exception and not at.error
+        for c in at.get("plotly_chart"):
+            spec = json.loads(c.proto.spec)
+            drawn.setdefault(spec["layout"]["title"]["text"], spec)
+    assert len(drawn) == len(FIGURES)
+    order = [f.layout.title.text for f, _ in report.policy_figures(
+        simulate(Scenario(deployment=deployment(), workload=workload_preset("chat", 2.0, 150, 3),
+                          policy=PRESETS["chunked"]))).values()]
+    app_specs = [drawn[title] for title in order]
     sc = Scenario(deployment=deployment(), workload=workload_preset("chat", 2.0, 150, 3), policy=PRESETS["chunked"])
     figs = report.policy_figures(simulate(sc))
     assert list(figs) == list(FIGURES)
