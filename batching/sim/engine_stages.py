@@ -519,8 +519,10 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
                     free -= need
                     blocks[r] += need
                 if pc is not None:
-                    if seqs.pb[r] < min(seqs.plim[r], (kv[r] + 1) // KV_BLOCK_TOKENS):
-                        pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc)
+                    # (the cheap test first: a sequence whose chain is all named skips the division)
+                    if seqs.pb[r] < seqs.plim[r]:
+                        if seqs.pb[r] < (kv[r] + 1) // KV_BLOCK_TOKENS:
+                            pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc)
                 sched[r] = 1 + kr
                 n_dec += 1 + kr
                 ctx += kv[r] + 1 + kr  # a multi-query kernel reads the context once for its k + 1 queries
@@ -659,8 +661,10 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
                     free -= need
                     blocks[r] += need
                 if pc is not None:
-                    if seqs.pb[r] < min(seqs.plim[r], (kv[r] + c) // KV_BLOCK_TOKENS):
-                        pc_register_nb(r, (kv[r] + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
+                    # (the cheap test first: a sequence whose chain is all named skips the division)
+                    if seqs.pb[r] < seqs.plim[r]:
+                        if seqs.pb[r] < (kv[r] + c) // KV_BLOCK_TOKENS:
+                            pc_register_nb(r, (kv[r] + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
                 sched[r] = c
                 n_pre += c
                 attn += c * (kv[r] + 0.5 * c)
