@@ -609,9 +609,11 @@ KV_CACHED_NAME = "prefix cache only (evictable)"
 
 @functools.lru_cache(maxsize=32)
 def _kv_layout(kv_capacity_tokens: int, per_replica: bool, cached: bool = False) -> go.Layout:
-    what = "KV cache used + prefix cache" if cached else "KV cache in use"  # fits a half-width column
+    # both fit a half-width column (a longer title is cut at its left edge)
+    what = (f"KV + prefix cache (of {int(kv_capacity_tokens):,} tok/replica)" if cached
+            else f"KV cache in use (capacity {int(kv_capacity_tokens):,} tokens per replica)")
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=(f"{what} (capacity {int(kv_capacity_tokens):,} tokens per replica)",
+                        subplot_titles=(what,
                                         "Queue depth (per replica)" if per_replica else "Queue depth"))
     fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
                       title=_title("KV cache use and queue depth"))

@@ -110,7 +110,7 @@ def test_explore_shows_the_hit_rate_and_what_the_toggle_changes():
     kv = chart(at, "KV cache use")
     assert charts.KV_CACHED_NAME in [t.get("name") for t in data_traces(kv)]
     assert kv["layout"]["yaxis"]["title"]["text"] == "KV used (%)"
-    assert "KV cache used + prefix cache (capacity" in kv["layout"]["annotations"][0]["text"]
+    assert "KV + prefix cache (of " in kv["layout"]["annotations"][0]["text"]
 
 
 def test_compare_says_when_the_cache_explains_a_difference():
