@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.sim import costmodel as cm
+from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
 from batching.sim.simulate import Scenario
 from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
@@ -320,6 +321,11 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=8,
                    help="tensor parallel degree {1,2,4,8}")
     g.add_argument("--precision", default="bf16", choices=list(PRECISIONS))
+    g.add_argument("--nodes", type=int_arg(1, MAX_NODES), default=1,
+                   help=f"identical nodes in the fleet (1-{MAX_NODES}), each with num-gpus / tp replicas")
+    g.add_argument("--router", default="round-robin", choices=list(ROUTERS),
+                   help="how each arriving request picks a replica: " + "; ".join(
+                       f"{k}: {v}" for k, v in ROUTER_HELP.items()))
     g.add_argument("--workload", default="mixed", choices=list(WORKLOAD_PRESETS))
     g.add_argument("--rate", type=float_arg(0.0, MAX_RATE_REQ_S, low_open=True), default=None,
                    help=f"requests per second (default {DEFAULT_RATE_REQ_S:g}; "
@@ -563,7 +569,10 @@ def build_scenario(args) -> Scenario:
                      max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                      chunked_prefill=args.chunked_prefill, priority=args.priority, preemption=args.preemption,
                      prefix_caching=caching, **spec)
-    sc = Scenario(dep, wl, pol, args.allreduce)
+    if args.router != "round-robin" and pol.mode != "continuous":
+        raise CliError(f"--router {args.router}: reads each replica's state at every arrival and is built for "
+                       f"iteration-level batching (mode continuous); {pol.mode} batching runs with --router round-robin")
+    sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router)
     sc.validate()
     return sc
 
@@ -650,7 +659,24 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
     out = {k: summary[k] for k in keys if k in summary}
     out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}
+    if summary.get("replicas", 1) > 1:  # a fleet: its shape and each replica's share
+        out.update({k: summary[k] for k in ("nodes", "replicas", "router", "by_replica")})
     return out
+
+
+def fleet_lines(summary: dict, most: int = 16) -> list[str]:
+    """One line per replica of a fleet (the first ``most``, then how many more), or nothing for one replica."""
+    if summary.get("replicas", 1) <= 1:
+        return []
+    lines = [f"# fleet: {summary['nodes']} node{'s' if summary['nodes'] > 1 else ''}, {summary['replicas']} replicas, "
+             f"router {summary['router']}"]
+    for rep, v in list(summary["by_replica"].items())[:most]:
+        lines.append(f"replica {rep} (node {v['node']}): {v['num_requests']} requests, "
+                     f"{v['throughput_output_tok_s']:,.1f} output tok/s, TTFT P99 {v['ttft_p99_s']:.3f} s, "
+                     f"busy {100 * v['busy']:.1f} %, peak waiting {v['peak_waiting']}")
+    if summary["replicas"] > most:
+        lines.append(f"... and {summary['replicas'] - most} more replicas (all of them in --json's by_replica)")
+    return lines
 
 
 def arrivals_text(workload) -> str | None:

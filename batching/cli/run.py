@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from batching.cli.args import (add_policy_args, add_scenario_args, arrivals_text, build_scenario, check_output_file,
-                               check_output_folder, fmt, pick, prefix_line, summary_keys, write_json)
+                               check_output_folder, fleet_lines, fmt, pick, prefix_line, summary_keys, write_json)
 from batching.sim.simulate import simulate
 
 
@@ -35,6 +35,8 @@ def cmd_run(args) -> int:
     for lvl, v in s["by_priority"].items():
         print(f"class {lvl} ({v['class_name']}): TTFT P99 {v['ttft_p99_s']:.3f} s, TPOT P99 "
               f"{v['tpot_p99_s'] * 1e3:.1f} ms, {v['num_requests']} requests" + prefix_line(v, ", "))
+    for line in fleet_lines(s):
+        print(line)
     write_json(args.json, s)
     if args.csv:
         from batching.report import requests_csv, steps_csv  # formula-looking text cells get a leading '

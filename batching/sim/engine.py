@@ -26,7 +26,7 @@ from batching.sim.engine_state import (
     R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS, S_DECODE, S_KV_BLOCKS, S_LM,
     S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING, NUM_SPF, NUM_SPI,
     SP_ACCEPTED, SP_PROPOSED, SP_SEQS, SPF_CTX, SPF_DRAFT_S, Batch, Cost, Inputs, Knobs, Later, Outputs, Prefix,
-    Queues, Seqs, Spec, itl_bin_edges,
+    Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING,
 )
 
 # the engine's public names: its entry points and the enums, columns and types of engine_state
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def _new_later(after: np.ndarray) -> Later | None:
+def new_later(after: np.ndarray) -> Later | None:
     """The heap of session turns not yet due and each request's next turn; None without sessions (the
     kernels are then compiled without the session code: numba prunes ``lat is not None`` branches)."""
     n = len(after)
@@ -247,30 +247,57 @@ def _new_state_nb(inp, knobs):
 
 
 @njit(cache=True, nogil=True)
-def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
-    """One scheduler pass and one forward pass per step, in vLLM's order: the running sequences
-    (decodes, then prefill chunks under way), the swapped ones, then the waiting queue; without
-    chunked prefill (vLLM V0) waiting prompts go first and a step that admits them is
-    prefill-only. A step that preempted brings nobody back from host memory and admits nobody.
-    ``spec``: speculative decoding (engine_state.Spec), or None (off; its code is then compiled out)."""
-    coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
+def new_run_nb(inp, knobs, cost, open_loop):
+    """A continuous run's state at t = 0. ``open_loop``: the run takes its requests from ``inp`` by arrival time;
+    otherwise (a replica in a fleet) the router hands them over (fleet.py) and the run only sees those."""
     n = inp.arrival.shape[0]
-    max_steps = out.steps_i.shape[0]
     seqs, q, b = _new_state_nb(inp, knobs)
-    si = out.steps_i
     # step time by token count, looked up in the loop (steps hold at most max(budget, longest prompt) tokens)
     tab_size = knobs.budget + 1
     for i in range(n):
         if inp.prompt[i] + inp.output[i] + 1 > tab_size:
             tab_size = inp.prompt[i] + inp.output[i] + 1
-    tab = token_time_table_nb(coef, ar_x, ar_y, min(tab_size, 1 << 17))
+    tab = token_time_table_nb(cost.coef, cost.ar_x, cost.ar_y, min(tab_size, 1 << 17))
+    c = np.zeros(NUM_C, np.int64)
+    if not open_loop:
+        c[C_A] = n
+    return Run(seqs, q, b, tab, c, np.zeros(1))
+
+
+@njit(cache=True, nogil=True)
+def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
+    """A whole continuous run on one replica (see ``advance_nb``)."""
+    st = new_run_nb(inp, knobs, cost, True)
     if spec is not None:
         np.random.seed(spec.seed)  # numba's own generator (per thread): sampled acceptance repeats for a seed
-    t = 0.0
-    a = 0
-    released = 0
-    step = 0
-    while released < n:
+    status = advance_nb(inp, knobs, cost, out, pc, lat, spec, st, np.inf, None)
+    return status, st.c[C_STEP]
+
+
+@njit(cache=True, nogil=True)
+def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view):
+    """One scheduler pass and one forward pass per step, in vLLM's order: the running sequences
+    (decodes, then prefill chunks under way), the swapped ones, then the waiting queue; without
+    chunked prefill (vLLM V0) waiting prompts go first and a step that admits them is
+    prefill-only. A step that preempted brings nobody back from host memory and admits nobody.
+    ``spec``: speculative decoding (engine_state.Spec), or None (off; its code is then compiled out).
+
+    ``st`` (engine_state.Run) holds the state between calls. ``view`` None: run until every request is
+    released. Otherwise this is a replica of a fleet (fleet.py): it steps while a step would start before
+    ``t_stop`` and it has work (its session turns due before ``t_stop`` included), then returns; ``view`` gets
+    what a router reads of it (V_*): its state at the scheduling pass of the step in flight at ``t_stop``, or
+    its state now if no step is in flight then."""
+    coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
+    n = inp.arrival.shape[0]
+    max_steps = out.steps_i.shape[0]
+    seqs, q, b, tab = st.seqs, st.q, st.b, st.tab
+    si = out.steps_i
+    t = st.t[0]
+    a = st.c[C_A]
+    released = st.c[C_RELEASED]
+    step = st.c[C_STEP]
+    status = OK
+    while view is not None or released < n:
         if lat is not None:
             if arrivals_due_nb(inp, lat, b.n, a, t):
                 a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
@@ -278,14 +305,23 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
             a = arrive_nb(inp, seqs, q, b, a, t)
         if b.n[B_RUNNING] == 0 and b.n[B_WAITING] == 0 and b.n[B_SWAPPED] == 0:
             if lat is not None:
-                t = next_arrival_nb(inp, lat, b.n, a)
-                if t == np.inf:
-                    return DEADLOCK, step
+                nt = next_arrival_nb(inp, lat, b.n, a)
+            elif a < n:
+                nt = inp.arrival[a]
             else:
-                t = inp.arrival[a]
+                nt = np.inf
+            if view is not None and nt >= t_stop:
+                break  # idle until the router hands it a request
+            if nt == np.inf:
+                status = DEADLOCK
+                break
+            t = nt
             continue
+        if view is not None and t >= t_stop:
+            break
         if step >= max_steps:
-            return OUT_OF_STEPS, step
+            status = OUT_OF_STEPS
+            break
         begin_step_nb(out, step, t)
         if spec is not None:
             spec.steps_i[step, SP_SEQS] = 0
@@ -347,14 +383,21 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
             base = token_time_nb(coef, ar_x, ar_y, float(tokens), float(swap_tok))
         elif si[step, S_PREEMPTED] > 0:
             base = coef[C_FIXED]  # a scheduler pass that only preempted (recompute): its fixed overhead
-        elif b.n[B_RUNNING] == 0 and lat is not None and next_arrival_nb(inp, lat, b.n, a) < np.inf:
-            t = next_arrival_nb(inp, lat, b.n, a)  # nothing runnable until more requests arrive
-            continue
-        elif b.n[B_RUNNING] == 0 and a < n:
-            t = inp.arrival[a]  # nothing runnable until more requests arrive
-            continue
         else:
-            return DEADLOCK, step
+            # nothing runnable until more requests arrive
+            nt = np.inf
+            if b.n[B_RUNNING] == 0:
+                if lat is not None:
+                    nt = next_arrival_nb(inp, lat, b.n, a)
+                elif a < n:
+                    nt = inp.arrival[a]
+            if view is not None and (b.n[B_RUNNING] == 0 and nt >= t_stop):
+                break  # the router may hand it a request before then
+            if nt == np.inf:
+                status = DEADLOCK
+                break
+            t = nt
+            continue
         dur = rest_time_nb(coef, base, out.steps_f[step, F_ATTN_WORK], out.steps_f[step, F_DECODE_CTX],
                            float(n_lm), float(swap_tok))
         if spec is not None:
@@ -370,6 +413,9 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
                 spec.steps_f[step, SPF_DRAFT_S] = draft
                 dur += draft
         running = b.n[B_RUNNING]
+        if view is not None:  # what a router sees while this step runs
+            view[V_OUTSTANDING] = running + b.n[B_WAITING] + b.n[B_SWAPPED]
+            view[V_KV] = knobs.kv_blocks - b.n[B_FREE]
         t += dur
         nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec)
         # (a call passes every array of its tuples, two atomic reference counts each: only when needed)
@@ -389,7 +435,14 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
         end_step_nb(out, step, dur, running, b.n[B_WAITING], knobs.kv_blocks - b.n[B_FREE], b.n[B_SWAPPED],
                     b.n[B_EVICTABLE])
         step += 1
-    return OK, step
+    st.t[0] = t
+    st.c[C_A] = a
+    st.c[C_RELEASED] = released
+    st.c[C_STEP] = step
+    if view is not None and t <= t_stop:  # no step in flight at t_stop: the state now
+        view[V_OUTSTANDING] = b.n[B_RUNNING] + b.n[B_WAITING] + b.n[B_SWAPPED]
+        view[V_KV] = knobs.kv_blocks - b.n[B_FREE]
+    return status
 
 
 @njit(cache=True, nogil=True)
@@ -419,14 +472,10 @@ class EngineOutput:
 MAX_STEPS = 25_000_000
 
 
-def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float,
-        max_seqs: int, budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int,
-        watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None, *,
-        prefix_caching: bool = False, chain_off=None, chain_ids=None, after=None, think_s=None,
-        spec: Spec | None = None) -> EngineOutput:
-    """Run the engine. Optional: block chains (``chain_off``, ``chain_ids``: workload.Requests' block_off and
-    block_ids) used when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``); speculative
-    decoding (``spec``: speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
+def pack(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float, max_seqs: int,
+         budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int, watermark_blocks: int,
+         kv_blocks: int, coef, ar_x, ar_y, chain_off=None, chain_ids=None, after=None, think_s=None):
+    """The kernel's (Inputs, Knobs, Cost) from arrays and scalars (``run`` documents the optional ones)."""
     n = len(arrival)
     if chain_off is None:
         chain_off, chain_ids = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
@@ -441,10 +490,44 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
                   int(kv_blocks))
     cost = Cost(np.ascontiguousarray(coef, np.float64), np.ascontiguousarray(ar_x, np.float64),
                 np.ascontiguousarray(ar_y, np.float64))
-    # room for the steps: a bound (each step makes progress on some request's tokens) would be
-    # far too large to allocate for big runs, so start from a typical count and double on demand
+    return inp, knobs, cost
+
+
+def room_for(inp: Inputs, budget: int, room: int | None = None, replicas: int = 1) -> int:
+    """Rows to allocate for the step tables (per replica): a bound (each step makes progress on some request's
+    tokens) would be far too large to allocate for big runs, so start from a typical count; ``grow_room``
+    doubles it when a run needs more."""
+    if room is not None:
+        return room
+    n = len(inp.arrival)
     bound = int(inp.output.sum() + np.ceil(inp.prompt / max(1, min(budget, 512))).sum() + 2 * n + 64)
-    est = min(bound, 64 * n + 4096, MAX_STEPS) if step_room is None else step_room
+    return min(bound, (64 * n) // replicas + 4096, MAX_STEPS)
+
+
+def grow_room(room: int, inp: Inputs) -> int:
+    """Twice the room, or a clear error past MAX_STEPS."""
+    if room >= MAX_STEPS:
+        n = len(inp.arrival)
+        span = float(inp.arrival[-1] - inp.arrival[0]) if n else 0.0
+        raise ValueError(
+            f"the run needs more than {MAX_STEPS:,} steps ({n:,} requests arriving over {span:,.0f} s); "
+            f"the step table would not fit in memory: simulate fewer requests or a higher rate")
+    return min(2 * room, MAX_STEPS)
+
+
+def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float,
+        max_seqs: int, budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int,
+        watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None, *,
+        prefix_caching: bool = False, chain_off=None, chain_ids=None, after=None, think_s=None,
+        spec: Spec | None = None) -> EngineOutput:
+    """Run the engine. Optional: block chains (``chain_off``, ``chain_ids``: workload.Requests' block_off and
+    block_ids) used when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``); speculative
+    decoding (``spec``: speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
+    n = len(arrival)
+    inp, knobs, cost = pack(arrival, prompt, output, prio, n_classes, mode, max_batch, max_wait_s, max_seqs, budget,
+                            chunked, use_prio, preempt, swap_cap_tokens, watermark_blocks, kv_blocks, coef, ar_x,
+                            ar_y, chain_off, chain_ids, after, think_s)
+    est = room_for(inp, budget, step_room)
     while True:
         req_f = np.full((n, NUM_RF), -1.0)
         req_f[:, R_MAX_ITL] = 0.0
@@ -462,14 +545,9 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
                                  f"sequence count up to max_seqs={max_seqs} (speculative.spec_for sizes it)")
             sp = spec._replace(emit=np.ones(n, np.int64), req_acc=np.zeros(n, np.int64),
                                steps_i=np.empty((est, NUM_SPI), np.int64), steps_f=np.empty((est, NUM_SPF)))
-        status, nsteps = run_nb(inp, knobs, cost, out, pc, _new_later(inp.after), sp)
+        status, nsteps = run_nb(inp, knobs, cost, out, pc, new_later(inp.after), sp)
         if status == OUT_OF_STEPS:
-            if est >= MAX_STEPS:
-                span = float(inp.arrival[-1] - inp.arrival[0]) if n else 0.0
-                raise ValueError(
-                    f"the run needs more than {MAX_STEPS:,} steps ({n:,} requests arriving over {span:,.0f} s); "
-                    f"the step table would not fit in memory: simulate fewer requests or a higher rate")
-            est = min(2 * est, MAX_STEPS)
+            est = grow_room(est, inp)
             continue
         if status == DEADLOCK:
             raise RuntimeError(f"the engine could not schedule any work at step {nsteps} (deadlock)")

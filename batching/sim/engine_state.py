@@ -66,6 +66,16 @@ R_MAX_ITL = 4
 R_ARRIVAL = 5  # when it joined the waiting queue: arrival_s, or for a session's later turn its predecessor's release + think time
 NUM_RF = 6
 
+# --- a continuous run's scalars between calls of engine.advance_nb (Run.c) ---------------
+C_A = 0  # next open-loop request to arrive (n in a fleet: the router hands requests over)
+C_RELEASED = 1  # requests released
+C_STEP = 2  # steps written
+NUM_C = 3
+# --- what a fleet's router reads of a replica (fleet.py): its state at its last scheduling pass ---------
+V_OUTSTANDING = 0  # requests running, waiting or swapped (those the step in flight finishes still count)
+V_KV = 1  # KV blocks held
+NUM_V = 2
+
 # --- inter-token-latency histogram: fixed log-spaced bins --------------------------------
 ITL_BINS = 120
 ITL_LO_S = 1e-3
@@ -204,6 +214,17 @@ class Spec(NamedTuple):
     req_acc: np.ndarray  # int64 per request: accepted draft tokens over the run (an output)
     steps_i: np.ndarray  # (room, NUM_SPI) int64, SP_* columns (an output, trimmed like Outputs.steps_i)
     steps_f: np.ndarray  # (room, NUM_SPF) float64, SPF_* columns
+
+
+class Run(NamedTuple):
+    """A continuous run's working state, kept between calls of engine.advance_nb (one per replica in a fleet)."""
+
+    seqs: Seqs
+    q: Queues
+    b: Batch
+    tab: np.ndarray  # float64: step time by token count
+    c: np.ndarray  # int64 (NUM_C,): C_* scalars
+    t: np.ndarray  # float64 (1,): the clock, the end of the last step
 
 
 class Later(NamedTuple):

@@ -111,6 +111,29 @@ def latency_summary(req: pd.DataFrame, itl_counts: np.ndarray, itl_edges: np.nda
     return s
 
 
+def replica_summary(req: pd.DataFrame, steps: pd.DataFrame, wall_s: float, replicas: int, per_node: int) -> dict:
+    """Per replica of a fleet (keyed by its index as a string): its node, the requests the router sent it, their
+    output throughput over the fleet's wall time and latency percentiles, its busy share, and the peak KV blocks
+    held and requests waiting after a step."""
+    out: dict = {}
+    by_req = dict(tuple(req.groupby("replica"))) if len(req) else {}
+    by_step = dict(tuple(steps.groupby("replica"))) if len(steps) else {}
+    for rep in range(replicas):
+        sub = by_req.get(rep, req.iloc[:0])
+        st = by_step.get(rep)
+        d: dict = {"node": rep // per_node, "num_requests": int(len(sub))}
+        d["throughput_output_tok_s"] = float(sub["output_tokens"].sum()) / wall_s if wall_s > 0 else float("nan")
+        for name in ("ttft", "tpot"):
+            for q in (50, 99):
+                d[f"{name}_p{q}_s"] = percentile(sub[f"{name}_s"], q)
+        has = st is not None and len(st) > 0
+        d["busy"] = min(1.0, float(st["duration_s"].sum()) / wall_s) if has and wall_s > 0 else 0.0
+        d["peak_kv_blocks"] = int(st["kv_blocks"].max()) if has else 0
+        d["peak_waiting"] = int(st["waiting"].max()) if has else 0
+        out[str(rep)] = d
+    return out
+
+
 def wall_time(req: pd.DataFrame) -> float:
     return float(req["release_s"].max() - req["arrival_s"].min()) if len(req) else 0.0
 

@@ -9,8 +9,9 @@ import pandas as pd
 
 from batching.sim import engine as eng
 from batching.sim.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model, useful_flops_bytes
-from batching.sim.metrics import (latency_summary, node_summary, queue_growth, request_latencies, spec_summary,
-                                  wall_time)
+from batching.sim.fleet import check_fleet, run_fleet
+from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
+                                  spec_summary, wall_time)
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
 from batching.sim.speculative import spec_for, spec_kv_blocks
 from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
@@ -26,15 +27,27 @@ class Scenario:
     workload: SyntheticWorkload | TraceWorkload = field(default_factory=SyntheticWorkload)
     policy: BatchingPolicy = field(default_factory=lambda: PRESETS["continuous"])
     allreduce: str = DEFAULT_ALLREDUCE
+    nodes: int = 1  # identical nodes, each with deployment.node.replicas replicas (num_gpus / tp)
+    router: str = "round-robin"  # how a request picks its replica (fleet.ROUTERS)
+
+    @property
+    def replicas(self) -> int:
+        """Replicas in the fleet: nodes x replicas per node."""
+        return self.nodes * self.deployment.node.replicas
 
     def validate(self) -> None:
         self.deployment.validate()
         self.workload.validate()
         self.policy.validate()
         cost_model(self.deployment, self.allreduce)  # checks the all-reduce choice
+        check_fleet(self.nodes, self.router, self.policy.mode)
 
     def with_policy(self, policy: BatchingPolicy) -> "Scenario":
-        return replace(self, policy=policy)
+        """The scenario with another policy. A request-level policy (static, dynamic) in a fleet behind a router that
+        reads replica state runs round-robin instead (those routers are built for the continuous modes), so studies
+        that compare every policy run them all; the summary's ``router`` says which router ran."""
+        router = self.router if policy.mode == "continuous" else "round-robin"
+        return replace(self, policy=policy, router=router)
 
     def with_workload(self, workload) -> "Scenario":
         return replace(self, workload=workload)
@@ -72,7 +85,7 @@ def summarize(res: SimResult) -> dict:
     s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
     s["duration_s"] = wall
     kv_blocks = spec_kv_blocks(sc.policy, dep)
-    s.update(node_summary(res.steps, wall, dep.node.replicas, sc.policy.batch_cap,
+    s.update(node_summary(res.steps, wall, sc.replicas, sc.policy.batch_cap,
                           dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps, kv_blocks))
     s["kv_capacity_tokens"] = kv_blocks * KV_BLOCK_TOKENS
     if sc.policy.spec_decode != "off":
@@ -87,6 +100,9 @@ def summarize(res: SimResult) -> dict:
         cls["class_name"] = name
         by[str(level)] = cls
     s["by_priority"] = by
+    s["nodes"], s["replicas"], s["router"] = sc.nodes, sc.replicas, sc.router
+    if sc.replicas > 1:
+        s["by_replica"] = replica_summary(req, res.steps, wall, sc.replicas, dep.node.replicas)
     return s
 
 
@@ -144,13 +160,18 @@ def _sessions(reqs: Requests, idx: np.ndarray):
     return np.where(prev >= 0, local[np.maximum(prev, 0)], -1), reqs.think_s[idx]
 
 
-def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: CostModel, seed: int = 0):
-    """Run the engine on each replica (requests dealt by ``deal_replicas``); returns engine outputs and index sets.
-    ``seed``: speculative decoding samples acceptance from it (replica r uses seed + r)."""
-    replicas = dep.node.replicas
+def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: CostModel, seed: int = 0,
+                 nodes: int = 1, router: str = "round-robin"):
+    """Run the engine on each replica of ``nodes`` nodes; returns (replica, request indices, engine output) per
+    replica. Round-robin deals the requests first (``deal_replicas``) and runs each replica alone; the other
+    routers read the replicas' state at each arrival, so fleet.run_fleet runs them in one simulation.
+    ``seed``: speculative decoding samples acceptance from it (replica r uses seed + r; a fleet run uses seed)."""
+    replicas = nodes * dep.node.replicas
     kv_blocks = spec_kv_blocks(policy, dep)  # the dep's, less a draft model's or head's share with speculation
     _check_fits(reqs, policy, kv_blocks)
     swap_cap = int(policy.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
+    if router != "round-robin" and replicas > 1:
+        return run_fleet(reqs, replicas, router, policy, swap_cap, kv_blocks, cm, spec_for(policy, dep, cm, seed))
     rep_of = deal_replicas(reqs, replicas)
     outs = []
     for rep in range(replicas):
@@ -182,7 +203,8 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         reqs = reqs.saturated()
     dep = scenario.deployment
     cm = cost_model(dep, scenario.allreduce)
-    outs = run_requests(reqs, dep, scenario.policy, cm, int(getattr(scenario.workload, "seed", 0)))
+    outs = run_requests(reqs, dep, scenario.policy, cm, int(getattr(scenario.workload, "seed", 0)),
+                        scenario.nodes, scenario.router)
     n = len(reqs)
     req_f = np.empty((n, eng.NUM_RF))
     pre = np.empty(n, np.int64)
@@ -207,7 +229,8 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         "output_tokens": reqs.output_tokens,
         "priority": reqs.priority,
         "class_name": np.asarray(reqs.class_names, dtype=object)[reqs.priority],
-        "replica": rep_of,
+        "replica": rep_of,  # in the fleet: node * replicas per node + the replica's index on its node
+        "node": rep_of // dep.node.replicas,
         "first_scheduled_s": req_f[:, eng.R_FIRST_SCHED],
         "first_token_s": req_f[:, eng.R_FIRST_TOKEN],
         "finish_s": req_f[:, eng.R_FINISH],

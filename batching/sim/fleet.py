@@ -1,0 +1,252 @@
+"""A fleet: replicas on one or more nodes behind a router that reads their state at each arrival (DESIGN §2).
+
+Round-robin needs no state, so simulate.py deals the requests first and runs each replica alone. The other
+routers decide at the arrival time from what the replicas report, as a gateway in front of vLLM or SGLang does
+(llm-d's scorers, NVIDIA Dynamo's router, the SGLang router), so the replicas run in one simulation here: at
+each request's arrival every replica first runs the steps that start before it (engine.advance_nb), then the
+router picks one and the request joins its waiting queue.
+
+What a router reads of a replica: its requests running, waiting and swapped, and its KV blocks held, as of its
+last scheduling pass (a step in flight still counts the requests it will finish: replicas report at step
+boundaries), plus what the router itself sent it since then (one request, and its prompt's KV blocks).
+
+- ``least-outstanding``: the fewest requests outstanding (running + waiting + swapped).
+- ``least-kv``: the fewest KV blocks held (vLLM's gpu_cache_usage_perc, which llm-d's KV scorer reads).
+- ``prefix-affinity``: the replica whose past requests share the longest leading run of this request's KV block
+  chain (the router's approximate radix tree per replica, never evicted, like SGLang's cache-aware router), when
+  the match covers at least half the chain and that replica has at most ``AFFINITY_BALANCE`` more outstanding
+  requests than the least loaded; otherwise least-outstanding. Without shared prefixes it is least-outstanding.
+
+Ties go to the first replica in round-robin order from a pointer that moves on with every request, so equal
+replicas share the load evenly. A session's later turns stay on its first turn's replica (sticky, as the
+gateways keep a conversation where its KV cache is); only first turns and independent requests are routed.
+Only the continuous modes run in a fleet with these routers (request-level batching runs with round-robin).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from batching.sim import engine as eng
+from batching.sim.engine_state import (B_WAITING, S_WAITING, C_RELEASED, C_STEP, DEADLOCK, NUM_RF, NUM_SF, NUM_SI, NUM_SPF,
+                                       NUM_SPI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, V_KV, V_OUTSTANDING,
+                                       ITL_BINS, Later, Outputs, Prefix, Spec)
+from batching.sim.engine_stages import blocks_for_nb, q_push_back_nb
+from batching.sim.policy import MODE_CODE, PREEMPTION_CODE
+
+ROUTERS = ("round-robin", "least-outstanding", "least-kv", "prefix-affinity")
+ROUTER_HELP = {
+    "round-robin": "each request to the next replica in turn (a session's later turns stay with its first)",
+    "least-outstanding": "to the replica with the fewest requests running, waiting or swapped",
+    "least-kv": "to the replica with the fewest KV cache blocks in use",
+    "prefix-affinity": "to the replica that served the longest shared prefix, unless it is overloaded",
+}
+MAX_NODES = 64
+AFFINITY_BALANCE = 32  # requests: prefix-affinity gives way to load when the best match is this far above the least
+AFFINITY_MIN_MATCH = 0.5  # share of the request's chain the best match must cover
+_CODE = {name: i for i, name in enumerate(ROUTERS)}
+
+
+def check_fleet(nodes, router: str, mode: str) -> None:
+    """Clear errors for the fleet's fields, naming the field, the value and what is allowed."""
+    if isinstance(nodes, bool) or not isinstance(nodes, (int, np.integer)) or not 1 <= nodes <= MAX_NODES:
+        raise ValueError(f"nodes={nodes!r} is out of range; allowed a whole number from 1 to {MAX_NODES}")
+    if router not in ROUTERS:
+        raise ValueError(f"router={router!r} is not allowed; allowed: {', '.join(ROUTERS)}")
+    if router != "round-robin" and mode != "continuous":
+        raise ValueError(f"router={router!r} reads each replica's state at every arrival and is built for the "
+                         f"continuous modes; with mode={mode!r} use router='round-robin'")
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _out_of(out, i):
+    """Replica i's outputs: the shared per-request tables and histogram, its own step tables."""
+    return Outputs(out.req_f, out.req_pre, out.req_cached, out.steps_i[i], out.steps_f[i], out.hist)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pc_of(pcs, i):
+    if pcs is None:
+        return None
+    else:
+        return Prefix(pcs.ref[i], pcs.cached[i], pcs.prev[i], pcs.next[i], pcs.ends[i])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lat_of(lats, i):
+    if lats is None:
+        return None
+    else:
+        return Later(lats.t[i], lats.r[i], lats.nxt)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _spec_of(sp, i):
+    if sp is None:
+        return None
+    else:
+        return Spec(sp.k, sp.inv_log_a, sp.disable_above, sp.seed, sp.drafts, sp.draft_tab, sp.draft_ctx_s,
+                    sp.draft_lm_flops_s, sp.draft_lm_bytes_s, sp.emit, sp.req_acc, sp.steps_i[i], sp.steps_f[i])
+
+
+@njit(cache=True, nogil=True)
+def _least_nb(view, col, rr, n_rep):
+    """The replica with the least view[:, col], first in round-robin order from ``rr`` on ties."""
+    best = rr
+    for j in range(1, n_rep):
+        i = rr + j
+        if i >= n_rep:
+            i -= n_rep
+        if view[i, col] < view[best, col]:
+            best = i
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _affinity_nb(r, view, rr, n_rep, off, ids, seen):
+    """prefix-affinity (module docstring): the longest leading run of r's chain each replica has seen."""
+    least = _least_nb(view, V_OUTSTANDING, rr, n_rep)
+    lo, hi = off[r], off[r + 1]
+    if hi == lo:
+        return least
+    best, best_m = least, 0
+    for j in range(n_rep):
+        i = rr + j
+        if i >= n_rep:
+            i -= n_rep
+        m = 0
+        while lo + m < hi and seen[i, ids[lo + m]]:
+            m += 1
+        if m > best_m:
+            best, best_m = i, m
+    if best_m < AFFINITY_MIN_MATCH * (hi - lo) or view[best, V_OUTSTANDING] > view[least, V_OUTSTANDING] + AFFINITY_BALANCE:
+        best = least
+    return best
+
+
+@njit(cache=True, nogil=True)
+def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, seen, rep_of, n_steps):
+    """Every request through the router onto ``n_rep`` replicas (rep_of gets each routed request's replica,
+    n_steps each replica's step count); returns (status, replica that failed or -1)."""
+    n = inp.arrival.shape[0]
+    n_rep = n_steps.shape[0]
+    runs = [eng.new_run_nb(inp, knobs, cost, False)]
+    for _ in range(1, n_rep):  # (not a comprehension: numba's copies the arrays of the tuples it holds)
+        runs.append(eng.new_run_nb(inp, knobs, cost, False))
+    view = np.zeros((n_rep, NUM_V))
+    if spec is not None:
+        np.random.seed(spec.seed)  # one generator for the fleet: sampled acceptance repeats for a seed
+    rr = 0
+    for r in range(n):
+        if inp.after[r] >= 0:
+            continue  # a session's later turn: its first turn's replica releases it into its own queue
+        t_arr = inp.arrival[r]
+        for i in range(n_rep):
+            status = eng.advance_nb(inp, knobs, cost, _out_of(out, i), _pc_of(pcs, i), _lat_of(lats, i),
+                                    _spec_of(spec, i), runs[i], t_arr, view[i])
+            if status != OK:
+                n_steps[i] = runs[i].c[C_STEP]
+                return status, i
+        if code == 1:
+            i = _least_nb(view, V_OUTSTANDING, rr, n_rep)
+        elif code == 2:
+            i = _least_nb(view, V_KV, rr, n_rep)
+        elif code == 3:
+            i = _affinity_nb(r, view, rr, n_rep, off, ids, seen)
+            for j in range(off[r], off[r + 1]):
+                seen[i, ids[j]] = True
+        else:
+            i = rr
+        rr += 1
+        if rr == n_rep:
+            rr = 0
+        rep_of[r] = i
+        st = runs[i]
+        q_push_back_nb(st.q, st.seqs.cls[r], r)
+        st.b.n[B_WAITING] += 1
+        if st.t[0] < t_arr:
+            st.t[0] = t_arr  # it was idle: its clock moves to the arrival
+        elif st.c[C_STEP] > 0:
+            out.steps_i[i, st.c[C_STEP] - 1, S_WAITING] += 1  # it arrived during the step in flight: waiting after it
+        view[i, V_OUTSTANDING] += 1
+        view[i, V_KV] += blocks_for_nb(inp.prompt[r])
+    released = 0
+    for i in range(n_rep):
+        status = eng.advance_nb(inp, knobs, cost, _out_of(out, i), _pc_of(pcs, i), _lat_of(lats, i),
+                                _spec_of(spec, i), runs[i], np.inf, view[i])
+        n_steps[i] = runs[i].c[C_STEP]
+        if status != OK:
+            return status, i
+        released += runs[i].c[C_RELEASED]
+    if released != n:
+        return DEADLOCK, -1
+    return OK, -1
+
+
+def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks: int, cm, spec=None):
+    """Run ``reqs`` on ``replicas`` replicas behind ``router`` in one simulation; returns (replica, request
+    indices, engine.EngineOutput) per replica with work, as simulate.run_requests does."""
+    n = len(reqs)
+    chains = reqs.block_off is not None
+    pc_off = reqs.block_off if chains and policy.prefix_caching else None
+    inp, knobs, cost = eng.pack(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority,
+                                len(reqs.class_names), MODE_CODE[policy.mode], policy.max_batch_size,
+                                policy.max_wait_s, policy.max_num_seqs, policy.max_num_batched_tokens,
+                                policy.chunked_prefill, policy.priority, PREEMPTION_CODE[policy.preemption], swap_cap,
+                                int(policy.watermark * kv_blocks), kv_blocks, cm.coef, cm.ar_log_bytes, cm.ar_s,
+                                pc_off, reqs.block_ids if pc_off is not None else None, reqs.after, reqs.think_s)
+    off = reqs.block_off if chains else np.zeros(n + 1, np.int64)
+    ids = reqs.block_ids if chains else np.zeros(0, np.int64)
+    n_ids = int(ids.max()) + 1 if len(ids) else 1
+    seen = np.zeros((replicas, n_ids if router == "prefix-affinity" else 1), np.bool_)
+    room = eng.room_for(inp, policy.max_num_batched_tokens, None, replicas)
+    while True:
+        req_f = np.full((n, NUM_RF), -1.0)
+        req_f[:, R_MAX_ITL] = 0.0
+        req_f[:, R_ARRIVAL] = inp.arrival
+        out = Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty((replicas, room, NUM_SI), np.int64),
+                      np.empty((replicas, room, NUM_SF)), np.zeros((max(1, len(reqs.class_names)), ITL_BINS), np.int64))
+        pcs = None
+        if pc_off is not None and len(inp.chain_ids):
+            k = int(inp.chain_ids.max()) + 1
+            pcs = Prefix(np.zeros((replicas, k), np.int64), np.zeros((replicas, k), np.bool_),
+                         np.empty((replicas, k), np.int64), np.empty((replicas, k), np.int64),
+                         np.full((replicas, 2), -1, np.int64))
+        lats = None
+        one = eng.new_later(inp.after)
+        if one is not None:
+            lats = Later(np.empty((replicas, n)), np.empty((replicas, n), np.int64), one.nxt)
+        sp = None
+        if spec is not None:
+            sp = spec._replace(emit=np.ones(n, np.int64), req_acc=np.zeros(n, np.int64),
+                               steps_i=np.empty((replicas, room, NUM_SPI), np.int64),
+                               steps_f=np.empty((replicas, room, NUM_SPF)))
+        rep_of = np.full(n, -1, np.int64)
+        n_steps = np.zeros(replicas, np.int64)
+        status, bad = run_fleet_nb(inp, knobs, cost, out, pcs, lats, sp, _CODE[router], off, ids, seen, rep_of,
+                                   n_steps)
+        if status == OUT_OF_STEPS:
+            room = eng.grow_room(room, inp)
+            seen[:] = False
+            continue
+        if status == DEADLOCK:
+            raise RuntimeError(f"the engine could not schedule any work on replica {bad} (deadlock)")
+        break
+    for r in range(n):  # a session's later turns ran where its first turn did
+        if rep_of[r] < 0:
+            rep_of[r] = rep_of[reqs.after[r]]
+    outs = []
+    for rep in range(replicas):
+        idx = np.flatnonzero(rep_of == rep)
+        k = int(n_steps[rep])
+        if len(idx) == 0:
+            continue
+        si, sf = out.steps_i[rep, :k].copy(), out.steps_f[rep, :k].copy()
+        hist = out.hist if not outs else np.zeros_like(out.hist)  # the fleet's histogram, counted once
+        if sp is None:
+            eo = eng.EngineOutput(req_f[idx], out.req_pre[idx], out.req_cached[idx], si, sf, hist)
+        else:
+            eo = eng.EngineOutput(req_f[idx], out.req_pre[idx], out.req_cached[idx], si, sf, hist, sp.req_acc[idx],
+                                  sp.steps_i[rep, :k].copy(), sp.steps_f[rep, :k].copy())
+        outs.append((rep, idx, eo))
+    return outs
