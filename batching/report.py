@@ -25,6 +25,7 @@ from batching.charts import planning as cp
 from batching.charts import policy as charts
 from batching.charts.export import caption_of, scenario_caption, with_caption
 from batching.charts.formatting import change_frame, class_frame, report_frame
+from batching.sim.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload import SyntheticWorkload, TraceWorkload
@@ -61,6 +62,20 @@ def describe_workload(workload: SyntheticWorkload | TraceWorkload) -> str:
     return f"{arr.kind} arrivals at {arr.rate_req_s:g} req/s; classes: {classes}"
 
 
+def fleet_rows(scenario: Scenario) -> list[tuple[str, str]]:
+    """The fleet's rows (nodes, router) when it is not one node behind round-robin (rows that change nothing are
+    left out, so a one-node report reads as before)."""
+    nodes = int(getattr(scenario, "nodes", 1))
+    router = str(getattr(scenario, "router", ROUTERS[0]))
+    if nodes == 1 and router == ROUTERS[0]:
+        return []
+    per_node = scenario.deployment.node.replicas
+    replicas = nodes * per_node
+    return [("Nodes", f"{nodes:,} x {per_node} replica{'s' if per_node != 1 else ''} "
+                      f"({replicas:,} replica{'s' if replicas != 1 else ''} in all)"),
+            ("Router", f"{router}: {ROUTER_HELP.get(router, '')}".rstrip(": "))]
+
+
 def scenario_rows(scenario: Scenario) -> list[tuple[str, str]]:
     """The scenario as (field, value) rows for tables and reports."""
     dep, wl = scenario.deployment, scenario.workload
@@ -72,6 +87,7 @@ def scenario_rows(scenario: Scenario) -> list[tuple[str, str]]:
         ("GPU", f"{node.num_gpus} x {node.gpu.name}"),
         ("Model", dep.model.name),
         ("Tensor parallel", f"{node.tp} ({node.replicas} replica{'s' if node.replicas != 1 else ''})"),
+        *fleet_rows(scenario),
         ("Precision", dep.precision),
         ("KV cache", kv),
         ("Workload", describe_workload(wl)),
@@ -92,6 +108,11 @@ def scenario_slug(scenario: Scenario) -> str:
         parts += [f"{wl.rate_req_s:g}rps", f"{wl.num_requests}req", f"seed{wl.seed}"]
     if dep.kv_cache_tokens is not None:
         parts.append(f"kv{dep.kv_cache_tokens}")
+    nodes, router = int(getattr(scenario, "nodes", 1)), str(getattr(scenario, "router", ROUTERS[0]))
+    if nodes > 1:
+        parts.append(f"{nodes}nodes")
+    if router != ROUTERS[0]:
+        parts.append(router)
     return charts.slug(*parts)
 
 

@@ -3,6 +3,7 @@ from dataclasses import replace
 
 import streamlit as st
 
+from batching.charts import fleet as fleet_charts
 from batching.charts import policy as charts
 
 from batching import report
@@ -57,6 +58,9 @@ def explore(base: Scenario) -> None:
         st.session_state[LAST] = (result.scenario, label)
     run = result.scenario
     summary = result.summary()
+    if run.router != base.router:
+        st.caption(f"{run.policy.mode.capitalize()} batching runs the fleet round-robin: the {base.router} router "
+                   "reads each replica's state and is built for the continuous modes.")
 
     st.subheader(f"Results: {label}", divider="gray")
     baseline = None
@@ -108,6 +112,9 @@ def explore(base: Scenario) -> None:
         widgets.chart(figs["itl"][0], "Every gap between two tokens of a request (log axis): a second hump far to "
                       "the right means decodes stalled behind prefills.", f"{name}_itl")
 
+    if run.replicas > 1:
+        _per_replica(result, summary, label, name)
+
     link = state.current_link()
     policies = {label: result.scenario.policy}
     one = {label: summary}
@@ -139,6 +146,41 @@ def _figures(result, label: str) -> dict:
         memo = (drawn, report.policy_figures(result, timeline_points=charts.TIMELINE_POINT_BUDGET))
         st.session_state[FIGURES] = memo
     return memo[1]
+
+
+FLEET_FIGURE = "explore_fleet_figure"  # session: (run, label, caption line) -> the per-replica figure, the last one
+
+
+def _per_replica(result, summary: dict, label: str, name: str) -> None:
+    """The fleet's replicas side by side: KV cache in use and requests waiting over time, one line per replica (at
+    most ``fleet_charts.MAX_LINES``), and a table of each replica's share of the work and its latencies."""
+    run = result.scenario
+    per_node = run.deployment.node.replicas
+    st.subheader(f"Per replica: {run.replicas} replicas behind {run.router}", divider="gray")
+    drawn = (run, label, st.session_state.get(page.CAPTION_LINE))
+    memo = st.session_state.get(FLEET_FIGURE)
+    if memo is None or memo[0] != drawn:
+        fleet = (f"{run.nodes} node{'s' if run.nodes != 1 else ''} x {per_node} replica"
+                 f"{'s' if per_node != 1 else ''}, {run.router} router")
+        memo = (drawn, fleet_charts.replica_kv_queue(result.steps, summary.get("kv_capacity_tokens") or
+                                                     run.deployment.kv_capacity_tokens, run.replicas, per_node,
+                                                     subtitle=fleet))
+        st.session_state[FLEET_FIGURE] = memo
+    reps = fleet_charts.shown_replicas(run.replicas)
+    which = fleet_charts.shown_text(reps, run.replicas)
+    widgets.chart(memo[1], "Top: KV blocks held by each replica's running sequences, in % of that replica's own KV "
+                  "cache. Bottom: requests waiting in each replica's queue. One colour per replica (click a legend "
+                  "entry to hide it in both panels); a router that balances well keeps the lines together. Each "
+                  f"line is drawn at screen resolution: at most {fleet_charts.MAX_POINTS:,} time bins, the "
+                  "replica's time-weighted mean in each." + (f" {which}" if which else ""),
+                  f"{name}_per_replica")
+    by_replica = summary.get("by_replica") or {}
+    if by_replica:
+        st.dataframe(fleet_charts.replica_frame(by_replica, per_node), width="stretch",
+                     height=min(38 + 35 * len(by_replica), 600))
+        st.caption("Per replica: requests the router sent it, their output tokens per second of the fleet's wall "
+                   "time, their TTFT and TPOT P50 and P99, the share of the time the replica ran a forward pass "
+                   "(busy), and the most requests it had waiting after a step.")
 
 
 def _prefix_caption(run: Scenario, summary: dict) -> None:

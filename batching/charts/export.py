@@ -53,6 +53,9 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
     dep, wl = scenario.deployment, scenario.workload
     node = dep.node
     parts = [f"{node.num_gpus}× {node.gpu.name}", dep.model.name, f"TP {node.tp}", dep.precision.upper()]
+    if scenario.nodes > 1 or scenario.router != "round-robin":
+        parts[0] = f"{scenario.nodes} node{'s' if scenario.nodes > 1 else ''} of {parts[0]}"
+        parts.insert(4, f"{scenario.replicas} replica{'s' if scenario.replicas > 1 else ''}, {scenario.router} router")
     if dep.kv_dtype == "fp8":
         parts.append("FP8 KV cache")
     if dep.kv_cache_tokens is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
 from batching.sim.simulate import Scenario
 from batching.sim.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
 from batching.sim.workload import (DEFAULT_RATE_REQ_S, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
@@ -52,6 +53,8 @@ def params() -> list[Param]:
         Param("model", DEFAULT_MODEL, choices=tuple(MODELS), label="model"),
         Param("tp", 8, choices=(1, 2, 4, 8), label="tensor parallel"),
         Param("precision", "bf16", choices=PRECISIONS, label="precision"),
+        Param("nodes", 1, low=1, high=MAX_NODES, label="nodes"),
+        Param("router", ROUTERS[0], choices=ROUTERS, label="router"),
         Param("workload", "mixed" if "mixed" in workloads else workloads[0], choices=workloads, label="workload"),
         Param("rate", DEFAULT_RATE_REQ_S, low=MIN_RATE_REQ_S, high=MAX_RATE_REQ_S, label="request rate (req/s)"),
         Param("n", 2000, low=10, high=MAX_REQUESTS, label="number of requests"),
@@ -118,6 +121,7 @@ def _draw(ps: list[Param]) -> None:
     c1.selectbox("Tensor parallel", [1, 2, 4, 8], help="GPUs per model replica; 8 / TP replicas share the load.",
                  **state.bind("tp"))
     c2.selectbox("Precision", list(PRECISIONS), format_func=str.upper, **state.bind("precision"))
+    _fleet(bounds_of(ps, "nodes"))
     workloads = [p for p in ps if p.key == "workload"][0].choices
     st.selectbox("Workload", list(workloads), format_func=lambda k: WORKLOAD_LABELS.get(k, k),
                  **state.bind("workload"))
@@ -144,6 +148,32 @@ def _draw(ps: list[Param]) -> None:
     st.number_input("Seed", **bounds["seed"], step=1, help="Same seed, same requests.",
                     **state.bind("seed"))
     st.button("Reset to defaults", on_click=_reset, icon=":material/restart_alt:", width="stretch")
+
+
+def bounds_of(ps: list[Param], key: str) -> dict:
+    return [p for p in ps if p.key == key][0].widget_range()
+
+
+def router_help() -> str:
+    """The router selectbox's tooltip: one line per router (library text), and where they apply."""
+    lines = "\n".join(f"- **{name}**: {text}" for name, text in ROUTER_HELP.items())
+    return (f"How each arriving request picks its replica in the fleet:\n\n{lines}\n\nThe routers other than "
+            "round-robin read every replica's state at each arrival and run with the continuous modes (continuous, "
+            "chunked, priority) only; pages that compare static and dynamic batching run those two round-robin. With "
+            "one replica in all, the router changes nothing.")
+
+
+def _fleet(nodes_range: dict) -> None:
+    """Nodes and router: the fleet of identical nodes behind one router."""
+    per_node = max(1, 8 // int(state.value("tp")))
+    st.number_input("Nodes", **nodes_range, step=1,
+                    help=f"Identical nodes behind the router (at most {MAX_NODES}). Each node has num_gpus / TP "
+                         f"model replicas (now 8 / {int(state.value('tp'))} = {per_node}), so the fleet has nodes "
+                         f"x {per_node} replicas.", **state.bind("nodes"))
+    st.selectbox("Router", list(ROUTERS), help=router_help(), **state.bind("router"))
+    if state.value("router") != ROUTERS[0]:
+        st.caption(f"{state.value('router')} runs with the continuous modes only: pages that compare static and "
+                   "dynamic batching run those two round-robin.")
 
 
 def _traffic_shape(bounds: dict, is_trace: bool) -> None:
@@ -221,7 +251,9 @@ def _build() -> Scenario:
         if int(v("prefix_tokens")) > 0:
             wl = wl.with_shared_prefix(int(v("prefix_tokens")))
         wl.validate()
-    return Scenario(deployment=dep, workload=wl)
+    nodes, router = int(v("nodes")), str(v("router"))
+    check_fleet(nodes, router, "continuous")  # the range and name; the policy's mode is checked where it is set
+    return Scenario(deployment=dep, workload=wl, nodes=nodes, router=router)
 
 
 def _trace_caption(wl: TraceWorkload) -> str:
