@@ -228,7 +228,7 @@ def policy_figures(result: SimResult, label: str | None = None,
     """
     names = result.class_names
     figs = {
-        "timeline": (charts.request_timeline(result.requests, names, max_points=timeline_points),
+        "timeline": (charts.request_timeline(result.requests, names, max_points=timeline_points, steps=result.steps),
                      "Request timeline: queued, prefill, decode and held segments per request."),
         "batch_composition": (charts.batch_composition(result.steps), "Batch composition over time."),
         "kv_queue": (charts.kv_and_queue(result.steps, result.scenario.deployment.kv_capacity_tokens),

@@ -1,6 +1,7 @@
 """Tune a knob: sweep one knob of a policy (or the traffic mix, the rate, the KV cache), see where it stops
 paying within the SLOs (the Capacity page's, one shared default), and read the three classic batching pitfalls
-off the sweep's own numbers at the configured values."""
+off the sweep's own numbers at the configured values. A second view, the speculation crossover, sweeps the
+request rate with speculative decoding on and off and marks the rate where it stops helping."""
 import json
 
 import pandas as pd
@@ -10,11 +11,13 @@ from batching.charts import policy as charts
 
 from batching import report
 from batching.charts import planning as cp
+from batching.charts import spec as spec_charts
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.studies import planning as sp
 from batching.studies.capacity import class_names
 from batching.studies.knee import DEFAULT_SHARE, SHARE_LIMITS
+from batching.studies import spec_crossover as sx
 from batching.studies.sweeps import KNOBS
 from batching.ui import cache, knobs, nav, page, planning, state, widgets
 from batching.ui.params import Param
@@ -26,6 +29,9 @@ LAST = "tune_last"
 SEEN = "tune_seen"  # (preset, knob) of the previous run: when either changes the range resets to its defaults
 FIGURES = "tune_figures"  # session: each chart last drawn and what it was drawn from (building the Plotly figures
 # is most of a rerun that runs nothing: a move that changes neither the sweep nor the knee reuses them)
+# the page's two views: a knob sweep, or the rate swept with speculative decoding on and off
+VIEWS = {"sweep": "Sweep a knob", "spec": "Speculation crossover"}
+SPEC_LAST = "tune_spec_last"  # session: the last speculation crossover study drawn
 UNITS = {"max_batch_size": "requests", "max_num_seqs": "seqs", "max_wait_s": "s", "max_num_batched_tokens": "tokens",
          "high_share": "0-1", "rate_req_s": "req/s", "kv_cache_tokens": "tokens"}
 FRONTIER_LABELS = {"tpot_cap": "P99 TPOT at capacity", "tpot": "P99 TPOT at the offered load",
@@ -55,7 +61,8 @@ TABLE = {
 scenario = page.setup(
     nav.TUNE,
     "Sweep one knob over a range on the sidebar's scenario: throughput, capacity, latency and memory against it, "
-    "the knee where it stops paying, and three guided checks for the classic batching pitfalls.")
+    "the knee where it stops paying, and three guided checks for the classic batching pitfalls; or the request "
+    "rate with speculative decoding on and off, and where it stops helping.")
 
 
 def _range_params(knob: str, sc: Scenario) -> list[Param]:
@@ -91,8 +98,21 @@ def _number_kwargs(knob: str, p: Param) -> dict:
     return {**p.widget_range(), "step": step, "format": "%.4g"}
 
 
+def _view_param() -> Param:
+    return Param("view", "sweep", choices=tuple(VIEWS), label="view")
+
+
 @st.fragment
 def tune(base: Scenario) -> None:
+    vp = _view_param()
+    state.load_with_notices([vp])
+    st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True,
+             help="Sweep a knob: one knob over a range, its knee and the guided checks. Speculation crossover: the "
+                  "request rate swept with speculative decoding on and off, and the rate where it stops helping.",
+             **state.bind("view"))
+    if state.value("view") == "spec":
+        crossover(base, vp)
+        return
     st.subheader("What to sweep", divider="gray")
     cols = st.columns([1.1, 1.6, 1, 1, 0.7, 1.1], gap="medium")
     with cols[0]:
@@ -167,7 +187,7 @@ def tune(base: Scenario) -> None:
         st.caption("One value for every class, or one per class separated by commas, class 0 first: " +
                    "; ".join(f"{i} = {plain(n)}" for i, n in enumerate(names)) + ".")
         planning.slo_inputs(names)
-    state.publish([pp, *kps, *sps, kp, *rps, *extra, *slo_ps])
+    state.publish([vp, pp, *kps, *sps, kp, *rps, *extra, *slo_ps])
 
     if choice.error:
         st.error(f"**These knobs cannot run:** {plain(choice.error)}", icon=":material/error:")
@@ -296,6 +316,107 @@ def _results(view: planning.TuneView) -> None:
         ("Report (HTML)", _html, "report.html", "text/html",
          "A standalone page with the scenario, the charts and the table; opens offline."),
     ], link)
+
+
+# ---------------------------------------------------------------- the speculation crossover view
+
+
+def _points_param() -> Param:
+    return Param("x_points", sx.POINTS, 2, sx.MAX_POINTS, label="crossover rates")
+
+
+def crossover(base: Scenario, vp: Param) -> None:
+    """The request rate swept with speculative decoding on and off (the policy's own speculation, or EAGLE K = 3,
+    A = 0.8 when it has none): TPOT P50 and throughput against the rate, and where speculation stops helping."""
+    st.subheader("Speculation crossover", divider="gray")
+    cols = st.columns([1.1, 1, 3.9], gap="medium")
+    with cols[0]:
+        pp, preset = knobs.preset_select(PREFIX, DEFAULT_PRESET, "Policy preset")
+    pts = _points_param()
+    state.load_with_notices([pts])
+    with cols[1]:
+        st.number_input("Rates", **pts.widget_range(), step=1,
+                        help=f"Request rates from {sx.LOW * 100:.0f} % to {sx.HIGH * 100:.0f} % of the capacity "
+                             f"without speculation (2 to {sx.MAX_POINTS}); each is two runs, with and without "
+                             "speculation.", **state.bind("x_points"))
+    with st.expander("Policy knobs: speculative decoding (method, K, A) is read from here; off compares EAGLE, "
+                     "K = 3, A = 0.8"):
+        kps, choice = knobs.policy_knobs(PREFIX, preset)
+        st.markdown("**Traffic mix and memory**")
+        sps, sc = knobs.scenario_knobs(base)
+    state.publish([vp, pp, *kps, *sps, pts])
+    if choice.error:
+        st.error(f"**These knobs cannot run:** {plain(choice.error)}", icon=":material/error:")
+        return
+    policy = choice.policy or PRESETS[preset]
+    label = choice.label
+    if policy.mode != "continuous":
+        st.caption(f"'{plain(preset)}' batches whole requests, which cannot speculate: the crossover runs the "
+                   f"'{DEFAULT_PRESET}' preset.")
+        policy, label = PRESETS[DEFAULT_PRESET], DEFAULT_PRESET
+    study = widgets.guarded(lambda: _crossover_study(sc.with_policy(policy), int(state.value("x_points"))),
+                            "The speculation crossover")
+    if study is None:
+        return
+    st.session_state[SPEC_LAST] = study
+    _crossover_results(study, label)
+
+
+def _crossover_study(run: Scenario, points: int) -> sx.SpecCrossover:
+    """``studies.spec_crossover.spec_crossover`` on cached runs (each rate's run, and the capacity runs, cached on
+    their own: another number of rates reruns only the new ones), under a progress bar."""
+    cache.ensure_kernel()
+    holder = st.empty()
+
+    def progress(done: int, total: int, label: str) -> None:
+        holder.progress(done / total, text=f"Speculation crossover: {done} of {total} runs (last: {label})")
+
+    def summarize(sc: Scenario, saturated: bool) -> dict:
+        return cache.capacity_summary(sc) if saturated else cache.summary_cached(sc, False)
+
+    try:
+        with st.spinner("Sweeping the request rate with speculation on and off…", show_time=True):
+            return sx.spec_crossover(run, points=points, summarize=summarize, progress=progress)
+    finally:
+        holder.empty()
+
+
+# the crossover table: study column -> (header with unit, factor, format, tooltip)
+CROSSOVER_TABLE = {
+    "rate_req_s": ("Offered rate (req/s)", 1, "%.3g", "Requests per second offered to the node."),
+    "load": ("Load (% of capacity without)", 100, "%.0f", "The rate over the capacity without speculation."),
+    "tpot_p50_s_on": ("TPOT P50 with (ms)", 1e3, "%.1f", "Median time per output token, with speculation."),
+    "tpot_p50_s_off": ("TPOT P50 without (ms)", 1e3, "%.1f", "Median time per output token, without speculation."),
+    "tpot_gain": ("TPOT gain (×)", 1, "%.2f", "TPOT P50 without / with speculation: above 1, speculation helps."),
+    "throughput_output_tok_s_on": ("Throughput with (tok/s)", 1, "%.0f", "Output tokens/s with speculation."),
+    "throughput_output_tok_s_off": ("Throughput without (tok/s)", 1, "%.0f", "Output tokens/s without speculation."),
+}
+
+
+def _crossover_results(study: sx.SpecCrossover, label: str) -> None:
+    run = study.scenario_on
+    st.subheader(f"Results: {label}, speculation ({study.method()}) on and off", divider="gray")
+    st.info(study.sentence(), icon=":material/ssid_chart:")
+    name = charts.slug("tune", label.replace("*", "-custom"), "spec_crossover", report.scenario_slug(run))
+    drawn = (cache.scenario_token(study.scenario_on), cache.scenario_token(study.scenario_off), study.rates,
+             st.session_state.get(page.CAPTION_LINE))
+    fig = _figure("spec_crossover", drawn, lambda: spec_charts.crossover_chart(study))
+    widgets.chart(fig, "Left: median time per output token (log axis); right: output tokens/s served; pink with "
+                  "speculation, blue without, against the offered rate. Left of the dashed crossover line "
+                  "speculation cuts TPOT, right of it the larger batches make verification compute-bound and it "
+                  "costs more than it saves.", f"{name}_spec_crossover")
+    st.caption(f"Each point is one run of {study.num_requests:,} requests (the sidebar's count, at most "
+               f"{sx.MAX_REQUESTS:,} in this view to keep it quick), at rates from {sx.LOW * 100:.0f} % to "
+               f"{sx.HIGH * 100:.0f} % of the capacity without speculation ({study.capacity_off_req_s:,.3g} req/s: "
+               "every request queued at once).")
+    table = pd.DataFrame({head: study.frame[col] * factor for col, (head, factor, _, _) in CROSSOVER_TABLE.items()})
+    config = {head: st.column_config.NumberColumn(head, help=tip, format=fmt)
+              for head, _, fmt, tip in CROSSOVER_TABLE.values()}
+    st.dataframe(table, column_config=config, width="stretch", hide_index=True)
+    planning.download_row(name, [
+        ("Crossover (CSV)", lambda: study.frame.to_csv(index=False).encode(), "spec_crossover.csv", "text/csv",
+         "One row per rate: TPOT P50 (s) and output throughput (tok/s) with and without speculation."),
+    ], state.current_link())
 
 
 def _figure(kind: str, drawn: tuple, build):

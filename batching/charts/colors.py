@@ -81,3 +81,17 @@ def alpha(hex_color: str, a: float) -> str:
     h = hex_color.lstrip("#")
     r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
     return f"rgba({r},{g},{b},{a})"
+
+
+# speculative decoding on Explore's charts: the drafting part of a step apart from the target's forward pass that
+# verifies the drafts (timeline), and the draft tokens that forward pass accepted apart from those it rejected
+# (computed for nothing) in the batch composition. None is a policy's colour; "rejected" reads as waste (a red),
+# "accepted" as a lighter shade of the decode tokens' blue it adds to.
+SPEC_COLORS: dict[str, str] = {
+    "drafting": "#EECA3B",
+    "verification": "#5B6770",
+    "accepted": "#9ECAE9",
+    "rejected": "#C44E52",
+}
+# the speculation crossover (Tune): the two curves, with and without speculative decoding
+SPEC_CURVE_COLORS: dict[str, str] = {"on": "#D67195", "off": "#4C78A8"}

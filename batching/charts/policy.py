@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from batching.charts.colors import alpha, policy_colors
+from batching.charts.colors import SPEC_COLORS, alpha, policy_colors
 from batching.sim.metrics import hist_percentile
 from batching.sim.specs import KV_BLOCK_TOKENS
 
@@ -420,9 +420,108 @@ def timeline_rows(requests: pd.DataFrame, max_rows: int = TIMELINE_MAX_ROWS, win
         "to draw); the Requests CSV has every request.")
 
 
+# speculative decoding: the step table's columns (batching/sim/simulate.py) and, on the timeline, the most segments
+# of each kind its forward-pass rows draw (more steps than that are packed per time bin; see spec_step_segments)
+SPEC_STEP_COLUMNS = ("spec_seqs", "spec_proposed", "spec_accepted", "draft_s")
+SPEC_SEGMENTS_MAX = TIME_BINS
+SPEC_MAX_REPLICA_ROWS = 8  # a fleet's first replicas only: more rows would crowd out the requests the chart opens on
+SPEC_DRAFTING = "drafting"
+SPEC_VERIFYING = "verification (target forward pass)"
+SPEC_ACCEPTED = "accepted draft tokens"
+SPEC_REJECTED = "rejected draft tokens"
+
+
+def has_spec(steps: pd.DataFrame | None) -> bool:
+    """Whether a step table comes from a run with speculative decoding (it has the speculation columns)."""
+    return steps is not None and len(steps) > 0 and all(c in steps for c in SPEC_STEP_COLUMNS)
+
+
+def spec_step_segments(steps: pd.DataFrame, max_segments: int = SPEC_SEGMENTS_MAX
+                       ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], str]:
+    """The timeline's forward-pass rows of a speculating run: {"drafting" | "verification": (start_s, end_s,
+    row)} and a note saying how they are drawn. Replica r is row -2 - r (below the first request, a row apart).
+
+    Each step splits into its drafting time (``draft_s``, first: the draft model or head proposes) and the rest
+    of ``duration_s`` (the target's forward pass that verifies the drafts, or an ordinary pass). A replica with
+    more steps than its share of ``max_segments`` is drawn per time bin instead: each bin's drafting seconds, then
+    its verification seconds, from the bin's first step on (steps of a replica never overlap, so packed segments
+    stay within the time its steps took). Either way the segments' lengths add up to ``draft_s`` and
+    ``duration_s - draft_s`` exactly. A fleet draws its first ``SPEC_MAX_REPLICA_ROWS`` replicas (said in the
+    note)."""
+    reps = np.sort(steps["replica"].unique()) if "replica" in steps else np.zeros(1, int)
+    total = len(reps)
+    reps = reps[:SPEC_MAX_REPLICA_ROWS]
+    per_rep = max(50, int(max_segments) // max(1, len(reps)))
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {"drafting": [], "verification": []}
+    binned = None
+    for i, rep in enumerate(reps):
+        part = steps if "replica" not in steps else steps[steps["replica"] == rep]
+        part = part.sort_values("start_s", kind="stable")
+        start = part["start_s"].to_numpy(float)
+        dur = part["duration_s"].to_numpy(float)
+        draft = np.clip(part["draft_s"].to_numpy(float), 0.0, dur)
+        if len(start) > per_rep:
+            end = float((start + dur).max())
+            edges = np.linspace(float(start[0]), end, per_rep + 1)
+            idx = np.clip(np.searchsorted(edges, start, side="right") - 1, 0, per_rep - 1)
+            used = np.unique(idx)
+            first = np.searchsorted(idx, used)  # idx is sorted: each used bin's first step
+            start = start[first]
+            draft = np.bincount(idx, draft, per_rep)[used]
+            dur = np.bincount(idx, dur, per_rep)[used]
+            binned = float(edges[1] - edges[0])
+        row = np.full(len(start), -2.0 - i)
+        parts["drafting"].append((start, start + draft, row))
+        parts["verification"].append((start + draft, start + dur, row))
+    out = {}
+    for kind, chunks in parts.items():
+        x0, x1, y = (np.concatenate([c[j] for c in chunks]) for j in range(3))
+        keep = x1 > x0
+        out[kind] = (x0[keep], x1[keep], y[keep])
+    rows = "bottom row: forward passes" if len(reps) == 1 else (
+        "bottom rows: each replica's forward passes" if total == len(reps) else
+        f"bottom rows: the forward passes of the first {len(reps)} of {total} replicas")
+    note = (f"{rows}, drafting apart from verification" if binned is None else
+            f"{rows}, drafting and verification summed per {binned:.3g}-s bin")
+    return out, note
+
+
+def _segment_xy(x0: np.ndarray, x1: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Segments as one line with NaN breaks: (x0, x1, NaN) and (y, y, NaN) per segment."""
+    k = len(x0)
+    x = np.empty(3 * k)
+    x[0::3], x[1::3], x[2::3] = x0, x1, np.nan
+    yy = np.empty(3 * k)
+    yy[0::3] = yy[1::3] = y
+    yy[2::3] = np.nan
+    return x, yy
+
+
+def _spec_timeline_traces(fig: go.Figure, steps: pd.DataFrame) -> tuple[int, str]:
+    """The forward-pass rows of a speculating run on the request timeline: one trace per kind (drafting, then
+    verification), NaN breaks between segments; one step's seconds as float64 (its drafting is under a
+    millisecond: in float32 at t = 1,000 s it would be off by a tenth), a bin's as float32. Returns (rows drawn,
+    the note)."""
+    segments, note = spec_step_segments(steps)
+    packed = "summed per" in note  # segments of a bin's steps: long enough for float32
+    for kind, name in (("drafting", SPEC_DRAFTING), ("verification", SPEC_VERIFYING)):
+        x0, x1, y = segments[kind]
+        if not len(x0):  # n-gram speculation drafts on the CPU: no drafting time to draw
+            continue
+        x, yy = _segment_xy(x0, x1, y)
+        if packed:
+            x, yy = f32(x), f32(yy)
+        fig.add_trace(line_trace(len(x))(
+            x=x, y=yy, mode="lines", name=name, legendgroup="forward passes", connectgaps=False,
+            line=dict(color=SPEC_COLORS[kind], width=4),
+            hovertemplate=f"{name}<br>t = %{{x:,.4f}} s<extra>forward passes</extra>"))
+    rows = min(steps["replica"].nunique(), SPEC_MAX_REPLICA_ROWS) if "replica" in steps else 1
+    return int(rows), note
+
+
 def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
                      max_rows: int = TIMELINE_MAX_ROWS, window: int = TIMELINE_WINDOW,
-                     max_points: int | None = None) -> go.Figure:
+                     max_points: int | None = None, steps: pd.DataFrame | None = None) -> go.Figure:
     """One row per request: queued, prefill, decode and held segments, coloured by class.
 
     The chart opens on the first ``window`` requests (the x and y ranges set to their rows and their time span),
@@ -430,6 +529,10 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
     that many points (``timeline_rows``: the first ``window`` in full, a sample of the rest, said in the subtitle);
     None draws every request up to ``max_rows``. SVG lines up to ``SVG_MAX_POINTS`` points, else WebGL;
     coordinates as float32.
+
+    ``steps`` of a run with speculative decoding (``has_spec``) adds a row of forward passes per replica below the
+    requests: each step's drafting time apart from the target's verification pass (``spec_step_segments``), two
+    traces in all. Without speculation ``steps`` changes nothing.
     """
     df, note = timeline_rows(requests, max_rows, window, max_points)
     fig = _figure("Request timeline: queued, prefill, decode", note or "One row per request, in arrival order",
@@ -472,8 +575,14 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
                                 line=dict(color=color, **line), opacity=opacity, connectgaps=False,
                                 hovertemplate=f"request %{{y:.0f}} · {seg}<br>t = %{{x:,.2f}} s"
                                               f"<extra>{cname}</extra>"))
+    spec_rows, spec_note = 0, None
+    if has_spec(steps):  # after the requests: the legend lists them first
+        fig.layout.title.text = "Request timeline: queued, prefill, decode; drafting vs verification"
+        spec_rows, spec_note = _spec_timeline_traces(fig, steps)
     # no reversed y axis: Streamlit's plotly.js draws WebGL lines wrongly on a reversed axis
-    fig.update_layout(xaxis_title="Simulated time (s)", yaxis_title="Request (arrival order, first at the bottom)")
+    fig.update_layout(xaxis_title="Simulated time (s)",
+                      yaxis_title="Request (arrival order, first at the bottom)" if not spec_rows else
+                      "Request (arrival order); below 0: forward passes")
     if len(df) > window:
         # open on the first `window` requests; the data stay whole, so zooming out shows the run
         sampled = f": the first {window}, then a sample" if note and max_points is not None else ""
@@ -481,11 +590,14 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
         x0, x1 = float(arrival[:window].min()), float(np.nanmax(ends[:window]))
         pad = 0.02 * max(x1 - x0, 1e-3)
         fig.update_xaxes(range=[x0 - pad, x1 + pad])
-        fig.update_yaxes(range=[float(row[0]) - 0.5, float(row[window - 1]) + 0.5])
+        bottom = -1.0 - spec_rows if spec_rows else float(row[0])  # the forward-pass rows, a row apart
+        fig.update_yaxes(range=[bottom - 0.5, float(row[window - 1]) + 0.5])
         fig.layout.title.subtitle.text = (
             f"One row per request in arrival order ({len(df):,} of {len(requests):,} drawn{sampled}); opens on the "
             f"first {window}, double-click for all" if note else
             f"One row per request in arrival order; opens on the first {window} of {len(df):,}, double-click for all")
+    if spec_note:
+        fig.layout.title.subtitle.text = f"{fig.layout.title.subtitle.text}; {spec_note}"
     return fig
 
 
@@ -544,10 +656,11 @@ def _per_step_or_binned(steps: pd.DataFrame, columns: Sequence[str], bins: int =
 
 
 @functools.lru_cache(maxsize=8)
-def _composition_layout() -> go.Layout:
+def _composition_layout(spec: bool = False) -> go.Layout:
+    decode = ("Decode tokens per step: emitted, and rejected drafts" if spec else
+              "Decode tokens per step (one per decoding sequence)")
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.14,
-                        subplot_titles=("Prompt work: prefill tokens and padded slots per step",
-                                        "Decode tokens per step (one per decoding sequence)"))
+                        subplot_titles=("Prompt work: prefill tokens and padded slots per step", decode))
     fig.update_layout(template=TEMPLATE, height=520, margin=dict(t=TOP_MARGIN_SUBPLOTS),
                       title=_title("Batch composition: tokens per forward pass"))
     fig.update_layout(hovermode="x unified", legend_traceorder="normal")
@@ -566,23 +679,46 @@ def batch_composition(steps: pd.DataFrame, bins: int = TIME_BINS) -> go.Figure:
     running sequence, so on one axis (the old single stack) decode was a sliver under the prefill spikes. Separate
     panels keep both in tokens per step, readable and comparable with the knobs (token budget on top, running
     sequences below), which a secondary axis over one stack or a share per step would not.
+
+    With speculative decoding (``has_spec``) the lower panel stacks, on the decode tokens the target emits itself
+    (one per decoding sequence), the accepted draft tokens and the rejected ones (computed for nothing; the
+    engine counts them in ``padded_tokens``, so the upper panel's padded slots leave them out): two more traces,
+    none without speculation.
     """
     cols = ("prefill_tokens", "decode_tokens", "padded_tokens")
-    fig = _from_skeleton(_composition_layout)
+    spec = has_spec(steps)
+    fig = _from_skeleton(_composition_layout, spec)
     if steps.empty:
         return _no_data(fig)
+    series = [("prefill_tokens", "prefill tokens", 1, TOKEN_COLORS["prefill"]),
+              ("padded_tokens", "padded slots", 1, TOKEN_COLORS["padded"]),
+              ("decode_tokens", "decode tokens", 2, TOKEN_COLORS["decode"])]
+    if spec:
+        # speculative decoding: the rejected draft tokens are in padded_tokens and the accepted ones in
+        # decode_tokens (simulate.py); drawn apart, stacked on the decode tokens the target emits itself (one
+        # per decoding sequence), so the top of the lower stack is every token the verification passes computed
+        rejected = steps["spec_proposed"].to_numpy(float) - steps["spec_accepted"].to_numpy(float)
+        accepted = steps["spec_accepted"].to_numpy(float)
+        steps = pd.DataFrame({
+            **{c: steps[c] for c in ("start_s", "duration_s", "prefill_tokens") + (("replica",) if "replica" in steps
+                                                                                  else ())},
+            "padded_tokens": np.maximum(steps["padded_tokens"].to_numpy(float) - rejected, 0.0),
+            "decode_tokens": steps["decode_tokens"].to_numpy(float) - accepted,
+            "accepted_tokens": accepted, "rejected_tokens": rejected})
+        cols += ("accepted_tokens", "rejected_tokens")
+        series[2] = ("decode_tokens", "decode tokens (1 per sequence)", 2, TOKEN_COLORS["decode"])
+        series += [("accepted_tokens", SPEC_ACCEPTED, 2, SPEC_COLORS["accepted"]),
+                   ("rejected_tokens", SPEC_REJECTED, 2, SPEC_COLORS["rejected"])]
     x, width, ys, note = _per_step_or_binned(steps, cols, bins)
     fig.layout.title.subtitle = dict(text=f"Each panel on its own scale; {note.replace('bar', 'value')}",
                                      font=dict(SUBTITLE_FONT))
     xs, index = _step_outline(x, width)
-    for col, label, row in (("prefill_tokens", "prefill tokens", 1), ("padded_tokens", "padded slots", 1),
-                            ("decode_tokens", "decode tokens", 2)):
-        kind = col.split("_")[0]
+    for col, label, row, color in series:
         axes = ("x", "y") if row == 1 else ("x2", "y2")
         y = np.append(ys[col], 0.0)[index]  # each step's (or bin's) value over its span, 0 in idle gaps
         fig.add_trace(go.Scatter(x=xs, y=f32(y), mode="lines", name=label, xaxis=axes[0], yaxis=axes[1],
-                                 stackgroup=f"tokens{row}", fillcolor=TOKEN_COLORS[kind],
-                                 line=dict(color=TOKEN_COLORS[kind], width=0.5, shape="hv"),
+                                 stackgroup=f"tokens{row}", fillcolor=color,
+                                 line=dict(color=color, width=0.5, shape="hv"),
                                  hovertemplate=f"t = %{{x:,.1f}} s<br>{label}: %{{y:,.0f}} per step<extra></extra>"))
     return fig
 
