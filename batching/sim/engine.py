@@ -26,7 +26,7 @@ from batching.sim.engine_state import (
     R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS, S_DECODE, S_KV_BLOCKS, S_LM,
     S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING, NUM_SPF, NUM_SPI,
     SP_ACCEPTED, SP_PROPOSED, SP_SEQS, SPF_CTX, SPF_DRAFT_S, Batch, Cost, Inputs, Knobs, Later, Outputs, Prefix,
-    Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING,
+    Handoff, Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING,
 )
 
 # the engine's public names: its entry points and the enums, columns and types of engine_state
@@ -270,12 +270,12 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
     st = new_run_nb(inp, knobs, cost, True)
     if spec is not None:
         np.random.seed(spec.seed)  # numba's own generator (per thread): sampled acceptance repeats for a seed
-    status = advance_nb(inp, knobs, cost, out, pc, lat, spec, st, np.inf, None)
+    status = advance_nb(inp, knobs, cost, out, pc, lat, spec, st, np.inf, None, None)
     return status, st.c[C_STEP]
 
 
 @njit(cache=True, nogil=True)
-def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view):
+def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     """One scheduler pass and one forward pass per step, in vLLM's order: the running sequences
     (decodes, then prefill chunks under way), the swapped ones, then the waiting queue; without
     chunked prefill (vLLM V0) waiting prompts go first and a step that admits them is
@@ -286,7 +286,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view):
     released. Otherwise this is a replica of a fleet (fleet.py): it steps while a step would start before
     ``t_stop`` and it has work (its session turns due before ``t_stop`` included), then returns; ``view`` gets
     what a router reads of it (V_*): its state at the scheduling pass of the step in flight at ``t_stop``, or
-    its state now if no step is in flight then."""
+    its state now if no step is in flight then. ``hand`` (engine_state.Handoff, or None): every request released
+    is logged there with its time (a prefill instance of a disaggregated deployment, disagg.py)."""
     coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
     n = inp.arrival.shape[0]
     max_steps = out.steps_i.shape[0]
@@ -425,6 +426,12 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view):
             elif lat is not None:
                 finish_nb(nd, t, inp, seqs, b, pc, lat)
         released += nd
+        if hand is not None:
+            k = hand.n[0]
+            for j in range(nd):
+                hand.r[k + j] = b.done[j]
+                hand.t[k + j] = t
+            hand.n[0] = k + nd
         if lat is not None:
             if arrivals_due_nb(inp, lat, b.n, a, t):
                 a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
@@ -474,8 +481,9 @@ MAX_STEPS = 25_000_000
 
 def pack(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float, max_seqs: int,
          budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int, watermark_blocks: int,
-         kv_blocks: int, coef, ar_x, ar_y, chain_off=None, chain_ids=None, after=None, think_s=None):
-    """The kernel's (Inputs, Knobs, Cost) from arrays and scalars (``run`` documents the optional ones)."""
+         kv_blocks: int, coef, ar_x, ar_y, chain_off=None, chain_ids=None, after=None, think_s=None, ready=None):
+    """The kernel's (Inputs, Knobs, Cost) from arrays and scalars (``run`` documents the optional ones; ``ready``:
+    prompt tokens whose KV comes with each request, engine_state.Inputs)."""
     n = len(arrival)
     if chain_off is None:
         chain_off, chain_ids = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
@@ -484,7 +492,8 @@ def pack(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: in
     inp = Inputs(np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(prompt, np.int64),
                  np.ascontiguousarray(output, np.int64), np.ascontiguousarray(prio, np.int64),
                  np.ascontiguousarray(after, np.int64), np.ascontiguousarray(think_s, np.float64),
-                 np.ascontiguousarray(chain_off, np.int64), np.ascontiguousarray(chain_ids, np.int64))
+                 np.ascontiguousarray(chain_off, np.int64), np.ascontiguousarray(chain_ids, np.int64),
+                 np.zeros(n, np.int64) if ready is None else np.ascontiguousarray(ready, np.int64))
     knobs = Knobs(int(mode), int(n_classes), int(max_batch), float(max_wait_s), int(max_seqs), int(budget),
                   bool(chunked), bool(use_prio), int(preempt), int(swap_cap_tokens), int(watermark_blocks),
                   int(kv_blocks))

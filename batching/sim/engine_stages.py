@@ -710,6 +710,8 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
             # cached leading blocks, leaving at least one prompt token to compute (as vLLM)
             m, m0 = pc_lookup_nb(h, (target[h] - 1) // KV_BLOCK_TOKENS, inp, pc)
         hit = m * KV_BLOCK_TOKENS
+        if inp.ready[h] > 0 and req_f[h, R_FIRST_SCHED] < 0:
+            hit += inp.ready[h]  # KV that came with it (disaggregation), in blocks of its own from now on
         left = target[h] - hit
         c = left if whole else min(left, knobs.budget - tokens)
         if knobs.preempt == PREEMPT_OFF:
@@ -738,6 +740,7 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
             cnt[B_RUNNING] = nr + 1
             cnt[B_FREE] -= fresh
             blocks[h] = fresh
+            kv[h] += hit - m * KV_BLOCK_TOKENS  # the KV that came with it (0 unless disaggregated)
             if pc is not None:
                 if m > 0:
                     pc_acquire_nb(h, m, inp, seqs, pc, cnt)  # blocks[h] = m
@@ -834,8 +837,7 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec):
             if pc is None:
                 cnt[B_FREE] += blocks[r]
                 blocks[r] = 0
-                if lat is not None:
-                    b.done[done] = r
+                b.done[done] = r  # (finish_nb, and a disaggregated prefill's handoff log, read it)
             else:
                 b.done[done] = r  # finish_nb gives its blocks back to the prefix cache
             req_f[r, R_FINISH] = t

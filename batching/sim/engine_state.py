@@ -112,6 +112,8 @@ class Inputs(NamedTuple):
     think: np.ndarray  # float64 seconds from that release to this arrival
     chain_off: np.ndarray  # int64 (n + 1): request r's KV block ids are chain_ids[chain_off[r]:chain_off[r + 1]]
     chain_ids: np.ndarray  # int64 dense block ids (prefix caching)
+    ready: np.ndarray  # int64: prompt tokens whose KV arrives with the request (a decode instance of a disaggregated
+    #                    deployment: the prefill instance computed them), held from its first admission on; 0 otherwise
 
 
 class Knobs(NamedTuple):
@@ -225,6 +227,14 @@ class Run(NamedTuple):
     tab: np.ndarray  # float64: step time by token count
     c: np.ndarray  # int64 (NUM_C,): C_* scalars
     t: np.ndarray  # float64 (1,): the clock, the end of the last step
+
+
+class Handoff(NamedTuple):
+    """The requests a run released, in order, and when (disaggregation: a prefill instance hands them over)."""
+
+    r: np.ndarray  # int64 request
+    t: np.ndarray  # float64 release time
+    n: np.ndarray  # int64 (1,): entries written
 
 
 class Later(NamedTuple):

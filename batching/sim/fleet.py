@@ -124,6 +124,19 @@ def _affinity_nb(r, view, rr, n_rep, off, ids, seen):
     return best
 
 
+@njit(cache=True, nogil=True, inline="always")
+def join_nb(st, out, i, r, t):
+    """Request r joins run ``st`` (instance i of ``out``'s stacked step tables) at t: its waiting queue, its clock
+    moved to t if it was idle, else the step in flight's waiting count (a run alone counts a request arriving
+    during a step as waiting after it)."""
+    q_push_back_nb(st.q, st.seqs.cls[r], r)
+    st.b.n[B_WAITING] += 1
+    if st.t[0] < t:
+        st.t[0] = t
+    elif st.c[C_STEP] > 0:
+        out.steps_i[i, st.c[C_STEP] - 1, S_WAITING] += 1
+
+
 @njit(cache=True, nogil=True)
 def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, seen, rep_of, n_steps):
     """Every request through the router onto ``n_rep`` replicas (rep_of gets each routed request's replica,
@@ -143,7 +156,7 @@ def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, seen, r
         t_arr = inp.arrival[r]
         for i in range(n_rep):
             status = eng.advance_nb(inp, knobs, cost, _out_of(out, i), _pc_of(pcs, i), _lat_of(lats, i),
-                                    _spec_of(spec, i), runs[i], t_arr, view[i])
+                                    _spec_of(spec, i), runs[i], t_arr, view[i], None)
             if status != OK:
                 n_steps[i] = runs[i].c[C_STEP]
                 return status, i
@@ -161,19 +174,13 @@ def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, seen, r
         if rr == n_rep:
             rr = 0
         rep_of[r] = i
-        st = runs[i]
-        q_push_back_nb(st.q, st.seqs.cls[r], r)
-        st.b.n[B_WAITING] += 1
-        if st.t[0] < t_arr:
-            st.t[0] = t_arr  # it was idle: its clock moves to the arrival
-        elif st.c[C_STEP] > 0:
-            out.steps_i[i, st.c[C_STEP] - 1, S_WAITING] += 1  # it arrived during the step in flight: waiting after it
+        join_nb(runs[i], out, i, r, t_arr)
         view[i, V_OUTSTANDING] += 1
         view[i, V_KV] += blocks_for_nb(inp.prompt[r])
     released = 0
     for i in range(n_rep):
         status = eng.advance_nb(inp, knobs, cost, _out_of(out, i), _pc_of(pcs, i), _lat_of(lats, i),
-                                _spec_of(spec, i), runs[i], np.inf, view[i])
+                                _spec_of(spec, i), runs[i], np.inf, view[i], None)
         n_steps[i] = runs[i].c[C_STEP]
         if status != OK:
             return status, i

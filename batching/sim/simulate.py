@@ -8,8 +8,11 @@ import numpy as np
 import pandas as pd
 
 from batching.sim import engine as eng
-from batching.sim.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model, useful_flops_bytes
+from batching.sim.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model
+from batching.sim.disagg import Disagg, summary_parts
+from batching.sim import disagg as dg
 from batching.sim.fleet import check_fleet, run_fleet
+from batching.sim.frames import steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
                                   spec_summary, wall_time)
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
@@ -29,6 +32,7 @@ class Scenario:
     allreduce: str = DEFAULT_ALLREDUCE
     nodes: int = 1  # identical nodes, each with deployment.node.replicas replicas (num_gpus / tp)
     router: str = "round-robin"  # how a request picks its replica (fleet.ROUTERS)
+    disagg: Disagg | None = None  # prefill/decode disaggregation: the GPUs split into prefill and decode instances
 
     @property
     def replicas(self) -> int:
@@ -41,6 +45,11 @@ class Scenario:
         self.policy.validate()
         cost_model(self.deployment, self.allreduce)  # checks the all-reduce choice
         check_fleet(self.nodes, self.router, self.policy.mode)
+        if self.disagg is not None:
+            self.disagg.validate(self.deployment, self.nodes)
+            if self.policy.mode != "continuous":
+                raise ValueError(f"disaggregation runs iteration-level batching (mode continuous: the presets "
+                                 f"continuous, chunked, priority); mode={self.policy.mode!r} runs each batch as a whole")
 
     def with_policy(self, policy: BatchingPolicy) -> "Scenario":
         """The scenario with another policy. A request-level policy (static, dynamic) in a fleet behind a router that
@@ -84,13 +93,16 @@ def summarize(res: SimResult) -> dict:
     wall = wall_time(req)
     s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
     s["duration_s"] = wall
-    kv_blocks = spec_kv_blocks(sc.policy, dep)
-    s.update(node_summary(res.steps, wall, sc.replicas, sc.policy.batch_cap,
-                          dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps, kv_blocks))
-    s["kv_capacity_tokens"] = kv_blocks * KV_BLOCK_TOKENS
-    if sc.policy.spec_decode != "off":
-        s.update(spec_summary(res.steps))
-    s["offered_req_s"], s["queue_growth_req_s"] = queue_growth(req)
+    if sc.disagg is not None:
+        s.update(summary_parts(res, sc.disagg))
+    else:
+        kv_blocks = spec_kv_blocks(sc.policy, dep)
+        s.update(node_summary(res.steps, wall, sc.replicas, sc.policy.batch_cap,
+                              dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps, kv_blocks))
+        s["kv_capacity_tokens"] = kv_blocks * KV_BLOCK_TOKENS
+        if sc.policy.spec_decode != "off":
+            s.update(spec_summary(res.steps))
+        s["offered_req_s"], s["queue_growth_req_s"] = queue_growth(req)
     by = {}
     for level, name in enumerate(res.class_names):
         sub = req[req["priority"] == level]
@@ -101,7 +113,10 @@ def summarize(res: SimResult) -> dict:
         by[str(level)] = cls
     s["by_priority"] = by
     s["nodes"], s["replicas"], s["router"] = sc.nodes, sc.replicas, sc.router
-    if sc.replicas > 1:
+    if sc.disagg is not None:
+        s["replicas"] = sc.disagg.prefill_instances + sc.disagg.decode_instances
+        s["router"] = "disaggregated (prefill: least-outstanding, decode: most free KV)"
+    elif sc.replicas > 1:
         s["by_replica"] = replica_summary(req, res.steps, wall, sc.replicas, dep.node.replicas)
     return s
 
@@ -202,6 +217,9 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     if saturated:
         reqs = reqs.saturated()
     dep = scenario.deployment
+    if scenario.disagg is not None:
+        requests, steps, hist = dg.frames(reqs, dep, scenario.disagg, scenario.policy, scenario.allreduce)
+        return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated)
     cm = cost_model(dep, scenario.allreduce)
     outs = run_requests(reqs, dep, scenario.policy, cm, int(getattr(scenario.workload, "seed", 0)),
                         scenario.nodes, scenario.router)
@@ -221,7 +239,7 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         if out.req_spec_accepted is not None:
             spec_acc[idx] = out.req_spec_accepted
         hist += out.itl_hist
-        step_frames.append(_steps_frame(out, rep, cm))
+        step_frames.append(steps_frame(out, rep, cm))
     requests = pd.DataFrame({
         "request_id": np.arange(n),
         "arrival_s": req_f[:, eng.R_ARRIVAL],  # a session turn's: its predecessor's release + think time
@@ -244,37 +262,3 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     requests = request_latencies(requests)
     steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
     return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated)
-
-
-def _steps_frame(out: eng.EngineOutput, replica: int, cm: CostModel) -> pd.DataFrame:
-    si, sf = out.steps_i, out.steps_f
-    tokens = si[:, eng.S_PREFILL] + si[:, eng.S_DECODE]
-    flops, nbytes = useful_flops_bytes(cm.coef, tokens, sf[:, eng.F_ATTN_WORK], sf[:, eng.F_DECODE_CTX],
-                                       si[:, eng.S_LM])
-    frame = pd.DataFrame({
-        "replica": replica,
-        "step": np.arange(len(si)),
-        "start_s": sf[:, eng.F_START],
-        "duration_s": sf[:, eng.F_DURATION],
-        "prefill_tokens": si[:, eng.S_PREFILL],
-        "decode_tokens": si[:, eng.S_DECODE],
-        "padded_tokens": si[:, eng.S_PADDED],
-        "running": si[:, eng.S_RUNNING],
-        "waiting": si[:, eng.S_WAITING],
-        "kv_blocks": si[:, eng.S_KV_BLOCKS],
-        "swapped": si[:, eng.S_SWAPPED],
-        "swap_tokens": si[:, eng.S_SWAP_TOKENS],
-        "preempted": si[:, eng.S_PREEMPTED],
-        "admitted": si[:, eng.S_ADMITTED],  # taken from the waiting queue: first time, or again after a recompute
-        "stalled": si[:, eng.S_STALLED],  # past their prefill, no token in this step (generation stalls)
-        "cached_tokens": si[:, eng.S_CACHED_TOKENS],  # prompt tokens served from the prefix cache at admissions
-        "cached_blocks": si[:, eng.S_CACHE_BLOCKS],  # KV blocks held only by the prefix cache (evictable), after it
-        "useful_flops": flops,
-        "useful_bytes": nbytes,
-    })
-    if out.spec_steps_i is not None:  # speculative decoding: rejected draft tokens are in padded_tokens
-        frame["spec_seqs"] = out.spec_steps_i[:, eng.SP_SEQS]  # decoding sequences that speculated
-        frame["spec_proposed"] = out.spec_steps_i[:, eng.SP_PROPOSED]  # draft tokens proposed and verified
-        frame["spec_accepted"] = out.spec_steps_i[:, eng.SP_ACCEPTED]  # of those, accepted
-        frame["draft_s"] = out.spec_steps_f[:, eng.SPF_DRAFT_S]  # seconds of the step spent drafting (in duration_s)
-    return frame

@@ -1,0 +1,376 @@
+"""Prefill/decode disaggregation (DistServe, Splitwise): prefill instances and decode instances, each with its
+own tensor-parallel degree, in one simulation (DESIGN §2).
+
+- A request arrives at the prefill instance with the fewest outstanding requests (fleet.py's reading of state).
+  The prefill instance batches prompts under the policy (chunked or whole prompts, its own token budget) and
+  produces the first token; it releases the request then.
+- Its prompt's KV then moves to a decode instance: the one with the most free KV blocks at that moment (least
+  loaded), over NVLink within a node (the GPU's NVLink bandwidth per direction, on min(prefill TP, decode TP)
+  GPU pairs in parallel) or the network across nodes (400 Gb/s per GPU, as a node's one NIC per GPU), or
+  ``kv_link_gbps`` per GPU when given: transfer time = prompt tokens x KV bytes per token (whole model) /
+  (pairs x link bandwidth). The prefill instance's blocks are freed at the handoff (the transfer is not held
+  against its cache: a simplification).
+- The decode instance runs continuous batching; the request joins its waiting queue when the transfer ends and
+  is admitted when its blocks fit (backpressure: it waits, nothing is dropped). Its first decode step computes
+  the first token's KV and emits the second token; the prompt's KV came with it (engine_state.Inputs.ready).
+
+TTFT = prefill queue + prefill + first token (on the prefill instance); TPOT and E2E include the transfer and
+the wait for a decode slot (the gap between the first and second token); ``kv_transfer_s`` and
+``decode_queue_s`` report those two parts per request. Request-level batching (static, dynamic), sessions,
+speculative decoding and prefix caching on the decode side are not modelled here (clear errors).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numba import njit
+
+from batching.sim import engine as eng
+from batching.sim.engine_stages import blocks_for_nb, later_pop_nb, later_push_nb, q_push_back_nb
+from batching.sim.engine_state import (B_LATER, B_WAITING, C_RELEASED, C_STEP, DEADLOCK, ITL_BINS, NUM_B, NUM_RF,
+                                       NUM_SF, NUM_SI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, S_WAITING,
+                                       V_KV, V_OUTSTANDING, Handoff, Later, Outputs)
+from batching.sim.fleet import join_nb, _least_nb, _out_of, _pc_of
+from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
+
+CROSS_NODE_GBPS = 400.0  # per GPU across nodes: one 400 Gb/s NIC per GPU (ConnectX-7 on DGX/HGX H100)
+MAX_INSTANCES = 64
+
+
+@dataclass(frozen=True)
+class Disagg:
+    """A split of the deployment's GPUs into prefill and decode instances."""
+
+    prefill_instances: int = 1
+    prefill_tp: int = 4
+    decode_instances: int = 1
+    decode_tp: int = 4
+    kv_link_gbps: float | None = None  # per GPU, Gb/s; None: NVLink within a node, 400 Gb/s across nodes
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill_instances * self.prefill_tp + self.decode_instances * self.decode_tp
+
+    def validate(self, dep: Deployment, nodes: int = 1) -> None:
+        for name in ("prefill_instances", "decode_instances"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_INSTANCES:
+                raise ValueError(f"{name}={v!r} is out of range; allowed a whole number from 1 to {MAX_INSTANCES}")
+        for name in ("prefill_tp", "decode_tp"):
+            v = getattr(self, name)
+            if v not in (1, 2, 4, 8) or v > dep.node.num_gpus:
+                raise ValueError(f"{name}={v!r} is not allowed; allowed: 1, 2, 4, 8, at most the node's "
+                                 f"{dep.node.num_gpus} GPUs")
+        have = dep.node.num_gpus * nodes
+        if self.gpus > have:
+            raise ValueError(f"the split needs {self.gpus} GPUs (prefill {self.prefill_instances} x TP "
+                             f"{self.prefill_tp} + decode {self.decode_instances} x TP {self.decode_tp}) but "
+                             f"{nodes} node{'s' if nodes > 1 else ''} of {dep.node.num_gpus} GPUs have {have}")
+        if self.kv_link_gbps is not None and not 1.0 <= self.kv_link_gbps <= 1e5:
+            raise ValueError(f"kv_link_gbps={self.kv_link_gbps!r} is out of range; allowed 1 to 100000 Gb/s per GPU")
+        for role, tp in (("prefill", self.prefill_tp), ("decode", self.decode_tp)):
+            try:
+                self.deployment(dep, role).validate()
+            except ValueError as exc:
+                raise ValueError(f"the {role} instances (TP {tp}): {exc}") from None
+
+    def deployment(self, dep: Deployment, role: str) -> Deployment:
+        """One instance of ``role`` as a Deployment (its TP on the same GPUs)."""
+        tp = self.prefill_tp if role == "prefill" else self.decode_tp
+        return replace(dep, node=replace(dep.node, tp=tp))
+
+    def link_Bps(self, dep: Deployment) -> float:
+        """Bytes/s of one prefill-to-decode transfer: pairs of GPUs in parallel, each at the link's speed."""
+        pairs = min(self.prefill_tp, self.decode_tp)
+        if self.kv_link_gbps is not None:
+            per_gpu = self.kv_link_gbps * 1e9 / 8
+        elif self.gpus <= dep.node.num_gpus:
+            per_gpu = dep.node.gpu.nvlink_Bps
+        else:
+            per_gpu = CROSS_NODE_GBPS * 1e9 / 8
+        return pairs * per_gpu
+
+    def describe(self) -> str:
+        return (f"disaggregated: {self.prefill_instances} prefill x TP {self.prefill_tp} + {self.decode_instances} "
+                f"decode x TP {self.decode_tp}")
+
+
+@njit(cache=True, nogil=True)
+def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, out_d, xfer, hand, heap, dec_rep,
+                  dec_arr, pre_rep, n_steps_p, n_steps_d):
+    """Every request through a prefill instance and (if it wants more than one token) a decode instance; returns
+    (status, role 0 prefill / 1 decode, instance or -1)."""
+    n = inp_p.arrival.shape[0]
+    n_p, n_d = n_steps_p.shape[0], n_steps_d.shape[0]
+    runs_p = [eng.new_run_nb(inp_p, knobs_p, cost_p, False)]
+    for _ in range(1, n_p):  # (not a comprehension: numba's copies the arrays of the tuples it holds)
+        runs_p.append(eng.new_run_nb(inp_p, knobs_p, cost_p, False))
+    runs_d = [eng.new_run_nb(inp_d, knobs_d, cost_d, False)]
+    for _ in range(1, n_d):
+        runs_d.append(eng.new_run_nb(inp_d, knobs_d, cost_d, False))
+    view_p = np.zeros((n_p, NUM_V))
+    view_d = np.zeros((n_d, NUM_V))
+    cnt = np.zeros(NUM_B, np.int64)  # cnt[B_LATER]: transfers under way, in the heap by arrival at a decode instance
+    seen = 0  # handoff log entries moved into the heap
+    rr_p, rr_d = 0, 0
+    for r in range(n + 1):
+        t_arr = inp_p.arrival[r] if r < n else np.inf
+        # 1. prefill instances up to the arrival; their releases start transfers
+        for i in range(n_p):
+            status = eng.advance_nb(inp_p, knobs_p, cost_p, _out_of(out_p, i), _pc_of(pcs_p, i), None, None,
+                                    runs_p[i], t_arr, view_p[i], hand)
+            n_steps_p[i] = runs_p[i].c[C_STEP]
+            if status != OK:
+                return status, 0, i
+        while seen < hand.n[0]:
+            q = hand.r[seen]
+            if inp_d.output[q] > 0:  # more than the first token: on to a decode instance
+                later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)
+            seen += 1
+        # 2. transfers that end by then, in time order, each to the decode instance with the most free KV
+        while cnt[B_LATER] > 0 and heap.t[0] <= t_arr:
+            td, q = heap.t[0], heap.r[0]
+            later_pop_nb(heap, cnt)
+            for i in range(n_d):
+                status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, None, runs_d[i], td,
+                                        view_d[i], None)
+                n_steps_d[i] = runs_d[i].c[C_STEP]
+                if status != OK:
+                    return status, 1, i
+            i = _least_nb(view_d, V_KV, rr_d, n_d)
+            rr_d = rr_d + 1 if rr_d + 1 < n_d else 0
+            dec_rep[q] = i
+            dec_arr[q] = td
+            out_d.req_f[q, R_ARRIVAL] = td
+            join_nb(runs_d[i], out_d, i, q, td)
+            view_d[i, V_OUTSTANDING] += 1
+            view_d[i, V_KV] += blocks_for_nb(inp_d.prompt[q])
+        if r == n:
+            break
+        # 3. the arrival to the prefill instance with the fewest outstanding requests
+        i = _least_nb(view_p, V_OUTSTANDING, rr_p, n_p)
+        rr_p = rr_p + 1 if rr_p + 1 < n_p else 0
+        pre_rep[r] = i
+        join_nb(runs_p[i], out_p, i, r, t_arr)
+        view_p[i, V_OUTSTANDING] += 1
+        view_p[i, V_KV] += blocks_for_nb(inp_p.prompt[r])
+    released = 0
+    for i in range(n_d):
+        status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, None, runs_d[i], np.inf,
+                                view_d[i], None)
+        n_steps_d[i] = runs_d[i].c[C_STEP]
+        if status != OK:
+            return status, 1, i
+        released += runs_d[i].c[C_RELEASED]
+    for r in range(n):
+        if inp_d.output[r] == 0:
+            released += 1  # done at its first token
+    if released != n:
+        return DEADLOCK, 1, -1
+    return OK, 0, -1
+
+
+# --------------------------------------------------------------------------- the Python side
+
+
+def check_requests(reqs, dis: Disagg, dep: Deployment, policy) -> None:
+    """Clear errors before the run: every prompt fits a prefill instance, every request a decode instance."""
+    if policy.mode != "continuous":
+        raise ValueError(f"disaggregation runs iteration-level batching (mode continuous: the presets continuous, "
+                         f"chunked, priority); mode={policy.mode!r} runs each batch as a whole")
+    if policy.spec_decode != "off":
+        raise ValueError("speculative decoding is not modelled with disaggregation here; set spec_decode='off'")
+    if reqs.after is not None:
+        raise ValueError("session workloads (closed-loop turns) are not modelled with disaggregation here; "
+                         "use a workload without sessions")
+    for role, need, what in (("prefill", reqs.prompt_tokens + 1, "prompt + first token"),
+                             ("decode", reqs.prompt_tokens + reqs.output_tokens, "prompt + output")):
+        d = dis.deployment(dep, role)
+        blocks = -(-need // KV_BLOCK_TOKENS)
+        worst = int(np.argmax(blocks))
+        if blocks[worst] > d.kv_capacity_blocks:
+            raise ValueError(f"request {worst} needs {int(need[worst]):,} tokens of KV cache ({what}) but a {role} "
+                             f"instance (TP {d.node.tp}) holds {d.kv_capacity_tokens:,}; use a larger TP for it or "
+                             "shorter requests")
+    if not policy.chunked_prefill and int(reqs.prompt_tokens.max()) > policy.max_num_batched_tokens:
+        raise ValueError(f"max_num_batched_tokens={policy.max_num_batched_tokens} is below the longest prompt "
+                         f"({int(reqs.prompt_tokens.max()):,} tokens) without chunked prefill; raise it or turn "
+                         "chunked prefill on")
+
+
+def _outputs(n: int, instances: int, room: int, classes: int, arrival) -> Outputs:
+    req_f = np.full((n, NUM_RF), -1.0)
+    req_f[:, R_MAX_ITL] = 0.0
+    req_f[:, R_ARRIVAL] = arrival
+    return Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty((instances, room, NUM_SI), np.int64),
+                   np.empty((instances, room, NUM_SF)), np.zeros((classes, ITL_BINS), np.int64))
+
+
+def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> dict:
+    """Run ``reqs`` through the split. Returns the two roles' outputs and per-request arrays: ``prefill`` and
+    ``decode`` ((Outputs, steps per instance, cost model)), ``pre_rep``, ``dec_rep`` (-1: done at its first
+    token), ``kv_transfer_s``, ``decode_arrival_s``."""
+    from batching.sim.costmodel import cost_model
+    from batching.sim.policy import PREEMPTION_CODE
+
+    check_requests(reqs, dis, dep, policy)
+    n = len(reqs)
+    classes = max(1, len(reqs.class_names))
+    dep_p, dep_d = dis.deployment(dep, "prefill"), dis.deployment(dep, "decode")
+    cm_p, cm_d = cost_model(dep_p, allreduce), cost_model(dep_d, allreduce)
+    kv_p, kv_d = dep_p.kv_capacity_blocks, dep_d.kv_capacity_blocks
+    pre = PREEMPTION_CODE[policy.preemption]
+
+    def swap(d: Deployment) -> int:
+        return int(policy.swap_space_gib * GIB // d.kv_bytes_per_token_per_gpu)
+
+    chains = policy.prefix_caching and reqs.block_off is not None
+    ones = np.ones(n, np.int64)
+    inp_p, knobs_p, cost_p = eng.pack(
+        reqs.arrival_s, reqs.prompt_tokens, ones, reqs.priority, classes, 2, 1, 0.0, policy.max_num_seqs,
+        policy.max_num_batched_tokens, policy.chunked_prefill, policy.priority, pre, swap(dep_p),
+        int(policy.watermark * kv_p), kv_p, cm_p.coef, cm_p.ar_log_bytes, cm_p.ar_s,
+        reqs.block_off if chains else None, reqs.block_ids if chains else None)
+    # the decode side: the prompt and the first token to take in (its KV is computed there), the rest to produce
+    inp_d, knobs_d, cost_d = eng.pack(
+        reqs.arrival_s, reqs.prompt_tokens + 1, reqs.output_tokens - 1, reqs.priority, classes, 2, 1, 0.0,
+        policy.max_num_seqs, policy.max_num_batched_tokens, True, policy.priority, pre, swap(dep_d),
+        int(policy.watermark * kv_d), kv_d, cm_d.coef, cm_d.ar_log_bytes, cm_d.ar_s, ready=reqs.prompt_tokens)
+    xfer = reqs.prompt_tokens * dep.kv_bytes_per_token / dis.link_Bps(dep)
+    room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances))
+    while True:
+        out_p = _outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
+        out_d = _outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
+        pcs = None
+        if chains and len(inp_p.chain_ids):
+            k, m = int(inp_p.chain_ids.max()) + 1, dis.prefill_instances
+            from batching.sim.engine_state import Prefix
+
+            pcs = Prefix(np.zeros((m, k), np.int64), np.zeros((m, k), np.bool_), np.empty((m, k), np.int64),
+                         np.empty((m, k), np.int64), np.full((m, 2), -1, np.int64))
+        hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64))
+        heap = Later(np.empty(n), np.empty(n, np.int64), np.empty(0, np.int64))
+        dec_rep = np.full(n, -1, np.int64)
+        dec_arr = np.full(n, np.nan)
+        pre_rep = np.full(n, -1, np.int64)
+        steps_p = np.zeros(dis.prefill_instances, np.int64)
+        steps_d = np.zeros(dis.decode_instances, np.int64)
+        status, role, bad = run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs, inp_d, knobs_d, cost_d, out_d,
+                                          np.ascontiguousarray(xfer, np.float64), hand, heap, dec_rep, dec_arr,
+                                          pre_rep, steps_p, steps_d)
+        if status == OUT_OF_STEPS:
+            room = eng.grow_room(room, inp_d)
+            continue
+        if status == DEADLOCK:
+            raise RuntimeError(f"the engine could not schedule any work on {('prefill', 'decode')[role]} instance "
+                               f"{bad} (deadlock)")
+        break
+    return {"prefill": (out_p, steps_p, cm_p), "decode": (out_d, steps_d, cm_d), "pre_rep": pre_rep,
+            "dec_rep": dec_rep, "kv_transfer_s": np.where(dec_rep >= 0, xfer, np.nan), "decode_arrival_s": dec_arr}
+
+
+def _itl_bins(gaps: np.ndarray) -> np.ndarray:
+    """The engine's histogram bin of each gap (engine_stages.itl_record_nb's rule)."""
+    from batching.sim.engine_state import ITL_BINS_PER_LOG, ITL_LOG_LO
+
+    b = np.floor((np.log(np.maximum(gaps, 1e-300)) - ITL_LOG_LO) * ITL_BINS_PER_LOG)
+    return np.clip(b, 0, ITL_BINS - 1).astype(np.int64)
+
+
+def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str):
+    """(requests, steps, itl_hist) of a disaggregated run, as simulate.SimResult holds them: a request's times
+    join its prefill (first scheduled, first token) and decode (finish, release) instances; the steps of prefill
+    instances are replicas 0..P-1 and of decode instances P..P+D-1, with a ``role`` column."""
+    import pandas as pd
+
+    from batching.sim.engine_state import (R_FINISH, R_FIRST_SCHED, R_FIRST_TOKEN, R_RELEASE)
+    from batching.sim.frames import steps_frame
+    from batching.sim.metrics import request_latencies
+
+    res = run_disagg(reqs, dep, dis, policy, allreduce)
+    out_p, steps_p, cm_p = res["prefill"]
+    out_d, steps_d, cm_d = res["decode"]
+    fp, fd = out_p.req_f, out_d.req_f
+    dec = res["dec_rep"] >= 0
+    n = len(reqs)
+    finish = np.where(dec, fd[:, R_FINISH], fp[:, R_FINISH])
+    release = np.where(dec, fd[:, R_RELEASE], fp[:, R_RELEASE])
+    gap12 = np.where(dec, fd[:, R_FIRST_TOKEN] - fp[:, R_FIRST_TOKEN], 0.0)  # first to second token: transfer + wait
+    hist = out_p.hist + out_d.hist
+    np.add.at(hist, (reqs.priority[dec], _itl_bins(gap12[dec])), 1)
+    names = np.asarray(reqs.class_names, dtype=object)
+    requests = pd.DataFrame({
+        "request_id": np.arange(n),
+        "arrival_s": reqs.arrival_s,
+        "prompt_tokens": reqs.prompt_tokens,
+        "output_tokens": reqs.output_tokens,
+        "priority": reqs.priority,
+        "class_name": names[reqs.priority],
+        "replica": res["pre_rep"],  # its prefill instance
+        "node": 0,
+        "first_scheduled_s": fp[:, R_FIRST_SCHED],
+        "first_token_s": fp[:, R_FIRST_TOKEN],
+        "finish_s": finish,
+        "release_s": release,
+        "max_itl_s": np.maximum(np.where(dec, fd[:, R_MAX_ITL], 0.0), gap12),
+        "preemptions": out_p.req_pre + out_d.req_pre,
+        "cached_prompt_tokens": out_p.req_cached,
+        "decode_replica": np.where(dec, dis.prefill_instances + res["dec_rep"], -1),  # its decode instance
+        "kv_transfer_s": res["kv_transfer_s"],  # prompt KV from the prefill to the decode instance
+        "decode_arrival_s": res["decode_arrival_s"],  # transfer done: joins the decode instance's queue
+        "decode_queue_s": np.where(dec, fd[:, R_FIRST_SCHED] - res["decode_arrival_s"], np.nan),  # waiting for KV room
+    })
+    parts = []
+    for base, (out, counts, cm, role) in ((0, (out_p, steps_p, cm_p, "prefill")),
+                                         (dis.prefill_instances, (out_d, steps_d, cm_d, "decode"))):
+        for i, k in enumerate(counts):
+            one = eng.EngineOutput(out.req_f, out.req_pre, out.req_cached, out.steps_i[i, :k], out.steps_f[i, :k],
+                                   out.hist)
+            f = steps_frame(one, base + i, cm)
+            f.insert(1, "role", role)
+            parts.append(f)
+    steps = pd.concat(parts, ignore_index=True)
+    return request_latencies(requests), steps, hist
+
+
+SHARE_KEYS = ("busy", "gpu_util", "sol_util", "mfu", "mbu", "kv_util")
+
+
+def summary_parts(res, dis: Disagg) -> dict:
+    """The node figures of a disaggregated run: each role's (metrics.node_summary over its instances, its KV
+    capacity), combined weighted by GPUs for the shares; the transfer and decode-queue percentiles."""
+    from batching.sim.metrics import node_summary, percentile, queue_growth, wall_time
+
+    dep = res.scenario.deployment
+    req, steps = res.requests, res.steps
+    wall = wall_time(req)
+    s: dict = {}
+    parts = []
+    for role, count, tp in (("prefill", dis.prefill_instances, dis.prefill_tp),
+                            ("decode", dis.decode_instances, dis.decode_tp)):
+        d = dis.deployment(dep, role)
+        ns = node_summary(steps[steps["role"] == role], wall, count, res.scenario.policy.batch_cap,
+                          d.node.gpu.peak_flops(d.precision), d.node.gpu.hbm_bw_Bps, d.kv_capacity_blocks)
+        parts.append((ns, count * tp))
+        s[f"{role}_busy"] = ns["busy"]
+    gpus = sum(w for _, w in parts)
+    for k in SHARE_KEYS:
+        s[k] = sum(ns[k] * w for ns, w in parts) / gpus
+    dec = parts[1][0]
+    s.update(num_steps=parts[0][0]["num_steps"] + dec["num_steps"], batch_efficiency=dec["batch_efficiency"],
+             mean_running=dec["mean_running"], batch_cap=dec["batch_cap"], max_kv_blocks=dec["max_kv_blocks"])
+    s["kv_capacity_tokens"] = dis.deployment(dep, "decode").kv_capacity_tokens
+    for q in (50, 99):
+        s[f"kv_transfer_p{q}_s"] = percentile(req["kv_transfer_s"].dropna(), q)
+        s[f"decode_queue_p{q}_s"] = percentile(req["decode_queue_s"].dropna(), q)
+    offered, grow_p = queue_growth(req)
+    d = req[req["decode_replica"] >= 0]
+    # the decode side's queue: requests whose KV has arrived and that wait for room on their decode instance
+    grow_d = queue_growth(d.assign(arrival_s=d["decode_arrival_s"],
+                                   first_scheduled_s=d["decode_arrival_s"] + d["decode_queue_s"]))[1]
+    s["offered_req_s"] = offered
+    s["queue_growth_req_s"] = max(grow_p, grow_d) if not np.isnan(grow_d) else grow_p  # either queue growing
+    s["disaggregated"] = dis.describe()
+    s["gpus"] = dis.gpus
+    return s
