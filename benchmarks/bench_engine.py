@@ -49,6 +49,12 @@ def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
     return best, steps
 
 
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=10_000)
@@ -90,6 +96,31 @@ def main() -> None:
         print(f"{label:12s} {sec:9.4f} {args.requests / sec:12,.0f} requests/s {steps:9,d} steps")
     print(f"speculation keeps {spec_rates['eagle K=3'] / spec_rates['plain']:.0%} of the requests/s of plain "
           f"continuous (target >= 50 %)")
+    # disaggregation (1 prefill TP 4 + 1 decode TP 4) and a fleet behind a state-reading router, beside plain
+    # continuous on the same requests (best of 3, the Python set-up of their runs included)
+    print(f"\ndisaggregation and fleets, continuous, {args.requests:,} requests of the default scenario:")
+    from batching.sim.costmodel import cost_model as _cm
+    from batching.sim.disagg import Disagg, run_disagg
+    from batching.sim.fleet import run_fleet
+
+    reqs = mixed.generate()
+    pol = PRESETS["continuous"]
+    dep = Scenario().deployment
+    cm0 = _cm(dep)
+    kv = spec_kv_blocks(pol, dep)
+    swap = int(pol.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
+    runs = {"plain": lambda: engine_seconds(Scenario(workload=mixed, policy=pol), repeats=1)[0],
+            "disagg 1x4+1x4": lambda: _timed(lambda: run_disagg(reqs, dep, Disagg(1, 4, 1, 4), pol, cm0.allreduce)),
+            "2 replicas LO": lambda: _timed(lambda: run_fleet(reqs, 2, "least-outstanding", pol, swap, kv, cm0))}
+    fleet_rates = {}
+    for label, fn in runs.items():
+        fn()  # compile or load
+        sec = min(fn() for _ in range(3))
+        fleet_rates[label] = args.requests / sec
+        print(f"{label:16s} {sec:9.4f} {args.requests / sec:12,.0f} requests/s")
+    for label in ("disagg 1x4+1x4", "2 replicas LO"):
+        print(f"{label} keeps {fleet_rates[label] / fleet_rates['plain']:.0%} of the requests/s of plain continuous "
+              f"(target >= 50 %)")
     # speed-up over the interpreted kernel on 500 requests
     code = ("import sys,time; sys.path.insert(0, %r)\n"
             "from benchmarks.bench_engine import engine_seconds\n"
