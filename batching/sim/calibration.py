@@ -562,3 +562,32 @@ context decoding stays memory-bound on KV reads, so speculation keeps paying); v
   the gap.
 
 """
+
+
+def disagg_markdown() -> str:
+    """The "Prefill/decode disaggregation" section of docs/CALIBRATION.md: its sources and link speeds, and what
+    the simulator does not model (batching/sim/disagg.py)."""
+    return """## Prefill/decode disaggregation
+
+Sources: DistServe (Zhong et al., OSDI 2024, "DistServe: Disaggregating Prefill and Decoding for Goodput-optimized
+Large Language Model Serving": prefill and decode interfere when batched together, so separate instances with
+their own parallelism meet a tight TPOT SLO at a higher rate); Splitwise (Patel et al., ISCA 2024, "Splitwise:
+Efficient Generative LLM Inference Using Phase Splitting": the prompt's KV moves to the token-generation machine
+over the node's or cluster's links); NVIDIA's H100 SXM datasheet (NVLink 900 GB/s per GPU, 450 GB/s each way: the
+GPU presets' `nvlink_Bps`); the DGX H100 user guide (eight ConnectX-7 400 Gb/s ports, one per GPU, for the compute
+network: `CROSS_NODE_GBPS`).
+
+- A prefill instance batches prompts under the policy (chunked or whole) and produces the first token; its
+  request then moves on: transfer time = prompt tokens × KV bytes per token (whole model) / (min(prefill TP,
+  decode TP) GPU pairs × the link's bandwidth per GPU), NVLink within a node, 400 Gb/s per GPU across nodes,
+  or `--kv-link-gbps` per GPU.
+- A request goes to the prefill instance with the fewest outstanding requests and, after its first token, to the
+  decode instance with the most free KV blocks; it waits in that instance's queue until its blocks fit
+  (backpressure, nothing dropped). The decode instance computes the first token's KV in its first step.
+- Not modelled: the prefill instance holding the KV until the transfer ends (its blocks are freed at the
+  handoff), a transfer's fixed latency and its contention with other transfers on the same link, layer-wise
+  pipelining of the transfer with the prefill, and sessions, speculative decoding or a prefix cache on the
+  decode side.
+
+"""
+

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-KERNEL_SOURCES = ("costmodel.py", "engine_state.py", "engine_stages.py", "engine.py", "fleet.py")  # in this folder (batching/sim/)
+KERNEL_SOURCES = ("costmodel.py", "engine_state.py", "engine_stages.py", "engine.py", "fleet.py", "disagg.py")  # in this folder (batching/sim/)
 
 
 def sources_digest(package_dir: Path = PACKAGE_DIR) -> str:
