@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.sim import costmodel as cm
+from batching.sim.disagg import MAX_INSTANCES, Disagg, check_requests
 from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
 from batching.sim.simulate import Scenario
@@ -43,6 +44,13 @@ PREFIX_KEYS = ("prefix_hit_rate", "cached_prompt_tokens")
 SPEC_KEYS = ("spec_acceptance_rate", "mean_tokens_per_step", "spec_share", "draft_time_share")
 SPEC_FLAGS = ("spec_tokens", "spec_acceptance", "spec_draft_model", "spec_disable_batch_size")
 ARRIVAL_FLAGS = ("--burstiness", "--on-off", "--rate-profile")
+# printed and written beside SUMMARY_KEYS for a prefill/decode split (issue 13 §2)
+DISAGG_KEYS = ("kv_transfer_p50_s", "kv_transfer_p99_s", "decode_queue_p50_s", "decode_queue_p99_s", "prefill_busy",
+               "decode_busy")
+# the split's flags (all four together or none) and the Disagg field each sets
+DISAGG_FLAGS = {"--prefill-instances": "prefill_instances", "--prefill-tp": "prefill_tp",
+                "--decode-instances": "decode_instances", "--decode-tp": "decode_tp"}
+KV_LINK_MAX_GBPS = 1e5
 
 
 class CliError(ValueError):
@@ -321,8 +329,9 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=8,
                    help="tensor parallel degree {1,2,4,8}")
     g.add_argument("--precision", default="bf16", choices=list(PRECISIONS))
-    g.add_argument("--nodes", type=int_arg(1, MAX_NODES), default=1,
-                   help=f"identical nodes in the fleet (1-{MAX_NODES}), each with num-gpus / tp replicas")
+    g.add_argument("--nodes", "--num-nodes", dest="nodes", type=int_arg(1, MAX_NODES), default=1,
+                   help=f"identical nodes in the fleet (1-{MAX_NODES}), each with num-gpus / tp replicas; with a "
+                        "prefill/decode split, the nodes its instances spread over")
     g.add_argument("--router", default="round-robin", choices=list(ROUTERS),
                    help="how each arriving request picks a replica: " + "; ".join(
                        f"{k}: {v}" for k, v in ROUTER_HELP.items()))
@@ -346,6 +355,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
                    help="every request of every class starts with the same system prompt of this many tokens "
                         "(counted in its prompt; prefix caching computes it once)")
     add_spec_arguments(g)
+    add_disagg_args(p)
     a = p.add_argument_group("arrivals (synthetic workloads; default Poisson at --rate; one of these at most)")
     x = a.add_mutually_exclusive_group()
     x.add_argument("--burstiness", type=float_arg(0.0, MAX_CV, low_open=True), default=None, metavar="CV",
@@ -360,6 +370,28 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
                         "higher and back over PERIOD_S seconds (default: the run's length, --requests / --rate, so "
                         "the run sees one whole cycle; 86400 is a day, and a run shorter than its period sees "
                         "less than --rate); the mean over whole periods is --rate")
+
+
+def add_disagg_args(p: argparse.ArgumentParser) -> None:
+    """--prefill-instances, --prefill-tp, --decode-instances, --decode-tp (all four or none) and --kv-link-gbps."""
+    d = p.add_argument_group(
+        "prefill/decode disaggregation (all four of the first flags together, or none; iteration-level batching: "
+        "the presets continuous, chunked, priority)",
+        "The GPUs split into prefill instances and decode instances, each with its own tensor-parallel degree "
+        "(--tp is then not used by them): P x T + D x U GPUs, at most --num-gpus x --num-nodes. A prompt's KV moves "
+        "from its prefill instance to the decode instance with the most free KV over NVLink within a node, or the "
+        "network across nodes.")
+    d.add_argument("--prefill-instances", type=int_arg(1, MAX_INSTANCES), default=None, metavar="P",
+                   help=f"prefill instances (1-{MAX_INSTANCES})")
+    d.add_argument("--prefill-tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=None, metavar="T",
+                   help="tensor-parallel degree of each prefill instance {1,2,4,8}")
+    d.add_argument("--decode-instances", type=int_arg(1, MAX_INSTANCES), default=None, metavar="D",
+                   help=f"decode instances (1-{MAX_INSTANCES})")
+    d.add_argument("--decode-tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=None, metavar="U",
+                   help="tensor-parallel degree of each decode instance {1,2,4,8}")
+    d.add_argument("--kv-link-gbps", type=float_arg(1.0, KV_LINK_MAX_GBPS), default=None, metavar="G",
+                   help="KV transfer bandwidth per GPU, Gb/s (1 to 100000; only with the split). Default: the "
+                        "GPU's NVLink when the split fits one node, 400 Gb/s per GPU across nodes")
 
 
 def add_policy_args(p: argparse.ArgumentParser) -> None:
@@ -572,9 +604,67 @@ def build_scenario(args) -> Scenario:
     if args.router != "round-robin" and pol.mode != "continuous":
         raise CliError(f"--router {args.router}: reads each replica's state at every arrival and is built for "
                        f"iteration-level batching (mode continuous); {pol.mode} batching runs with --router round-robin")
-    sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router)
+    dis = _disagg(args, dep, wl, pol)
+    sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router, disagg=dis)
     sc.validate()
     return sc
+
+
+def _disagg(args, dep: Deployment, wl, pol) -> Disagg | None:
+    """The prefill/decode split the flags give (None without them), checked against the deployment, the node count,
+    the policy and the workload's requests; one-line errors naming the flag."""
+    given = {flag: getattr(args, field, None) for flag, field in DISAGG_FLAGS.items()}
+    link = getattr(args, "kv_link_gbps", None)
+    if all(v is None for v in given.values()):
+        if link is not None:
+            raise CliError("--kv-link-gbps: sets the KV transfer link of a prefill/decode split; add "
+                           "--prefill-instances, --prefill-tp, --decode-instances and --decode-tp")
+        return None
+    missing = [flag for flag, v in given.items() if v is None]
+    if missing:
+        have = [flag for flag, v in given.items() if v is not None]
+        raise CliError(f"{', '.join(have)}: a prefill/decode split needs all four flags; missing "
+                       f"{' and '.join(missing) if len(missing) <= 2 else ', '.join(missing)}")
+    split = "--prefill-instances/--decode-instances"
+    if pol.mode != "continuous":
+        raise CliError(f"{split}: prefill/decode disaggregation needs iteration-level batching (mode continuous: the "
+                       f"presets continuous, chunked, priority); {pol.mode} batching runs each batch as a whole")
+    if pol.spec_decode != "off":
+        raise CliError(f"--spec-decode {pol.spec_decode}: speculative decoding is not modelled with prefill/decode "
+                       "disaggregation; leave out --spec-decode or the split")
+    if args.router != "round-robin":
+        raise CliError(f"--router {args.router}: a prefill/decode split routes by itself (prefill: least outstanding, "
+                       "decode: most free KV); leave out --router")
+    dis = Disagg(**{field: given[flag] for flag, field in DISAGG_FLAGS.items()}, kv_link_gbps=link)
+    try:
+        dis.validate(dep, args.nodes)
+    except ValueError as exc:
+        msg = str(exc)
+        for flag, field in (*DISAGG_FLAGS.items(), ("--kv-link-gbps", "kv_link_gbps")):
+            if msg.startswith(f"{field}="):
+                raise CliError(f"{flag} {getattr(dis, field)}: {msg.split(' ', 1)[1]}") from None
+        if msg.startswith("the split needs"):
+            more = -(-dis.gpus // dep.node.num_gpus)
+            raise CliError(f"--prefill-instances/--prefill-tp/--decode-instances/--decode-tp: {msg}; use fewer or "
+                           f"smaller instances, or --num-nodes {more}") from None
+        role = "--prefill-tp" if msg.startswith("the prefill") else "--decode-tp"
+        raise CliError(f"{role}: {msg}") from None
+    try:
+        check_requests(wl.generate(), dis, dep, pol)
+    except ValueError as exc:
+        msg = str(exc)
+        if "prefill instance" in msg or "decode instance" in msg:
+            flag = f"--prefill-tp {dis.prefill_tp}" if "prefill instance" in msg else f"--decode-tp {dis.decode_tp}"
+            if getattr(args, "kv_cache_tokens", None):
+                flag += f" with --kv-cache-tokens {args.kv_cache_tokens}"
+        elif "max_num_batched_tokens" in msg:
+            flag = "--max-num-batched-tokens"
+        elif "session" in msg:
+            flag = "--trace" if args.trace is not None else f"--workload {args.workload}"
+        else:
+            flag = split
+        raise CliError(f"{flag}: {msg}") from None
+    return dis
 
 
 def _spec_knobs(args, mode: str) -> dict:
@@ -646,27 +736,42 @@ def write_json(path: Path | None, data) -> None:
 # ---------------------------------------------------------------- printing
 
 
-def summary_keys(prefix_caching: bool = False, spec_decode: bool = False) -> tuple[str, ...]:
+def summary_keys(prefix_caching: bool = False, spec_decode: bool = False, disagg: bool = False) -> tuple[str, ...]:
     """The documented summary keys (README, Command line): with prefix caching, its hit rate and cached tokens too;
-    with speculative decoding, its acceptance rate, tokens per verification, speculating share and draft time."""
-    return SUMMARY_KEYS + (PREFIX_KEYS if prefix_caching else ()) + (SPEC_KEYS if spec_decode else ())
+    with speculative decoding, its acceptance rate, tokens per verification, speculating share and draft time; with
+    a prefill/decode split, the KV transfer and decode-queue percentiles and each role's busy share."""
+    return (SUMMARY_KEYS + (PREFIX_KEYS if prefix_caching else ()) + (SPEC_KEYS if spec_decode else ())
+            + (DISAGG_KEYS if disagg else ()))
 
 
 def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False) -> dict:
     """The documented summary keys (README, Command line), ``by_priority`` per class; ``prefix_caching``: with
-    ``prefix_hit_rate`` and ``cached_prompt_tokens`` (where the summary has them); ``spec_decode``: with SPEC_KEYS."""
+    ``prefix_hit_rate`` and ``cached_prompt_tokens`` (where the summary has them); ``spec_decode``: with SPEC_KEYS;
+    a disaggregated run's summary: with DISAGG_KEYS, ``disaggregated`` (the split in words) and ``gpus``."""
+    split = "disaggregated" in summary
     keys = summary_keys(prefix_caching, spec_decode)
-    out = {k: summary[k] for k in keys if k in summary}
+    out = {k: summary[k] for k in keys + (DISAGG_KEYS if split else ()) if k in summary}
     out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}
-    if summary.get("replicas", 1) > 1:  # a fleet: its shape and each replica's share
+    if split:
+        out.update({k: summary[k] for k in ("disaggregated", "gpus", "nodes", "replicas", "router")})
+    elif summary.get("replicas", 1) > 1:  # a fleet: its shape and each replica's share
         out.update({k: summary[k] for k in ("nodes", "replicas", "router", "by_replica")})
     return out
 
 
+def disagg_line(summary: dict) -> str | None:
+    """"# disaggregated: 1 prefill x TP 4 + 1 decode x TP 4, 8 GPUs on 1 node" for a split's summary, else None."""
+    if "disaggregated" not in summary:
+        return None
+    nodes = summary.get("nodes", 1)
+    return f"# {summary['disaggregated']}, {summary['gpus']} GPUs on {nodes} node{'s' if nodes > 1 else ''}"
+
+
 def fleet_lines(summary: dict, most: int = 16) -> list[str]:
-    """One line per replica of a fleet (the first ``most``, then how many more), or nothing for one replica."""
-    if summary.get("replicas", 1) <= 1:
+    """One line per replica of a fleet (the first ``most``, then how many more), or nothing for one replica or a
+    prefill/decode split (``disagg_line``)."""
+    if summary.get("replicas", 1) <= 1 or "by_replica" not in summary:
         return []
     lines = [f"# fleet: {summary['nodes']} node{'s' if summary['nodes'] > 1 else ''}, {summary['replicas']} replicas, "
              f"router {summary['router']}"]

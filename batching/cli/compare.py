@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from batching.cli.args import (POLICY_DEFAULTS, add_prefix_caching_arg, add_scenario_args, build_scenario,
-                               check_output_file, fmt, pick, presets_with_caching, progress, write_json)
+                               check_output_file, disagg_line, fmt, pick, presets_with_caching, progress, write_json)
 from batching.studies.compare import compare, verdict
 
 # beside the documented summary keys (args.SUMMARY_KEYS): capacity, load, overload and the utilisation figures
@@ -28,8 +28,13 @@ def cmd_compare(args) -> int:
     sc = build_scenario(args)
     check_output_file("--json", args.json)
     policies = presets_with_caching(caching)
+    if sc.disagg is not None:  # a split runs iteration-level batching only
+        policies = {k: p for k, p in policies.items() if p.mode == "continuous"}
     cmp = compare(sc, policies, progress=progress)
     sums = cmp.summaries()
+    if sc.disagg is not None:
+        print(f"{disagg_line(next(iter(sums.values())))} (the iteration-level presets {', '.join(policies)}; "
+              "static and dynamic batching run each batch as a whole and are not split)")
     print(cmp.table().to_string(float_format=lambda v: fmt(float(v))))
     cached = [k for k, p in policies.items() if p.prefix_caching and "prefix_hit_rate" in sums[k]]
     if cached:

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from batching.cli.args import (add_policy_args, add_scenario_args, arrivals_text, build_scenario, check_output_file,
-                               check_output_folder, fleet_lines, fmt, pick, prefix_line, summary_keys, write_json)
+                               check_output_folder, disagg_line, fleet_lines, fmt, pick, prefix_line, summary_keys,
+                               write_json)
 from batching.sim.simulate import simulate
 
 
@@ -26,10 +27,13 @@ def cmd_run(args) -> int:
     caching = sc.policy.prefix_caching
     spec = sc.policy.spec_decode != "off"
     s = pick(res.summary(), caching, spec)
+    split = sc.disagg is not None
     print(f"# {sc.policy.describe()}")
+    if split:
+        print(disagg_line(s))
     if arrivals_text(sc.workload):
         print(f"# arrivals: {arrivals_text(sc.workload)}, mean {sc.workload.rate_req_s:g} req/s")
-    for k in summary_keys(caching, spec):
+    for k in summary_keys(caching, spec, split):
         if k in s:
             print(f"{k:26s} {fmt(s[k])}")
     for lvl, v in s["by_priority"].items():
