@@ -72,6 +72,7 @@ def explore(base: Scenario) -> None:
             st.caption(f"No deltas: the unchanged '{preset}' preset cannot run this scenario ({plain(exc)}).")
     cards = CARDS + (PREFIX_CARDS if run.policy.prefix_caching else ())
     widgets.metric_cards(summary, cards, baseline)
+    _disagg_cards(run, summary)
     _prefix_caption(run, summary)
 
     name = charts.slug("explore", label.replace("*", "-custom"), report.scenario_slug(run))
@@ -83,9 +84,14 @@ def explore(base: Scenario) -> None:
     _, note = charts.timeline_rows(result.requests, max_points=charts.TIMELINE_POINT_BUDGET)
     if note:
         st.info(note, icon=":material/filter_alt:")
+    split = ("" if not charts.has_disagg(result.requests) else
+             f" Disaggregated: after the first token (on a prefill instance), thick {charts.DISAGG_TRANSFER!r} "
+             "segments (a dot until zoomed in) are the prompt's KV moving to a decode instance and dotted "
+             f"{charts.DISAGG_WAIT!r} segments the wait for KV room there; decode starts when it is admitted "
+             "(transfers take well under a millisecond within a node: zoom in).")
     widgets.chart(tl, "Each row is a request in arrival order: dotted = queued, thick = prefill, solid = decode, "
                   "dashed = finished but held until its batch is released. Colour is the priority class; "
-                  "zoom in to see single requests.", f"{name}_timeline")
+                  f"zoom in to see single requests.{split}", f"{name}_timeline")
 
     c1, c2 = st.columns(2)
     with c1:
@@ -97,8 +103,11 @@ def explore(base: Scenario) -> None:
                   "them, blocks held only by the prefix cache (evictable, kept for reuse); the rest is free."
                   if charts.KV_CACHED_NAME in {t.name for t in figs["kv_queue"][0].data} else
                   "Top: share of the KV cache in use.")
+        split = ("" if run.disagg is None else " With disaggregation both panels average the prefill and decode "
+                 "instances together (KV against the sidebar's tensor parallel); the per-instance view below shows "
+                 "each instance against its own cache.")
         widgets.chart(figs["kv_queue"][0], f"{kv_top} Bottom: requests waiting for admission and sequences running; "
-                      "a growing queue means the policy is not keeping up.", f"{name}_kv_queue")
+                      f"a growing queue means the policy is not keeping up.{split}", f"{name}_kv_queue")
 
     c3, c4 = st.columns(2)
     with c3:
@@ -112,7 +121,7 @@ def explore(base: Scenario) -> None:
         widgets.chart(figs["itl"][0], "Every gap between two tokens of a request (log axis): a second hump far to "
                       "the right means decodes stalled behind prefills.", f"{name}_itl")
 
-    if run.replicas > 1:
+    if int(summary.get("replicas") or run.replicas) > 1:
         _per_replica(result, summary, label, name)
 
     link = state.current_link()
@@ -155,6 +164,9 @@ def _per_replica(result, summary: dict, label: str, name: str) -> None:
     """The fleet's replicas side by side: KV cache in use and requests waiting over time, one line per replica (at
     most ``fleet_charts.MAX_LINES``), and a table of each replica's share of the work and its latencies."""
     run = result.scenario
+    if run.disagg is not None:
+        _per_instance(result, summary, label, name)
+        return
     per_node = run.deployment.node.replicas
     st.subheader(f"Per replica: {run.replicas} replicas behind {run.router}", divider="gray")
     drawn = (run, label, st.session_state.get(page.CAPTION_LINE))
@@ -181,6 +193,69 @@ def _per_replica(result, summary: dict, label: str, name: str) -> None:
         st.caption("Per replica: requests the router sent it, their output tokens per second of the fleet's wall "
                    "time, their TTFT and TPOT P50 and P99, the share of the time the replica ran a forward pass "
                    "(busy), and the most requests it had waiting after a step.")
+
+
+def _per_instance(result, summary: dict, label: str, name: str) -> None:
+    """A disaggregated run's instances side by side: KV cache in use (each in % of its own role's cache) and
+    requests waiting over time, one line per instance named by its role ("prefill 0", "decode 1")."""
+    run = result.scenario
+    dis = run.disagg
+    total = dis.prefill_instances + dis.decode_instances
+    st.subheader(f"Per instance: {dis.prefill_instances} prefill + {dis.decode_instances} decode", divider="gray")
+    drawn = (run, label, st.session_state.get(page.CAPTION_LINE))
+    memo = st.session_state.get(FLEET_FIGURE)
+    if memo is None or memo[0] != drawn:
+        roles = fleet_charts.disagg_roles(dis, run.deployment)
+        memo = (drawn, fleet_charts.replica_kv_queue(result.steps, run.deployment.kv_capacity_tokens, total,
+                                                     subtitle=dis.describe(), roles=roles))
+        st.session_state[FLEET_FIGURE] = memo
+    reps = fleet_charts.shown_replicas(total)
+    which = fleet_charts.shown_text(reps, total).replace("replicas", "instances").replace("the fleet", "them")
+    caps = {role: dis.deployment(run.deployment, role).kv_capacity_tokens for role in ("prefill", "decode")}
+    widgets.chart(memo[1], "Top: KV blocks held by each instance's running sequences, in % of its own KV cache "
+                  f"({caps['prefill']:,} tokens per prefill instance at TP {dis.prefill_tp}, {caps['decode']:,} per "
+                  f"decode instance at TP {dis.decode_tp}). A prefill instance frees a prompt's blocks when its "
+                  "first token is out (the step's end), so its line shows only prompts still part-way through a "
+                  "chunked prefill. Bottom: requests waiting in each instance's queue (on a decode instance: KV "
+                  "arrived, waiting for room). Prefill instances in orange, decode in blue (click a legend entry to "
+                  f"hide it in both panels); each line is at most {fleet_charts.MAX_POINTS:,} time bins, the "
+                  "instance's time-weighted mean in each." + (f" {which}" if which else ""),
+                  f"{name}_per_instance")
+
+
+def _ms(seconds) -> str:
+    """A short time in ms ("0.243 ms", "12.5 ms"); "–" when missing."""
+    try:
+        v = float(seconds) * 1e3
+    except (TypeError, ValueError):
+        return "–"
+    if v != v:
+        return "–"
+    return f"{v:,.3f} ms" if v < 1 else f"{v:,.2f} ms" if v < 10 else f"{v:,.1f} ms"
+
+
+DISAGG_CARDS = (
+    ("KV transfer P50", "kv_transfer_p50_s", "Median time to move a request's prompt KV from its prefill instance "
+     "to its decode instance (prompt tokens x KV bytes per token / the link)."),
+    ("KV transfer P99", "kv_transfer_p99_s", "99th percentile of the KV transfer time."),
+    ("Decode queue P50", "decode_queue_p50_s", "Median wait on the decode instance after the transfer, for KV room "
+     "to admit the request."),
+    ("Decode queue P99", "decode_queue_p99_s", "99th percentile of the wait for a decode slot."),
+)
+
+
+def _disagg_cards(run: Scenario, summary: dict) -> None:
+    """A disaggregated run's transfer and decode-queue percentiles (ms) and each role's busy share."""
+    if not summary.get("disaggregated"):
+        return
+    for col, (title, key, text) in zip(st.columns(len(DISAGG_CARDS) + 1), DISAGG_CARDS):
+        col.metric(title, _ms(summary.get(key)), help=text, border=True)
+    busy = [f"{role} {tables.shown('busy', summary.get(f'{role}_busy'))}" for role in ("prefill", "decode")]
+    what = plain(summary["disaggregated"])
+    st.caption(f"{what[:1].upper()}{what[1:]} ({int(summary.get('gpus') or 0)} GPUs). TTFT ends "
+               "on the prefill instance; TPOT and E2E include the KV transfer and the wait for a decode slot "
+               f"(kv_transfer_p50 {_ms(summary.get('kv_transfer_p50_s'))}, decode_queue_p99 "
+               f"{_ms(summary.get('decode_queue_p99_s'))}). Busy: {', '.join(busy)}.")
 
 
 def _prefix_caption(run: Scenario, summary: dict) -> None:

@@ -95,3 +95,13 @@ SPEC_COLORS: dict[str, str] = {
 }
 # the speculation crossover (Tune): the two curves, with and without speculative decoding
 SPEC_CURVE_COLORS: dict[str, str] = {"on": "#D67195", "off": "#4C78A8"}
+# prefill/decode disaggregation on Explore's charts: the request timeline's two segments between a request's first
+# token (on its prefill instance) and its decode (the prompt's KV moving over the link, then waiting for KV room on
+# the decode instance), and the per-instance view's lines by role (prefill instances in the prefill tokens' orange,
+# decode instances in the decode tokens' blue, later instances of a role in shades of it). None is a class colour.
+DISAGG_COLORS: dict[str, str] = {
+    "transfer": "#111111",
+    "decode_wait": "#7F7F7F",
+    "prefill": "#F58518",
+    "decode": "#4C78A8",
+}

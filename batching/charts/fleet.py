@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from batching.charts.colors import shade
+from batching.charts.colors import DISAGG_COLORS, shade
 from batching.charts.formatting import MISSING, shown
 from batching.charts.policy import (SERIES_COLORS, SUBTITLE_FONT, TEMPLATE, TOP_MARGIN_SUBPLOTS, f32, line_trace,
                                     time_average)
@@ -28,6 +28,7 @@ MAX_LINES = 16  # replicas drawn as lines (each in both panels); the table has t
 MAX_POINTS = 2000  # time bins per line at most: about a wide screen's width in pixels
 MIN_POINTS = 50
 TITLE = "KV cache and queue per replica"
+DISAGG_TITLE = "KV cache and queue per instance"  # a disaggregated run's prefill and decode instances
 # 16 distinct line styles: the shared series colours, then the same hues darker and dashed
 PALETTE = tuple((c, "solid") for c in SERIES_COLORS) + tuple((shade(c, -0.35), "dash") for c in SERIES_COLORS)
 TABLE_STATS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "busy")
@@ -45,6 +46,32 @@ def shown_replicas(replicas: int, max_lines: int = MAX_LINES) -> list[int]:
 def replica_name(replica: int, per_node: int) -> str:
     """"replica 3", or "replica 3 (node 1)" when a node holds more than one replica."""
     return f"replica {replica}" if per_node <= 1 else f"replica {replica} (node {replica // per_node})"
+
+
+# the k-th instance of a role: the role's colour, then darker / lighter shades of it, and a dash per round
+_ROLE_SHADES = (0.0, -0.35, 0.4, -0.6, 0.6)
+_ROLE_DASHES = ("solid", "dash", "dot", "dashdot")
+
+
+def disagg_roles(dis, dep) -> dict[int, tuple[str, int]]:
+    """replica -> (its line's name, its KV capacity in blocks) for a disaggregated run of ``dep`` split by ``dis``
+    (a ``batching.sim.disagg.Disagg``): "prefill 0".."prefill P-1", then "decode P".."decode P+D-1", each role's
+    capacity that of one instance at its own TP (``Disagg.deployment(dep, role).kv_capacity_blocks``)."""
+    out = {}
+    base = 0
+    for role, count in (("prefill", dis.prefill_instances), ("decode", dis.decode_instances)):
+        cap = int(dis.deployment(dep, role).kv_capacity_blocks)
+        for i in range(int(count)):
+            out[base + i] = (f"{role} {base + i}", cap)
+        base += int(count)
+    return out
+
+
+def _role_style(name: str, k: int) -> tuple[str, str]:
+    """(colour, dash) of the k-th line of a role ("prefill 0" -> the prefill colour)."""
+    color = DISAGG_COLORS.get(name.split(" ")[0], PALETTE[0][0])
+    amount = _ROLE_SHADES[k % len(_ROLE_SHADES)]
+    return (shade(color, amount) if amount else color), _ROLE_DASHES[(k // len(_ROLE_SHADES)) % len(_ROLE_DASHES)]
 
 
 def shown_text(shown_reps: Sequence[int], replicas: int) -> str:
@@ -99,26 +126,41 @@ def replica_series(steps: pd.DataFrame, replicas: Sequence[int], max_points: int
 
 
 def replica_kv_queue(steps: pd.DataFrame, kv_capacity_tokens: int, replicas: int, per_node: int = 1,
-                     subtitle: str = "", max_lines: int = MAX_LINES, max_points: int = MAX_POINTS) -> go.Figure:
+                     subtitle: str = "", max_lines: int = MAX_LINES, max_points: int = MAX_POINTS,
+                     roles: Mapping[int, tuple[str, int]] | None = None) -> go.Figure:
     """KV cache in use (% of a replica's capacity) above and requests waiting below, over time, one line per shown
     replica (``shown_replicas``) in both panels; a legend entry toggles a replica in both. ``replicas``: the
-    fleet's replica count; ``per_node``: replicas per node (names say the node when it holds more than one)."""
+    fleet's replica count; ``per_node``: replicas per node (names say the node when it holds more than one).
+    ``roles``: a disaggregated run's instances (``disagg_roles``: replica -> (name, KV capacity in blocks)), which
+    name the lines and give each its own capacity instead of ``kv_capacity_tokens``."""
     reps = shown_replicas(replicas, max_lines)
     fig = go.Figure(layout=_layout(_height(len(reps))))
     if steps.empty or "replica" not in steps:
         fig.add_annotation(text="No data to show", x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                            font=dict(size=14, color="#6B6B6B"))
         return fig
+    if roles is not None:
+        fig.layout.title.text = DISAGG_TITLE
+        fig.layout.annotations[0].text = "KV cache in use (% of each instance's own capacity)"
+        fig.layout.annotations[1].text = "Requests waiting for admission (per instance)"
     x, series, width = replica_series(steps, reps, max_points)
     x = f32(x)
     cap = max(1, int(kv_capacity_tokens))
     note = f"time-weighted mean per {width:.3g}-s bin ({len(x):,} points per line)"
     fig.layout.title.subtitle = dict(text="; ".join(t for t in (subtitle, note) if t), font=dict(SUBTITLE_FONT))
     trace = line_trace(len(x))
+    seen: dict[str, int] = {}
     for i, rep in enumerate(reps):
-        color, dash = PALETTE[i % len(PALETTE)]
-        name = replica_name(rep, per_node)
-        kv = np.minimum(series[rep]["kv_blocks"] * KV_BLOCK_TOKENS / cap * 100.0, 100.0)
+        if roles is not None and rep in roles:
+            name, cap_blocks = roles[rep]
+            role = name.split(" ")[0]
+            color, dash = _role_style(name, seen.get(role, 0))
+            seen[role] = seen.get(role, 0) + 1
+            kv = np.minimum(series[rep]["kv_blocks"] / max(1, int(cap_blocks)) * 100.0, 100.0)
+        else:
+            color, dash = PALETTE[i % len(PALETTE)]
+            name = replica_name(rep, per_node)
+            kv = np.minimum(series[rep]["kv_blocks"] * KV_BLOCK_TOKENS / cap * 100.0, 100.0)
         line = dict(color=color, dash=dash, width=1.5, shape="hv")
         fig.add_trace(trace(x=x, y=f32(kv), name=name, legendgroup=name, mode="lines", line=line, xaxis="x",
                             yaxis="y", hovertemplate=f"{name}<br>t = %{{x:,.1f}} s<br>KV used: %{{y:.1f}} %"

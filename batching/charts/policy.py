@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from batching.charts.colors import SPEC_COLORS, alpha, policy_colors
+from batching.charts.colors import DISAGG_COLORS, SPEC_COLORS, alpha, policy_colors
 from batching.sim.metrics import hist_percentile
 from batching.sim.specs import KV_BLOCK_TOKENS
 
@@ -383,12 +383,47 @@ def _ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
+# prefill/decode disaggregation (batching/sim/disagg.py): the request table's columns of a disaggregated run and,
+# on the timeline, the two segments between a request's first token (its prefill instance) and its decode
+DISAGG_COLUMNS = ("decode_arrival_s", "kv_transfer_s", "decode_queue_s")
+DISAGG_TRANSFER = "KV transfer"
+DISAGG_WAIT = "waiting for a decode slot"
+
+
+def has_disagg(requests: pd.DataFrame | None) -> bool:
+    """Whether a request table comes from a disaggregated run (it has the transfer and decode-queue columns)."""
+    return requests is not None and all(c in requests for c in DISAGG_COLUMNS)
+
+
+def disagg_times(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """(decode arrival: the KV transfer done, decode start: admitted on its decode instance) per row of a
+    disaggregated run's requests, NaN for a request done at its first token; None for any other run."""
+    if not has_disagg(df):
+        return None
+    arrive = df["decode_arrival_s"].to_numpy(float)
+    return arrive, arrive + df["decode_queue_s"].to_numpy(float)
+
+
+def _decode_from(df: pd.DataFrame, first: np.ndarray) -> np.ndarray:
+    """Where a row's decode segment starts: its first token, or its admission on a decode instance."""
+    times = disagg_times(df)
+    if times is None:
+        return first
+    return np.where(np.isfinite(times[1]), times[1], first)
+
+
 def _segment_counts(df: pd.DataFrame) -> np.ndarray:
-    """Segments ``request_timeline`` draws per row: queued, prefill, decode, held (each only when it has length)."""
+    """Segments ``request_timeline`` draws per row: queued, prefill, decode, held (each only when it has length);
+    a disaggregated run's KV transfer and wait for a decode slot too."""
     arrival, sched, first, finish, release = (df[c].to_numpy(float) for c in (
         "arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "release_s"))
+    times = disagg_times(df)
     with np.errstate(invalid="ignore"):
-        return ((sched > arrival).astype(int) + (first > sched) + (finish > first) + ((release - finish) > 1e-6))
+        counts = ((sched > arrival).astype(int) + (first > sched) + (finish > _decode_from(df, first))
+                  + ((release - finish) > 1e-6))
+        if times is not None:
+            counts += (times[0] > first).astype(int) + (times[1] > times[0])
+    return counts
 
 
 def timeline_rows(requests: pd.DataFrame, max_rows: int = TIMELINE_MAX_ROWS, window: int = TIMELINE_WINDOW,
@@ -519,6 +554,38 @@ def _spec_timeline_traces(fig: go.Figure, steps: pd.DataFrame) -> tuple[int, str
     return int(rows), note
 
 
+def disagg_segments(first: np.ndarray, arrive: np.ndarray, start: np.ndarray
+                    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """{"transfer": first token -> decode arrival, "decode_wait": decode arrival -> decode start} as (start_s,
+    end_s, index of the row), only the segments with length (a request done at its first token has neither)."""
+    out = {}
+    for kind, x0, x1 in (("transfer", first, arrive), ("decode_wait", arrive, start)):
+        with np.errstate(invalid="ignore"):
+            keep = np.flatnonzero(x1 > x0)
+        out[kind] = (x0[keep], x1[keep], keep)
+    return out
+
+
+def _disagg_timeline_traces(fig: go.Figure, trace, row: np.ndarray, first: np.ndarray, arrive: np.ndarray,
+                            start: np.ndarray) -> None:
+    """A disaggregated run's KV transfers and waits for a decode slot on the request timeline: one trace per kind,
+    NaN breaks between segments, every class in one colour; x as float64 (a transfer takes well under a
+    millisecond: float32 at t = 1,000 s is off by a sixteenth of one), the length in ms in the hover; the transfers
+    with markers too, so a sub-millisecond one shows as a dot before zooming in."""
+    for kind, name, line, mode in (("transfer", DISAGG_TRANSFER, dict(width=6), "lines+markers"),
+                                   ("decode_wait", DISAGG_WAIT, dict(width=2, dash="dot"), "lines")):
+        x0, x1, idx = disagg_segments(first, arrive, start)[kind]
+        if not len(x0):
+            continue
+        x, y = _segment_xy(x0, x1, row[idx].astype(float))
+        ms = np.repeat((x1 - x0) * 1e3, 3)
+        # a transfer is a small dot on its row until zoomed in: the markers (no extra points) show where it is
+        fig.add_trace(trace(x=x, y=f32(y), customdata=ms, mode=mode, name=name, legendgroup="disaggregation",
+                            connectgaps=False, line=dict(color=DISAGG_COLORS[kind], **line), marker=dict(size=4),
+                            hovertemplate=f"request %{{y:.0f}} · {name}: %{{customdata:,.3f}} ms<br>"
+                                          "t = %{x:,.4f} s<extra>disaggregation</extra>"))
+
+
 def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
                      max_rows: int = TIMELINE_MAX_ROWS, window: int = TIMELINE_WINDOW,
                      max_points: int | None = None, steps: pd.DataFrame | None = None) -> go.Figure:
@@ -533,6 +600,10 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
     ``steps`` of a run with speculative decoding (``has_spec``) adds a row of forward passes per replica below the
     requests: each step's drafting time apart from the target's verification pass (``spec_step_segments``), two
     traces in all. Without speculation ``steps`` changes nothing.
+
+    A disaggregated run's requests (``has_disagg``) add two segment kinds, one trace each after the classes': the
+    KV transfer (first token on the prefill instance -> ``decode_arrival_s``) and the wait for a decode slot
+    (``decode_arrival_s`` -> admission on the decode instance, where the decode segment then starts).
     """
     df, note = timeline_rows(requests, max_rows, window, max_points)
     fig = _figure("Request timeline: queued, prefill, decode", note or "One row per request, in arrival order",
@@ -550,7 +621,7 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
     segments = (
         ("queued", arrival, sched, dict(width=1, dash="dot"), 0.55),
         ("prefill", sched, first, dict(width=4), 1.0),
-        ("decode", first, finish, dict(width=2), 0.9),
+        ("decode", _decode_from(df, first), finish, dict(width=2), 0.9),
         ("held until batch release", finish, release, dict(width=1, dash="dash"), 0.6),
     )
     trace = line_trace(3 * int(_segment_counts(df).sum()))
@@ -575,6 +646,10 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
                                 line=dict(color=color, **line), opacity=opacity, connectgaps=False,
                                 hovertemplate=f"request %{{y:.0f}} · {seg}<br>t = %{{x:,.2f}} s"
                                               f"<extra>{cname}</extra>"))
+    times = disagg_times(df)
+    if times is not None:
+        fig.layout.title.text = "Request timeline: queued, prefill, KV transfer, decode"
+        _disagg_timeline_traces(fig, trace, row, first, *times)
     spec_rows, spec_note = 0, None
     if has_spec(steps):  # after the requests: the legend lists them first
         fig.layout.title.text = "Request timeline: queued, prefill, decode; drafting vs verification"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from batching.sim.disagg import MAX_INSTANCES, Disagg
 from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
 from batching.sim.simulate import Scenario
 from batching.sim.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
@@ -43,6 +44,10 @@ ARRIVALS = {
 CV_CHOICES = tuple(x / 2 for x in range(2, 17))  # 1, 1.5, ..., 8: the burstiness slider's stops
 MAX_SHARED_PREFIX_TOKENS = 16_384
 _UPLOAD = "trace_upload"  # session: (file name, bytes) of the uploaded trace
+# serving: one engine per replica (aggregated), or prefill/decode disaggregation (batching/sim/disagg.py)
+SERVING = {"aggregated": "Aggregated", "disaggregated": "Disaggregated"}
+DISAGG_TP = (1, 2, 4, 8)
+_DISAGG_DEFAULT = Disagg()
 _LAST = "last_valid_scenario"
 
 
@@ -55,6 +60,13 @@ def params() -> list[Param]:
         Param("precision", "bf16", choices=PRECISIONS, label="precision"),
         Param("nodes", 1, low=1, high=MAX_NODES, label="nodes"),
         Param("router", ROUTERS[0], choices=ROUTERS, label="router"),
+        Param("serving", "aggregated", choices=tuple(SERVING), label="serving"),
+        Param("prefill_instances", _DISAGG_DEFAULT.prefill_instances, low=1, high=MAX_INSTANCES,
+              label="prefill instances"),
+        Param("prefill_tp", _DISAGG_DEFAULT.prefill_tp, choices=DISAGG_TP, label="prefill tensor parallel"),
+        Param("decode_instances", _DISAGG_DEFAULT.decode_instances, low=1, high=MAX_INSTANCES,
+              label="decode instances"),
+        Param("decode_tp", _DISAGG_DEFAULT.decode_tp, choices=DISAGG_TP, label="decode tensor parallel"),
         Param("workload", "mixed" if "mixed" in workloads else workloads[0], choices=workloads, label="workload"),
         Param("rate", DEFAULT_RATE_REQ_S, low=MIN_RATE_REQ_S, high=MAX_RATE_REQ_S, label="request rate (req/s)"),
         Param("n", 2000, low=10, high=MAX_REQUESTS, label="number of requests"),
@@ -122,6 +134,7 @@ def _draw(ps: list[Param]) -> None:
                  **state.bind("tp"))
     c2.selectbox("Precision", list(PRECISIONS), format_func=str.upper, **state.bind("precision"))
     _fleet(bounds_of(ps, "nodes"))
+    _serving(ps)
     workloads = [p for p in ps if p.key == "workload"][0].choices
     st.selectbox("Workload", list(workloads), format_func=lambda k: WORKLOAD_LABELS.get(k, k),
                  **state.bind("workload"))
@@ -170,10 +183,67 @@ def _fleet(nodes_range: dict) -> None:
                     help=f"Identical nodes behind the router (at most {MAX_NODES}). Each node has num_gpus / TP "
                          f"model replicas (now 8 / {int(state.value('tp'))} = {per_node}), so the fleet has nodes "
                          f"x {per_node} replicas.", **state.bind("nodes"))
-    st.selectbox("Router", list(ROUTERS), help=router_help(), **state.bind("router"))
-    if state.value("router") != ROUTERS[0]:
+    split = disaggregated()
+    st.selectbox("Router", list(ROUTERS), help=router_help(), disabled=split, **state.bind("router"))
+    if state.value("router") != ROUTERS[0] and not split:
         st.caption(f"{state.value('router')} runs with the continuous modes only: pages that compare static and "
                    "dynamic batching run those two round-robin.")
+
+
+DISAGG_HELP = (
+    "**Aggregated**: every replica prefills and decodes its own requests (tensor parallel above).\n\n"
+    "**Disaggregated** (DistServe, Splitwise): the GPUs split into prefill instances and decode instances, each "
+    "with its own tensor-parallel degree. A request is prefilled on the prefill instance with the fewest "
+    "outstanding requests, which produces its first token; its prompt's KV then moves to the decode instance with "
+    "the most free KV blocks, over NVLink within a node or 400 Gb/s per GPU across nodes, and waits there for KV "
+    "room before decoding. TTFT ends on the prefill instance; TPOT and E2E include the transfer and the wait.\n\n"
+    "Not modelled: request-level batching (static, dynamic: they cannot run a split), session workloads, "
+    "speculative decoding, prefix caching on the decode side, and the transfer holding the prefill instance's "
+    "cache (its blocks are freed at the handoff). The split replaces the tensor parallel and router above; its "
+    "instances must fit the nodes' GPUs.")
+
+
+def disaggregated(v=state.value) -> bool:
+    return v("serving") == "disaggregated"
+
+
+def disagg_choice(v=state.value) -> Disagg | None:
+    """The sidebar's prefill/decode split, or None when serving is aggregated."""
+    if not disaggregated(v):
+        return None
+    return Disagg(prefill_instances=int(v("prefill_instances")), prefill_tp=int(v("prefill_tp")),
+                  decode_instances=int(v("decode_instances")), decode_tp=int(v("decode_tp")))
+
+
+def _serving(ps: list[Param]) -> None:
+    """Aggregated or disaggregated serving and the split's four inputs (drawn disabled while aggregated, so a
+    link's values always have their widget)."""
+    split = disaggregated()
+    with st.expander("Prefill/decode disaggregation", expanded=split, icon=":material/call_split:"):
+        st.radio("Serving", list(SERVING), format_func=SERVING.get, horizontal=True, help=DISAGG_HELP,
+                 **state.bind("serving"))
+        split = disaggregated()
+        c1, c2 = st.columns(2)
+        c1.number_input("Prefill instances", **bounds_of(ps, "prefill_instances"), step=1, disabled=not split,
+                        help="Instances that prefill prompts and produce each request's first token.",
+                        **state.bind("prefill_instances"))
+        c2.selectbox("Prefill TP", list(DISAGG_TP), disabled=not split,
+                     help="GPUs per prefill instance (tensor parallel).", **state.bind("prefill_tp"))
+        c3, c4 = st.columns(2)
+        c3.number_input("Decode instances", **bounds_of(ps, "decode_instances"), step=1, disabled=not split,
+                        help="Instances that take a request's KV after its first token and generate the rest.",
+                        **state.bind("decode_instances"))
+        c4.selectbox("Decode TP", list(DISAGG_TP), disabled=not split,
+                     help="GPUs per decode instance (tensor parallel).", **state.bind("decode_tp"))
+        if split:
+            dis = disagg_choice()
+            nodes = int(state.value("nodes"))
+            st.caption(f"The split uses {dis.gpus} of the {8 * nodes} GPUs of {nodes} node"
+                       f"{'s' if nodes != 1 else ''}; it replaces the tensor parallel and router above. Continuous "
+                       "modes only (continuous, chunked, priority).")
+        else:
+            st.caption("Every replica prefills and decodes its own requests. Disaggregated splits the GPUs into "
+                       "prefill and decode instances (see the help).")
 
 
 def _traffic_shape(bounds: dict, is_trace: bool) -> None:
@@ -253,7 +323,15 @@ def _build() -> Scenario:
         wl.validate()
     nodes, router = int(v("nodes")), str(v("router"))
     check_fleet(nodes, router, "continuous")  # the range and name; the policy's mode is checked where it is set
-    return Scenario(deployment=dep, workload=wl, nodes=nodes, router=router)
+    dis = disagg_choice(v)
+    if dis is not None:
+        try:
+            dis.validate(dep, nodes)
+        except ValueError as exc:
+            raise ValueError(f"disaggregated serving: {exc}. Change the split, or add nodes if it needs more "
+                             "GPUs.") from None
+        router = ROUTERS[0]  # the split routes by itself (prefill: fewest outstanding, decode: most free KV)
+    return Scenario(deployment=dep, workload=wl, nodes=nodes, router=router, disagg=dis)
 
 
 def _trace_caption(wl: TraceWorkload) -> str:
