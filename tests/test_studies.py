@@ -1,5 +1,6 @@
 import json
 import math
+from dataclasses import replace
 import re
 
 import numpy as np
@@ -282,16 +283,30 @@ def test_one_value_for_every_class_is_todays_slo():
 
 # --- headroom for the cost model's known error ------------------------------------------------------
 def test_headroom_multiplies_nodes_and_cost():
-    r = capacity(scenario(n=300), SLO(ttft_s=2.0), target_rate_req_s=50.0, gpu_hour_usd=3.0, headroom=1.25)
+    sc = scenario(n=300)
+    r = capacity(sc, SLO(ttft_s=2.0), target_rate_req_s=50.0, gpu_hour_usd=3.0, headroom=1.25)
     assert r.headroom == 1.25
     assert r.nodes_needed == math.ceil(50.0 * 1.25 / r.max_rate_req_s - 1e-9)
     assert r.usd_per_million_output_tokens == pytest.approx(1.25 * 8 * 3.0 / 3600 / r.throughput_output_tok_s * 1e6)
-    bare = r.with_plan(8, 50.0, 3.0)
+    bare = r.with_plan(sc, 50.0, 3.0)
     assert bare.headroom == 1.0 and bare.nodes_needed == math.ceil(50.0 / r.max_rate_req_s - 1e-9)
     assert r.usd_per_million_output_tokens == pytest.approx(1.25 * bare.usd_per_million_output_tokens)
     for bad in (0.9, 3.5, float("nan")):
         with pytest.raises(ValueError, match="headroom=.* is out of range; allowed 1 to 3"):
             plan_costs(1.0, 1.0, 8, 10.0, 2.5, bad)
+
+
+def test_a_fleet_or_a_split_is_planned_in_copies_of_itself_counted_in_nodes():
+    """The rate a 2-node fleet carries is the fleet's: nodes needed = copies x 2; a 4-GPU prefill/decode split's
+    is its own: copies x 4 GPUs, in 8-GPU nodes; $ per million tokens over the GPUs that carried the rate."""
+    from batching.sim.disagg import Disagg
+    from batching.studies.capacity import plan_for
+
+    sc = scenario(n=300)
+    fleet = replace(sc, nodes=2)
+    assert plan_for(fleet, 10.0, 1000.0, 25.0, 2.0) == (6, pytest.approx(16 * 2.0 / 3600 / 1000.0 * 1e6))
+    split = replace(sc, disagg=Disagg(1, 2, 1, 2))
+    assert plan_for(split, 10.0, 1000.0, 25.0, 2.0) == (2, pytest.approx(4 * 2.0 / 3600 / 1000.0 * 1e6))
 
 
 def test_headroom_range_is_the_end_to_end_check():

@@ -47,7 +47,16 @@ def cmd_capacity(args) -> int:
     check_output_file("--json", args.json)
     res = capacity(sc, slo, target_rate_req_s=args.target_rate, gpu_hour_usd=args.gpu_hour_usd, progress=progress,
                    headroom=args.headroom)
+    split = sc.disagg
     d = res.to_dict()
+    if split is not None:
+        print(f"# {split.describe()}, {split.gpus} GPUs on {sc.nodes} node{'s' if sc.nodes > 1 else ''}: the rate is "
+              f"the whole split's; nodes_needed and $ count its {split.gpus} GPUs per copy")
+        d |= {"disaggregated": split.describe(), "gpus": split.gpus, "nodes": sc.nodes}
+    elif sc.nodes > 1:
+        print(f"# {sc.nodes} nodes, {sc.replicas} replicas, router {sc.router}: the rate is the whole fleet's; "
+              f"nodes_needed counts copies of it in nodes")
+        d |= {"gpus": sc.nodes * sc.deployment.node.num_gpus, "nodes": sc.nodes, "router": sc.router}
     print(f"{'slo':32s} {slo.describe(class_names(sc))}")
     if arrivals_text(sc.workload):  # the search rescales the whole process: its shape stays, its mean rate moves
         print(f"{'arrivals':32s} {arrivals_text(sc.workload)} (this shape at every rate tried)")

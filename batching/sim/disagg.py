@@ -373,4 +373,15 @@ def summary_parts(res, dis: Disagg) -> dict:
     s["queue_growth_req_s"] = max(grow_p, grow_d) if not np.isnan(grow_d) else grow_p  # either queue growing
     s["disaggregated"] = dis.describe()
     s["gpus"] = dis.gpus
+    # per instance: prefill instances count the requests they prefilled, decode instances those they decoded
+    import pandas as pd
+
+    from batching.sim.metrics import replica_summary
+
+    both = pd.concat([req, d.assign(replica=d["decode_replica"])], ignore_index=True)
+    count = dis.prefill_instances + dis.decode_instances
+    by = replica_summary(both, steps, wall, count, count)
+    for k, v in by.items():
+        v["role"] = "prefill" if int(k) < dis.prefill_instances else "decode"
+    s["by_replica"] = by
     return s

@@ -287,6 +287,23 @@ def plan_costs(rate_req_s: float, throughput_output_tok_s: float, num_gpus: int,
     return nodes, usd
 
 
+def scenario_gpus(scenario: Scenario) -> int:
+    """GPUs the scenario's rate is carried by: its nodes' GPUs, or a prefill/decode split's own."""
+    if scenario.disagg is not None:
+        return scenario.disagg.gpus
+    return scenario.nodes * scenario.deployment.node.num_gpus
+
+
+def plan_for(scenario: Scenario, rate_req_s: float, throughput_output_tok_s: float,
+             target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None, headroom: float = 1.0):
+    """``plan_costs`` for a rate the whole scenario carries (a fleet of nodes, or a prefill/decode split): copies
+    of it for the target, counted in whole nodes (copies x its GPUs / GPUs per node, rounded up); $ over its GPUs."""
+    gpus = scenario_gpus(scenario)
+    copies, usd = plan_costs(rate_req_s, throughput_output_tok_s, gpus, target_rate_req_s, gpu_hour_usd, headroom)
+    nodes = None if copies is None else math.ceil(copies * gpus / scenario.deployment.node.num_gpus - 1e-9)
+    return nodes, usd
+
+
 @dataclass(frozen=True, eq=False)
 class CapacityResult:
     max_rate_req_s: float
@@ -307,12 +324,12 @@ class CapacityResult:
         """Request rates the search simulated (one run each)."""
         return len(self.points)
 
-    def with_plan(self, num_gpus: int, target_rate_req_s: float | None,
+    def with_plan(self, scenario: Scenario, target_rate_req_s: float | None,
                   gpu_hour_usd: float | None, headroom: float = 1.0) -> CapacityResult:
         """The same search with nodes needed and $ per million output tokens for this target, price and
-        headroom (``plan_costs``): changing them runs nothing."""
-        nodes, usd = plan_costs(self.max_rate_req_s, self.throughput_output_tok_s, num_gpus, target_rate_req_s,
-                                gpu_hour_usd, headroom)
+        headroom (``plan_for`` on the scenario searched): changing them runs nothing."""
+        nodes, usd = plan_for(scenario, self.max_rate_req_s, self.throughput_output_tok_s, target_rate_req_s,
+                              gpu_hour_usd, headroom)
         return replace(self, nodes_needed=nodes, usd_per_million_output_tokens=usd, headroom=float(headroom))
 
     def to_dict(self) -> dict:
@@ -404,7 +421,7 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
     binding, binding_class = binding_of(points, slo)
     rate = lo if best is not None else 0.0
     thr = best["throughput_output_tok_s"] if best else 0.0
-    nodes, usd = plan_costs(rate, thr, scenario.deployment.node.num_gpus, target_rate_req_s, gpu_hour_usd, headroom)
+    nodes, usd = plan_for(scenario, rate, thr, target_rate_req_s, gpu_hour_usd, headroom)
     at = best if best is not None else p_lo
     df = pd.DataFrame([{k: v for k, v in p.items() if k not in ("per_slo", "by_priority")} for p in points])
     df = df.sort_values("rate_req_s").reset_index(drop=True)

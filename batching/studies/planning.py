@@ -744,6 +744,5 @@ def plan_capacity(scenario: Scenario, slo: SLO, results: Mapping[str, CapacityRe
     """Price capacity searches already run (one per policy, on ``scenario``'s deployment) for a target, a
     price and a headroom factor, as ``studies.capacity.capacity`` does: changing them runs nothing."""
     slo.validate()
-    num_gpus = scenario.deployment.node.num_gpus
-    priced = {n: r.with_plan(num_gpus, target_rate_req_s, gpu_hour_usd, headroom) for n, r in results.items()}
+    priced = {n: r.with_plan(scenario, target_rate_req_s, gpu_hour_usd, headroom) for n, r in results.items()}
     return CapacityPlan(slo, target_rate_req_s, gpu_hour_usd, scenario, priced, float(headroom))
