@@ -17,7 +17,9 @@ scenario = page.setup(
 if scenario is None:
     st.stop()
 
-summaries = widgets.guarded(lambda: cache.compare_summaries(scenario, PRESETS), "The showdown")
+# a disaggregated scenario runs the continuous presets only: one caption says which were skipped and why
+policies = cache.runnable_policies(scenario, PRESETS)
+summaries = widgets.guarded(lambda: cache.compare_summaries(scenario, policies), "The showdown")
 if summaries is None:
     summaries = st.session_state.get("home_last")
     if summaries is None:
@@ -34,7 +36,7 @@ def _cached_summary(sc, saturated: bool) -> dict:
 
 def _load_curve():
     with st.spinner(f"Simulating each policy at {load_curve.POINTS} rates up to its capacity…", show_time=True):
-        return load_curve.load_curve(scenario, PRESETS, summarize=_cached_summary)
+        return load_curve.load_curve(scenario, policies, summarize=_cached_summary)
 
 
 rate = float(scenario.workload.rate_req_s)
@@ -96,7 +98,7 @@ st.caption("P50 and P99 TTFT and TPOT of each class at the sidebar's rate; class
 
 
 def _summary_json() -> bytes:
-    return report.summary_json(summaries, scenario, PRESETS)
+    return report.summary_json(summaries, scenario, policies)
 
 
 def _report_html() -> str:
@@ -105,11 +107,11 @@ def _report_html() -> str:
                                                  (cls_fig, "P99 TTFT per priority class.")],
         tables=[("The classic table", tables.report_frame(summaries)),
                 ("P99 TTFT by class (s)", tables.class_frame(summaries).round(3))],
-        policies=PRESETS, verdict=sentence, link=link)
+        policies=policies, verdict=sentence, link=link)
 
 
 def _runs_csv(table: str) -> bytes:
-    runs = {k: cache.simulate_cached(scenario.with_policy(p)) for k, p in PRESETS.items()}
+    runs = {k: cache.simulate_cached(scenario.with_policy(p)) for k, p in policies.items()}
     return report.combined_csv(runs, table)
 
 

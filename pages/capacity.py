@@ -8,19 +8,26 @@ import streamlit as st
 from batching.charts import policy as charts
 
 from batching import report
+from batching.charts import disagg as dis_charts
 from batching.charts import planning as cp
 from batching.charts.export import scenario_caption
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, HEADROOM_SUGGESTED, TPOT_UNDERESTIMATE,
                                        class_names)
+from batching.studies import disagg_capacity as dc
 from batching.studies.planning import CapacityPlan, plan_capacity
 from batching.ui import cache, nav, page, planning, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
 
 LAST = "capacity_last"
+SPLIT_LAST = "capacity_split_last"  # session: the last aggregated-vs-disaggregated comparison that ran
 POLICIES = "policies"
+VIEW, SPLIT_POLICY = "cap_view", "split_policy"
+# the page's two views: capacity per policy, or aggregated against disaggregated serving on the same GPUs
+VIEWS = {"policies": "Per policy", "disagg": "Aggregated vs disaggregated"}
+SPLIT_POLICIES = tuple(n for n, p in PRESETS.items() if dc.skip_reason(p) is None)  # iteration-level presets
 MAX_QUOTED = 40  # characters of unknown policy names a notice quotes
 COLUMNS = {  # CapacityResult field -> (header with unit, tooltip, format)
     "max_rate_req_s": ("Rate per node (req/s)", "The highest request rate one node sustains with the attainment "
@@ -88,10 +95,26 @@ def _policies_changed() -> None:
     state.clear_notices()
 
 
+def view_params() -> list[Param]:
+    """The view and the policy of the aggregated-vs-disaggregated view."""
+    return [Param(VIEW, "policies", choices=tuple(VIEWS), label="view"),
+            Param(SPLIT_POLICY, dc.DEFAULT_POLICY, choices=SPLIT_POLICIES,
+                  label="policy (aggregated vs disaggregated)")]
+
+
 @st.fragment
 def plan_view(base: Scenario) -> None:
     names = widgets.guarded(lambda: class_names(base), "The workload's classes")
     if names is None:
+        return
+    vps = view_params()
+    state.load_with_notices(vps)
+    st.radio("View", list(VIEWS), format_func=VIEWS.get, horizontal=True,
+             help="Per policy: the rate each batching policy sustains within the SLOs, nodes and cost. Aggregated "
+                  "vs disaggregated: the same GPUs serving every phase together or split into prefill and decode "
+                  "instances, each configuration's rate within the SLOs side by side.", **state.bind(VIEW))
+    if state.value(VIEW) == "disagg":
+        split_view(base, names, vps)
         return
     sps = planning.load_slo_params(names)
     ps = params()
@@ -115,10 +138,14 @@ def plan_view(base: Scenario) -> None:
     st.session_state[state.widget_key(POLICIES)] = chosen
     st.multiselect("Policies", list(PRESETS), key=state.widget_key(POLICIES), on_change=_policies_changed,
                    help="The presets to plan with; each one's search runs about 10 simulations.")
-    state.publish([*sps, *ps])
+    state.publish([*sps, *ps, *vps])
+    # a disaggregated scenario runs iteration-level batching only: the others are skipped, with one caption
+    chosen = list(cache.runnable_policies(base, {n: PRESETS[n] for n in chosen}))
 
     if not chosen:
-        st.warning("Pick at least one policy to plan with.", icon=":material/info:")
+        st.warning("Pick at least one policy to plan with." if base.disagg is None else
+                   "Pick at least one policy with iteration-level batching (continuous, chunked, priority) to plan "
+                   "with on this disaggregated scenario.", icon=":material/info:")
         return
     slo, problem = planning.slo_from_state(names)
     if slo is None:
@@ -295,6 +322,106 @@ def _results(plan: CapacityPlan) -> None:
         ("Report (HTML)", _html, "report.html", "text/html",
          "A standalone page with the scenario, the tables and the charts; opens offline."),
     ], link)
+
+# ---------------------------------------------------------------- aggregated vs disaggregated (issue 13 §2)
+
+SPLIT_COLUMNS = {  # frame column -> (header with unit, tooltip, factor, format)
+    "gpus": ("GPUs", "GPUs the configuration runs on (aggregated: replicas × TP; a split: prefill + decode "
+             "instances × their TP).", 1, "%d"),
+    "capacity_req_s": ("Capacity (req/s)", "The highest request rate at which the attainment target of requests "
+                       "meet the SLOs and the queues keep up (the same search as the per-policy view).", 1, "%.3g"),
+    "req_s_per_gpu": ("req/s per GPU", "Capacity / GPUs: compares configurations on different numbers of GPUs.",
+                      1, "%.3g"),
+    "binding_slo": ("Binding SLO", "The SLO most requests miss at the first rate that fails: TTFT binds where "
+                    "prefill is short of GPUs, TPOT where decodes wait behind prompts; none: the node's capacity "
+                    "binds.", None, None),
+    "ttft_p99_s": ("P99 TTFT (s)", "99th percentile time to first token at that rate (the lowest rate tried when "
+                   "none met the SLOs).", 1, "%.3f"),
+    "tpot_p99_s": ("P99 TPOT (ms)", "99th percentile time per output token at that rate; with a split it "
+                   "includes the KV transfer and the wait for a decode slot.", 1e3, "%.1f"),
+}
+
+
+def split_view(base: Scenario, names: tuple[str, ...], vps: list[Param]) -> None:
+    """The scenario served aggregated and split into prefill and decode instances: capacity within the SLOs of
+    each, side by side."""
+    sps = planning.load_slo_params(names)
+    st.subheader("Aggregated or disaggregated, within your SLOs", divider="gray")
+    gpus = base.deployment.node.num_gpus
+    st.caption(f"The sidebar's model, hardware and workload served two ways on the same GPUs: aggregated (every "
+               f"replica prefills and decodes) and disaggregated (prefill instances hand each prompt's KV cache to "
+               f"decode instances): the sidebar's split if it has one, and splits of the node's {gpus} GPUs that "
+               "fit the model. Each configuration's highest rate within the SLOs is searched as in the per-policy "
+               "view. The SLOs are the page's (shared with Tune a knob).")
+    planning.slo_inputs(names)
+    st.selectbox("Policy", list(SPLIT_POLICIES), help="The batching policy every configuration runs: iteration-level "
+                 "presets only (static and dynamic batching run each batch as a whole; disaggregation needs "
+                 "iteration-level batching). Chunked prefill is the default.", **state.bind(SPLIT_POLICY))
+    state.publish([*sps, *vps])
+    slo, problem = planning.slo_from_state(names)
+    if slo is None:
+        st.error(f"**These SLOs cannot be searched:** {plain(problem)}. Set the TTFT, TPOT or E2E SLO above 0: one "
+                 "value, or one per class.", icon=":material/error:")
+        return
+    policy = PRESETS[str(state.value(SPLIT_POLICY))]
+    study = widgets.guarded(lambda: planning.split_capacity_cached(base, slo, policy),
+                            "The aggregated vs disaggregated search")
+    if study is not None:
+        st.session_state[SPLIT_LAST] = (base, study)
+    elif SPLIT_LAST in st.session_state:
+        st.caption("Showing the last comparison that ran.")
+    else:
+        return
+    _split_results(*st.session_state[SPLIT_LAST])
+
+
+def split_frame(study: dc.SplitCapacity, base: Scenario) -> pd.DataFrame:
+    """The table as shown: one row per configuration, the sidebar's own split marked."""
+    f = study.frame
+    own = dc.split_label(base.disagg) if base.disagg is not None else None
+    out = pd.DataFrame({"Configuration": [c + (" (sidebar)" if c == own else "") for c in f["configuration"]]})
+    for key, (header, _, factor, _) in SPLIT_COLUMNS.items():
+        out[header] = [cp.binding_text(v if isinstance(v, str) else None) for v in f[key]] if factor is None \
+            else f[key].to_numpy() * factor
+    return out
+
+
+def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
+    names = class_names(base)
+    slo_text = study.slo.describe(names)
+    pol = next((n for n, p in PRESETS.items() if p == study.policy), study.policy.describe())
+    st.subheader(f"Aggregated vs disaggregated: {plain(slo_text)}", divider="gray")
+    sentence = study.verdict()
+    st.info(plain(sentence), icon=":material/call_split:")
+    df = split_frame(study, base)
+    config = {"Configuration": st.column_config.TextColumn("Configuration", help="Aggregated: the sidebar's TP and "
+                                                           "replicas. A split: prefill instances × TP + decode "
+                                                           "instances × TP.")}
+    for key, (header, tip, _, fmt) in SPLIT_COLUMNS.items():
+        config[header] = st.column_config.TextColumn(header, help=tip) if fmt is None else \
+            st.column_config.NumberColumn(header, help=tip, format=fmt)
+    st.dataframe(df, column_config=config, width="stretch", hide_index=True)
+    note = ""
+    if study.failed:
+        note = " Not run: " + "; ".join(f"{plain(k)} ({plain(v)})" for k, v in study.failed.items()) + "."
+    st.caption(f"Policy {plain(pol)} in every configuration. Capacity: the highest rate at which "
+               f"{study.slo.attainment * 100:.3g} % of requests meet the SLOs of their class; P99 TTFT and TPOT are "
+               "read at that rate. A split's TTFT is its prefill instance's; its TPOT includes the KV transfer and "
+               "the wait for a decode slot." + note)
+    name = charts.slug("capacity", "disagg", report.scenario_slug(base))
+    line = scenario_caption(base, rate="rate searched")
+    fig = _figure("split_bars", (base, study.slo, pol, tuple(study.frame["configuration"]),
+                                 tuple(study.frame["capacity_req_s"])),
+                  lambda: dis_charts.split_capacity_bars(study.frame, pol))
+    widgets.chart(fig, "Left: requests per second each configuration sustains within the SLOs (higher is better). "
+                  "Right: the same per GPU. Blue: aggregated; orange: prefill/decode splits.", f"{name}_bars",
+                  scenario_line=line)
+    table_csv = df.to_csv(index=False).encode()
+    planning.download_row(name, [
+        ("Table (CSV)", lambda: table_csv, "disagg.csv", "text/csv",
+         "One row per configuration: GPUs, capacity, req/s per GPU, binding SLO, P99 TTFT and TPOT at that rate."),
+    ])
+
 
 FIGURES = "capacity_figures"  # session: kind -> (what it was drawn from, the figure), the last one per kind
 

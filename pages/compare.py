@@ -50,11 +50,15 @@ def compare(base: Scenario) -> None:
     state.publish(params)
     for err in errors:
         st.error(f"**These knobs cannot run:** {plain(err)}", icon=":material/error:")
+    # a disaggregated scenario runs iteration-level batching only: the others are skipped, with one caption
+    chosen = cache.runnable_policies(base, chosen)
     summaries = None
     if len(chosen) >= 2 and not errors:
         summaries = widgets.guarded(lambda: cache.compare_summaries(base, chosen), "The comparison")
     elif len(chosen) < 2 and not errors:
-        st.warning("Pick at least two policies to compare.", icon=":material/info:")
+        st.warning("Pick at least two policies to compare." if base.disagg is None else
+                   "Pick at least two policies with iteration-level batching (continuous, chunked, priority) to "
+                   "compare on this disaggregated scenario.", icon=":material/info:")
     if summaries is None:
         if LAST not in st.session_state:
             return

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from batching.studies import disagg_capacity
 from batching.studies.compare import with_capacity
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult, simulate
@@ -458,8 +459,20 @@ def capacity_summary(scenario: Scenario) -> dict:
     return summary_cached(capacity_scenario(scenario), True)
 
 
+def runnable_policies(scenario: Scenario, policies: Mapping[str, BatchingPolicy]) -> dict[str, BatchingPolicy]:
+    """The policies that can run on this scenario, in their order. On a disaggregated scenario
+    (``scenario.disagg``) static and dynamic batching (and speculative decoding) cannot: they are left out and one
+    caption says which and why (``studies.disagg_capacity.skipped_text``), never an error for the page."""
+    keep, skipped = disagg_capacity.runnable(scenario, policies)
+    if skipped:
+        st.caption(disagg_capacity.skipped_text(skipped))
+    return keep
+
+
 def compare_summaries(scenario: Scenario, policies: Mapping[str, BatchingPolicy]) -> dict[str, dict]:
-    """``studies.compare.compare(...).summaries()`` for these policies, from cached runs, with progress."""
+    """``studies.compare.compare(...).summaries()`` for these policies, from cached runs, with progress. A policy
+    a disaggregated scenario cannot run is left out (pages say so with ``runnable_policies``)."""
+    policies = disagg_capacity.runnable(scenario, policies)[0]
     tasks: list[tuple[str, Callable[[], dict]]] = []
     for name, pol in policies.items():
         sc = scenario.with_policy(pol)

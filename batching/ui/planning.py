@@ -17,7 +17,7 @@ from batching.sim.simulate import Scenario
 from batching.studies import planning as sp
 from batching.studies.capacity import (ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, CapacityResult, capacity, default_slo,
                                        per_class_values)
-from batching.studies import sweeps
+from batching.studies import disagg_capacity, sweeps
 from batching.ui import cache, state
 from batching.ui.params import Param
 from batching.ui.safe import plain
@@ -269,6 +269,16 @@ def capacity_cached(scenario: Scenario, slo: SLO) -> CapacityResult:
             lambda: cache.small_cached(key, lambda: _search(scenario, slo), 16384)))
     # the stored result is shared: each caller gets its own frame (copy-on-write) and class readings
     return replace(found, points=found.points.copy(deep=False), by_priority=deepcopy(found.by_priority))
+
+
+def split_capacity_cached(scenario: Scenario, slo: SLO, policy=None) -> disagg_capacity.SplitCapacity:
+    """``studies.disagg_capacity.disagg_capacity``: the scenario aggregated and split into prefill and decode
+    instances, each configuration's search through ``capacity_cached`` (kept per configuration and SLO, on cached
+    reduced runs: another SLO re-reads the rates already tried), under a progress bar."""
+    return disagg_capacity.disagg_capacity(
+        scenario, slo, policy, search=lambda sc: capacity_cached(sc, slo),
+        run_all=lambda tasks: cache.run_with_progress(tasks, "Searching each configuration for the highest rate "
+                                                             "within the SLOs"))
 
 
 # ---------------------------------------------------------------- what a page keeps between reruns

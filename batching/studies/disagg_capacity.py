@@ -1,0 +1,258 @@
+"""Aggregated against disaggregated serving on the same GPUs (issue 13 §2): the capacity within the SLOs of the
+scenario served aggregated (``Scenario.disagg = None``) and split into prefill and decode instances
+(``batching.sim.disagg.Disagg``), one capacity search (``studies.capacity.capacity``) per configuration.
+
+Also the rule every page that runs several policies applies to a disaggregated scenario: request-level batching
+(static, dynamic) runs each batch as a whole and cannot be split into a prefill and a decode phase, and
+speculative decoding is not modelled with disaggregation, so those policies are skipped (``disagg_skips``), not
+run. No Streamlit here.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+
+from batching.sim.disagg import Disagg
+from batching.sim.policy import PRESETS, BatchingPolicy
+from batching.sim.simulate import Scenario
+from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, capacity
+
+REQUEST_LEVEL_REASON = ("static and dynamic batching run each batch as a whole; disaggregation needs "
+                        "iteration-level batching")
+SPEC_REASON = "speculative decoding is not modelled with disaggregation"
+DEFAULT_POLICY = "chunked"
+AGGREGATED = "aggregated"
+DISAGGREGATED = "disaggregated"
+# the frame's columns, in order
+COLUMNS = ("configuration", "kind", "gpus", "capacity_req_s", "req_s_per_gpu", "binding_slo", "ttft_p99_s",
+           "tpot_p99_s", "rates_tried")
+
+
+# ---------------------------------------------------------------- which policies a split can run
+
+
+def skip_reason(policy: BatchingPolicy) -> str | None:
+    """Why ``policy`` cannot run disaggregated, or None when it can."""
+    if policy.mode != "continuous":
+        return REQUEST_LEVEL_REASON
+    if policy.spec_decode != "off":
+        return SPEC_REASON
+    return None
+
+
+def disagg_skips(scenario: Scenario, policies: Mapping[str, BatchingPolicy]) -> dict[str, str]:
+    """name -> why it is skipped, for the policies that cannot run on this scenario's split (none when the
+    scenario is aggregated)."""
+    if scenario.disagg is None:
+        return {}
+    return {name: reason for name, pol in policies.items() if (reason := skip_reason(pol)) is not None}
+
+
+def runnable(scenario: Scenario, policies: Mapping[str, BatchingPolicy]
+             ) -> tuple[dict[str, BatchingPolicy], dict[str, str]]:
+    """(the policies that run on this scenario, in their order; name -> reason for those skipped)."""
+    skipped = disagg_skips(scenario, policies)
+    return {k: p for k, p in policies.items() if k not in skipped}, skipped
+
+
+def skipped_text(skipped: Mapping[str, str]) -> str:
+    """One sentence naming the skipped policies and why, grouped by reason ('' when none)."""
+    if not skipped:
+        return ""
+    by: dict[str, list[str]] = {}
+    for name, reason in skipped.items():
+        by.setdefault(reason, []).append(name)
+    parts = []
+    for reason, names in by.items():
+        listed = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + f" and {names[-1]}"
+        parts.append(f"{listed} ({reason})")
+    return "Skipped on this disaggregated scenario: " + "; ".join(parts) + "."
+
+
+# ---------------------------------------------------------------- the configurations compared
+
+
+def split_label(dis: Disagg) -> str:
+    """'1 prefill × TP 4 + 1 decode × TP 4'."""
+    return (f"{dis.prefill_instances} prefill × TP {dis.prefill_tp} + {dis.decode_instances} decode × TP "
+            f"{dis.decode_tp}")
+
+
+def aggregated_label(scenario: Scenario) -> str:
+    tp, n = scenario.deployment.node.tp, scenario.replicas
+    return f"aggregated: {n} × TP {tp}" if n > 1 else f"aggregated: TP {tp}"
+
+
+def aggregated_gpus(scenario: Scenario) -> int:
+    """GPUs the aggregated fleet runs on: replicas × TP."""
+    return scenario.replicas * scenario.deployment.node.tp
+
+
+def standard_splits(num_gpus: int) -> list[Disagg]:
+    """Splits of one node's GPUs: half prefill and half decode, two prefill instances of a quarter each against
+    one decode instance of half, and the reverse (on 8 GPUs: 1×TP4 + 1×TP4, 2×TP2 + 1×TP4, 1×TP4 + 2×TP2)."""
+    half, quarter = num_gpus // 2, num_gpus // 4
+    out = []
+    if half in (1, 2, 4, 8):
+        out.append(Disagg(1, half, 1, half))
+        if quarter in (1, 2, 4, 8):
+            out += [Disagg(2, quarter, 1, half), Disagg(1, half, 2, quarter)]
+    return out
+
+
+@dataclass(frozen=True)
+class Config:
+    label: str
+    scenario: Scenario
+    gpus: int
+
+    @property
+    def kind(self) -> str:
+        return AGGREGATED if self.scenario.disagg is None else DISAGGREGATED
+
+
+def policy_for(policy: BatchingPolicy | None) -> BatchingPolicy:
+    """The policy the comparison runs: the one given when a split can run it, else the chunked preset."""
+    return policy if policy is not None and skip_reason(policy) is None else PRESETS[DEFAULT_POLICY]
+
+
+def configurations(scenario: Scenario, policy: BatchingPolicy | None = None,
+                   splits: Sequence[Disagg] | None = None) -> tuple[list[Config], dict[str, str]]:
+    """(the configurations to search: aggregated first, then the scenario's own split if any and ``splits``
+    (default ``standard_splits`` of one node), each once; label -> reason for the splits that do not validate
+    for this model and hardware)."""
+    pol = policy_for(policy)
+    base = scenario.with_policy(pol)
+    agg = replace(base, disagg=None)
+    agg.validate()  # the scenario itself is wrong: the caller says so
+    configs = [Config(aggregated_label(agg), agg, aggregated_gpus(agg))]
+    wanted = [scenario.disagg] if scenario.disagg is not None else []
+    for d in (standard_splits(scenario.deployment.node.num_gpus) if splits is None else splits):
+        if d not in wanted:
+            wanted.append(d)
+    refused: dict[str, str] = {}
+    for d in wanted:
+        sc = replace(agg, disagg=d)
+        try:
+            sc.validate()
+        except ValueError as exc:
+            refused[split_label(d)] = str(exc)
+            continue
+        configs.append(Config(split_label(d), sc, d.gpus))
+    return configs, refused
+
+
+# ---------------------------------------------------------------- the study
+
+
+Search = Callable[[Scenario], CapacityResult]
+RunAll = Callable[[list[tuple[str, Callable[[], object]]]], list]
+
+
+def _at_rate(result: CapacityResult, column: str) -> float:
+    """A column of the search's points at the rate found (or, when none met the SLOs, at the lowest tried)."""
+    pts = result.points
+    if pts is None or not len(pts) or column not in pts:
+        return math.nan
+    if result.max_rate_req_s > 0:
+        i = (pts["rate_req_s"] - result.max_rate_req_s).abs().idxmin()
+    else:
+        i = pts["rate_req_s"].idxmin()
+    return float(pts.loc[i, column])
+
+
+def row(cfg: Config, result: CapacityResult) -> dict:
+    rate = float(result.max_rate_req_s)
+    return {"configuration": cfg.label, "kind": cfg.kind, "gpus": cfg.gpus, "capacity_req_s": rate,
+            "req_s_per_gpu": rate / cfg.gpus if cfg.gpus else math.nan, "binding_slo": result.binding_slo,
+            "ttft_p99_s": _at_rate(result, "ttft_p99_s"), "tpot_p99_s": _at_rate(result, "tpot_p99_s"),
+            "rates_tried": result.rates_tried}
+
+
+@dataclass(frozen=True, eq=False)
+class SplitCapacity:
+    """The comparison: one row per configuration that ran (``frame``), the ones that could not (``failed``:
+    label -> reason), the SLO and the policy."""
+
+    frame: pd.DataFrame
+    failed: dict[str, str]
+    slo: SLO
+    policy: BatchingPolicy
+    results: dict[str, CapacityResult] = field(default_factory=dict)
+
+    def best(self) -> pd.Series | None:
+        """The configuration with the most requests per second per GPU (None when none meets the SLOs)."""
+        ok = self.frame[self.frame["capacity_req_s"] > 0]
+        return None if ok.empty else ok.loc[ok["req_s_per_gpu"].idxmax()]
+
+    def verdict(self) -> str:
+        """Sentences from the numbers: who carries the most per GPU, by how much, and which SLO binds each side
+        (so what a tighter or looser SLO would change)."""
+        f = self.frame
+        best = self.best()
+        if best is None:
+            return "No configuration meets these SLOs at any rate tried; relax them."
+        agg = f[f["kind"] == AGGREGATED]
+        dis = f[f["kind"] == DISAGGREGATED]
+        text = (f"Most traffic per GPU within these SLOs: {best['configuration']}, {best['capacity_req_s']:.3g} "
+                f"req/s on {int(best['gpus'])} GPUs ({best['req_s_per_gpu']:.3g} req/s per GPU)")
+        other = dis if best["kind"] == AGGREGATED else agg
+        if not other.empty:
+            o = other.loc[other["req_s_per_gpu"].idxmax()]
+            if o["req_s_per_gpu"] > 0:
+                text += (f", {best['req_s_per_gpu'] / o['req_s_per_gpu']:.2g}× the best "
+                         f"{'split' if best['kind'] == AGGREGATED else 'aggregated configuration'} "
+                         f"({o['configuration']}).")
+            else:
+                text += f"; {'no split' if best['kind'] == AGGREGATED else 'aggregated serving'} meets them at all."
+        else:
+            text += "."
+        binds = lambda part: {b for b in part["binding_slo"] if isinstance(b, str)}  # noqa: E731
+        agg_b, dis_b = binds(agg), binds(dis)
+        if best["kind"] == DISAGGREGATED and "tpot_s" in agg_b:
+            text += (" Aggregated serving is held back by TPOT (prompt chunks share its steps with decodes); a "
+                     "looser TPOT SLO would narrow the gap or favour aggregation.")
+        elif best["kind"] == AGGREGATED and dis_b & {"ttft_s", "e2e_s"}:
+            held = "/".join(SLO_LABELS[b] for b in sorted(dis_b & {"ttft_s", "e2e_s"}))
+            text += (f" The splits are held back by {held} (their prefill instances have fewer GPUs than the whole "
+                     "node); a tighter TPOT SLO would favour disaggregation, whose decode instances run decodes "
+                     "only.")
+        elif best["kind"] == AGGREGATED and "tpot_s" in dis_b:
+            text += " The splits are held back by TPOT too."
+        return text
+
+
+def _attempt(search: Search, sc: Scenario) -> CapacityResult | str:
+    try:
+        return search(sc)
+    except ValueError as exc:
+        return str(exc)
+
+
+def disagg_capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
+                    splits: Sequence[Disagg] | None = None, search: Search | None = None,
+                    run_all: RunAll | None = None, rel_tol: float = 0.01) -> SplitCapacity:
+    """Capacity within ``slo`` of the scenario aggregated and of each split (``configurations``), under
+    ``policy`` (default: the chunked preset; a policy a split cannot run falls back to it).
+
+    ``search(scenario)``: stands in for ``capacity(scenario, slo)`` (e.g. a cached search); ``run_all(tasks)``:
+    runs [(label, fn)] and returns their values in order (e.g. under a progress bar). A configuration whose
+    requests do not fit (a prompt larger than a prefill instance's KV cache, ...) lands in ``failed``."""
+    slo.validate()
+    pol = policy_for(policy)
+    configs, failed = configurations(scenario, pol, splits)
+    search = search or (lambda sc: capacity(sc, slo, rel_tol=rel_tol))
+    tasks = [(c.label, lambda c=c: _attempt(search, c.scenario)) for c in configs]
+    found = run_all(tasks) if run_all is not None else [fn() for _, fn in tasks]
+    rows, results = [], {}
+    for cfg, res in zip(configs, found):
+        if isinstance(res, str):
+            failed[cfg.label] = res
+            continue
+        rows.append(row(cfg, res))
+        results[cfg.label] = res
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    return SplitCapacity(frame, failed, slo, pol, results)
