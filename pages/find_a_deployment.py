@@ -1,6 +1,7 @@
 """Find a deployment: the cheapest GPU, precision, tensor-parallel split, policy and knob values that serve a target
-traffic within the SLOs, on the sidebar's model and workload; ranked by cost, with the Pareto front of cost against
-P99 TTFT and TPOT, why the others were left out, and a link that opens the chosen one on Explore."""
+traffic within the SLOs, on the sidebar's model and workload; ranked by cost, the top configurations checked as a fleet
+behind the sidebar's router, with the Pareto front of cost against P99 TTFT and TPOT, why the others were left out, and
+a link that opens the chosen one on Explore."""
 import json
 import os
 
@@ -14,7 +15,7 @@ from batching.sim.simulate import Scenario
 from batching.sim.specs import GPUS, PRECISIONS
 from batching.studies.backends import BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
-from batching.studies.search import COST_NOTE, ROUTER_NOTE, TPS, Grid, parse_knobs, search
+from batching.studies.search import COST_NOTE, TPS, Grid, parse_knobs, router_note, search
 from batching.ui import cache, nav, page, planning, sidebar, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
@@ -97,7 +98,7 @@ def _backend(size: int):
     return make_backend("threads", workers=1 + extra), extra
 
 
-def _run(base: Scenario, slo, target: float, prices: dict, grid: Grid) -> dict:
+def _run(base: Scenario, slo, target: float, prices: dict, grid: Grid, router: str) -> dict:
     holder = st.empty()
     size = grid.size()
 
@@ -108,7 +109,7 @@ def _run(base: Scenario, slo, target: float, prices: dict, grid: Grid) -> dict:
     def go() -> dict:
         backend, extra = _backend(size)
         try:
-            return search(base, slo, target, prices, grid, backend=backend, progress=progress)
+            return search(base, slo, target, prices, grid, backend=backend, progress=progress, router=router)
         finally:
             backend.close()
             for _ in range(extra):
@@ -133,6 +134,18 @@ def explore_link_params(cfg: dict) -> dict:
     return query
 
 
+def nodes_text(c: dict) -> str:
+    """The table's nodes cell: '3 ✓ fleet, least-outstanding' (the fleet of 3 met the SLOs behind that router),
+    '≥ 7 ✗ fleet, least-outstanding' (it still missed them with 3 more nodes), '2 (perfect balance)' (not
+    checked)."""
+    n = c["nodes_needed"]
+    if not c.get("fleet_checked"):
+        return f"{n} (perfect balance)"
+    if c.get("fleet_verified"):
+        return f"{n} ✓ fleet, {c['router']}"
+    return f"≥ {n} ✗ fleet, {c['router']}"
+
+
 def _table(configs: list[dict], target: float) -> pd.DataFrame:
     rows = []
     for i, c in enumerate(configs):
@@ -140,7 +153,7 @@ def _table(configs: list[dict], target: float) -> pd.DataFrame:
             "Rank": i + 1, "GPU": c["gpu"], "Precision": c["precision"].upper(), "TP": c["tp"],
             "Replicas per node": c["replicas_per_node"], "Policy": c["policy"],
             "Knobs": ", ".join(f"{k}={v:g}" for k, v in c["knobs"].items()) or "preset's",
-            "Rate per node (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": c["nodes_needed"],
+            "Rate per node (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": nodes_text(c),
             "$ per M output tokens": c["usd_per_million_output_tokens"], "P99 TTFT (s)": c["ttft_p99_s"],
             "P99 TPOT (ms)": c["tpot_p99_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
             "Pareto": "yes" if c["pareto"] else "",
@@ -163,7 +176,9 @@ def search_view(base: Scenario) -> None:
     planning.slo_inputs(names)
     r = {p.key: p.widget_range() for p in ps if p.low is not None}
     st.number_input("Target traffic (req/s)", **r["target"], step=5.0, format="%.4g",
-                    help="The total traffic to serve: nodes needed = ⌈target / rate per node⌉.", **state.bind("target"))
+                    help="The total traffic to serve: nodes needed = ⌈target / rate per node⌉, then the cheapest "
+                         "few are simulated as a fleet behind the sidebar's router (a node added while the SLOs "
+                         "fail).", **state.bind("target"))
 
     st.subheader("Configurations to try", divider="gray")
     c = st.columns(4, gap="medium")
@@ -202,12 +217,14 @@ def search_view(base: Scenario) -> None:
         return
     target = float(state.value("target"))
     prices = {g: float(state.value(f"usd_{g}")) for g in gpus}
-    inputs = (cache.scenario_token(base), slo, target, tuple(sorted(prices.items())), grid)
+    router = base.router  # the sidebar's: the fleet check of the top configurations runs behind it
+    inputs = (cache.scenario_token(base), slo, target, tuple(sorted(prices.items())), grid, router)
     size = grid.size()
     where = (f"on the Ray cluster ({plain(RAY_ADDRESS)})" if RAY_ADDRESS and size >= RAY_MIN_CONFIGS else
              "on this server")
     st.caption(f"{size:,} configurations; each fitting one runs a capacity search (about 10 simulations, fewer "
-               f"with warm starts and pruning) {where}.")
+               f"with warm starts and pruning) {where}; then the cheapest few run as a fleet behind the "
+               f"sidebar's router ({plain(router)}) at the target.")
     key = ("deployment_search",) + inputs
     found = cache.peek(key)  # the same search by any session: answered from the cache
     auto = size <= AUTO_MAX_CONFIGS
@@ -215,7 +232,7 @@ def search_view(base: Scenario) -> None:
                         help=None if auto else f"More than {AUTO_MAX_CONFIGS} configurations: the search waits for "
                                               "this button.")
     if found is None and (pressed or auto):
-        found = widgets.guarded(lambda: _run(base, slo, target, prices, grid), "The search")
+        found = widgets.guarded(lambda: _run(base, slo, target, prices, grid, router), "The search")
         if found is not None:
             cache.small_cached(key, lambda: found, len(json.dumps(found, default=str)) + 1024)
     if found is not None:
@@ -227,6 +244,16 @@ def search_view(base: Scenario) -> None:
     if last[0] != inputs:
         st.caption("The inputs changed since this search: press **Search** to run it again.")
     _results(last[1], last[2])
+
+
+def _fleet_sentence(c: dict) -> str:
+    """' (checked: a fleet of 3 behind least-outstanding met the SLOs, P99 TTFT 0.75 s)', or why not."""
+    if not c.get("fleet_checked"):
+        return " (perfect load balancing assumed: not simulated as a fleet)"
+    if c.get("fleet_verified"):
+        return (f" (checked: a fleet of {c['nodes_needed']} behind {plain(c['router'])} met the SLOs at the target, "
+                f"P99 TTFT {c['fleet_ttft_p99_s']:,.3f} s, P99 TPOT {c['fleet_tpot_p99_s'] * 1e3:,.1f} ms)")
+    return f" at least (not verified: {plain(c['fleet_note'] or 'the fleet missed the SLOs')})"
 
 
 def _results(res: dict, slo_text: str) -> None:
@@ -245,7 +272,7 @@ def _results(res: dict, slo_text: str) -> None:
         pick = pick if pick is not None and pick < len(ok) else 0
         best = ok[pick]
         st.info(f"**{plain(best['label'])}**: {best['max_rate_req_s']:,.3g} req/s per node within the SLOs, "
-                f"{best['nodes_needed']} node(s) for {target:,.4g} req/s, "
+                f"{best['nodes_needed']} node(s) for {target:,.4g} req/s{_fleet_sentence(best)}, "
                 f"${best['usd_per_million_output_tokens']:,.3f} per million output tokens; P99 TTFT "
                 f"{best['ttft_p99_s']:,.3f} s, P99 TPOT {best['tpot_p99_s'] * 1e3:,.1f} ms at that rate.",
                 icon=":material/dns:")
@@ -256,8 +283,12 @@ def _results(res: dict, slo_text: str) -> None:
                "P99 TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
                "P99 TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
         st.dataframe(_table(ok, target), column_config=cfg, hide_index=True, width="stretch")
-        st.caption(f"{ROUTER_NOTE} {COST_NOTE} P99 TTFT and TPOT at each configuration's own rate per node; the "
-                   "binding SLO is the one most requests miss at the first rate that fails.")
+        st.caption(f"{router_note(res.get('router', 'least-outstanding'), res.get('fleet_top', 3))} {COST_NOTE} P99 TTFT and TPOT at each "
+                   "configuration's own rate per node; the binding SLO is the one most requests miss at the first "
+                   "rate that fails.")
+        notes = [f"{plain(c['label'])}: {plain(c['fleet_note'])}" for c in ok if c.get("fleet_note")]
+        if notes:
+            st.caption("Fleet check: " + "; ".join(notes) + ".")
         widgets.chart(pareto_chart(res["configs"], pick), "Each point is a configuration at its highest rate "
                       "within the SLOs: lower is cheaper, further left is faster. Coloured points are the Pareto "
                       "front: none is beaten on cost, P99 TTFT and P99 TPOT at once.",

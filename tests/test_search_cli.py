@@ -33,13 +33,17 @@ def test_search_json_and_table(tmp_path, capsys):
     best = ok[0]
     assert best["gpu"] == "h100-sxm" and best["precision"] == "fp8" and best["replicas_per_node"] == 1
     assert best["knobs"]["max_num_seqs"] in (128, 256)
-    assert best["nodes_needed"] == math.ceil(40 / best["max_rate_req_s"] - 1e-9)
+    # the perfect-balance estimate, then the fleet check (behind the CLI's default router) may add nodes
+    assert best["nodes_needed_perfect_balance"] == math.ceil(40 / best["max_rate_req_s"] - 1e-9)
+    assert best["fleet_checked"] and best["fleet_verified"] and d["router"] == best["router"] == "round-robin"
+    assert best["nodes_needed"] == best["fleet_nodes_needed"] >= best["nodes_needed_perfect_balance"]
     why = {s["label"]: s["why"] for s in d["skipped"]}
     assert "precision='fp8' is not supported" in why["a100-80gb fp8 tp8 chunked, max_num_seqs=128"]
     assert d["simulations"] > 0 and d["searched"] >= 1
     assert d["searched"] + len(d["pruned"]) + sum(s["reason"] == "does not fit" for s in d["skipped"]) == 8
     captured = capsys.readouterr()
     assert "h100-sxm fp8 tp8 chunked" in captured.out and "perfect load balancing" in captured.out
+    assert f"{best['nodes_needed']} nodes ✓ round-robin" in captured.out and "Router: round-robin" in captured.out
     assert "[1/" in captured.err  # progress on stderr
 
 

@@ -13,9 +13,18 @@ FRONT_COLOR, OTHER_COLOR, CHOSEN_COLOR = "#4C78A8", "#BAB0AC", "#C0392B"
 TITLE = "Cost against tail latency per configuration"
 
 
+def _fleet(c: dict) -> str:
+    """How the row's nodes were found: a fleet simulation behind its router, or perfect load balancing."""
+    if not c.get("fleet_checked"):
+        return "perfect load balancing assumed"
+    if c.get("fleet_verified"):
+        return f"fleet-checked ✓ behind {c.get('router', '?')}"
+    return f"at least: not verified behind {c.get('router', '?')}"
+
+
 def _hover(c: dict) -> str:
     return (f"{c['label']}<br>${c['usd_per_million_output_tokens']:,.3f} per M output tokens, "
-            f"{c['nodes_needed']} node(s)<br>{c['max_rate_req_s']:,.3g} req/s per node<br>"
+            f"{c['nodes_needed']} node(s) ({_fleet(c)})<br>{c['max_rate_req_s']:,.3g} req/s per node<br>"
             f"P99 TTFT {c['ttft_p99_s']:,.3f} s, P99 TPOT {c['tpot_p99_s'] * 1e3:,.1f} ms")
 
 

@@ -1,7 +1,9 @@
 """``python -m batching search``: the cheapest deployment (GPU, precision, TP, policy, knob values) that serves a
 target traffic within the SLOs: per configuration the capacity within the SLOs per node, the nodes needed and $
-per million output tokens, ranked by cost, with the Pareto front of cost against P99 TTFT and TPOT; configurations
-that do not fit or meet no rate are listed with why. Runs on a local process pool or on Ray (--backend)."""
+per million output tokens, ranked by cost, with the Pareto front of cost against P99 TTFT and TPOT; the top
+configurations are then checked as a fleet of that many nodes behind --router (nodes added while the SLOs fail);
+configurations that do not fit or meet no rate are listed with why. Runs on a local process pool or on Ray
+(--backend)."""
 from __future__ import annotations
 
 import argparse
@@ -12,13 +14,14 @@ from pathlib import Path
 from batching.cli.args import (CliError, add_prefix_caching_arg, add_scenario_args, add_slo_args,
                                check_output_file, float_arg, fmt, shown, slo_from_args, workload_from_args,
                                write_json)
+from batching.sim.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario
 from batching.sim.specs import GPUS, MODELS, PRECISIONS, Deployment, Node, load_json_spec
 from batching.studies.backends import BACKENDS, make_backend
 from batching.studies.capacity import HEADROOM_LIMITS, class_names
-from batching.studies.search import (COST_NOTE, MAX_GPU_HOUR_USD, ROUTER_NOTE, SEARCH_KNOBS, TPS, Grid,
-                                     parse_knobs, search)
+from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
+                                     ROUTER_NOTE, SEARCH_KNOBS, TPS, Grid, parse_knobs, search)
 
 MAX_TARGET_RATE_REQ_S = 1e9
 CUSTOM_GPU = "custom"  # the grid's name for the GPU of --gpu-json
@@ -75,9 +78,15 @@ def prices_arg(text: str) -> dict | float:
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("search", conflict_handler="resolve",
-                              help="the cheapest deployment (GPU, precision, TP, policy, knobs) within the SLOs")
-    add_scenario_args(p)  # --gpu, --tp and --precision are replaced by the lists below
+    p = subparsers.add_parser(
+        "search", conflict_handler="resolve",
+        help="the cheapest deployment (GPU, precision, TP, policy, knobs) within the SLOs",
+        epilog=f"Fleet check: the top {FLEET_TOP} configurations (--fleet-top) are simulated as a fleet of their "
+               f"estimated nodes behind --router at the target rate, adding a node while the SLOs fail (at most "
+               f"{FLEET_EXTRA_NODES} more). --router defaults to round-robin here, as for every command; give "
+               f"--router {ROUTER_DEFAULT} for the search library's default (a gateway that reads replica load). "
+               "The JSON's router says which ran.")
+    add_scenario_args(p)  # --gpu, --tp and --precision are replaced by the lists below; --nodes is not read
     g = p.add_argument_group("the grid (every combination is one configuration)")
     g.add_argument("--gpus", "--gpu", dest="gpus", type=_list_arg("GPUs", (), str, "h100-sxm,h200-sxm"),
                    default=("h100-sxm",),
@@ -105,6 +114,13 @@ def add_parser(subparsers):
     plan.add_argument("--headroom", type=float_arg(low, high), default=1.0,
                       help=f"plan for the simulated rate per node divided by this factor ({low:g} to {high:g}; "
                            "see `capacity --help`); default 1")
+    plan.add_argument("--router", default="round-robin", choices=list(ROUTERS),
+                      help="the router the fleet check runs behind (default round-robin, as for run; the search "
+                           f"library defaults to {ROUTER_DEFAULT}): " + "; ".join(
+                               f"{k}: {v}" for k, v in ROUTER_HELP.items()))
+    plan.add_argument("--fleet-top", type=int_fleet_top, default=FLEET_TOP,
+                      help=f"check this many of the top configurations as a fleet (default {FLEET_TOP}; 0: none, "
+                           "nodes from perfect load balancing only)")
     run = p.add_argument_group("execution")
     run.add_argument("--backend", choices=list(BACKENDS), default="local",
                      help="local: a process pool over this machine's cores (default); ray: Ray tasks "
@@ -120,6 +136,12 @@ def add_parser(subparsers):
     p.add_argument("--json", type=Path, help="write the ranked configurations as JSON")
     p.set_defaults(func=cmd_search)
     return p
+
+
+def int_fleet_top(text: str) -> int:
+    from batching.cli.args import int_arg
+
+    return int_arg(0, 64)(text)
 
 
 def int_workers(text: str) -> int:
@@ -189,7 +211,8 @@ def cmd_search(args) -> int:
     print(f"searching {grid.size():,} configurations on {backend.describe()}", file=sys.stderr)
     try:
         res = search(base, slo, args.target_rate, prices, grid, backend=backend, prune=args.prune,
-                     warm=args.warm_start, headroom=args.headroom, custom_gpus=custom, progress=_progress)
+                     warm=args.warm_start, headroom=args.headroom, custom_gpus=custom, progress=_progress,
+                     router=args.router, fleet_top=args.fleet_top)
     finally:
         backend.close()
     _print(res, slo.describe(class_names(base)))
@@ -205,19 +228,33 @@ def _progress(done: int, total: int, msg: str) -> None:
     print(f"[{done}/{total}] {msg}", file=sys.stderr)
 
 
+def fleet_text(c: dict) -> str:
+    """A row's fleet column: '3 nodes ✓ least-outstanding' (checked: the fleet met the SLOs), '≥ 7 nodes ✗
+    least-outstanding' (not verified: still missed them with 3 more), 'perfect balance' (not checked)."""
+    if not c.get("fleet_checked"):
+        return "perfect balance"
+    n = c["nodes_needed"]
+    if c.get("fleet_verified"):
+        return f"{n} node{'s' if n != 1 else ''} ✓ {c['router']}"
+    return f"≥ {n} nodes ✗ {c['router']}"
+
+
 def _print(res: dict, slo_text: str) -> None:
     print(f"slo: {slo_text}")
     print(f"target: {fmt(res['target_rate_req_s'])} req/s, {res['mean_output_tokens']:,.0f} output tokens per "
           f"request on average; {res['num_gpus_per_node']} GPUs per node"
           + (f"; headroom {res['headroom']:g}x" if res["headroom"] != 1 else ""))
     head = (f"{'#':>3} {'configuration':44s} {'replicas':>8} {'rate/node':>11} {'nodes':>6} {'$/M out tok':>12} "
-            f"{'P99 TTFT':>10} {'P99 TPOT':>9}  binding  pareto")
+            f"{'P99 TTFT':>10} {'P99 TPOT':>9}  binding  pareto  fleet")
     print(head)
     for i, c in enumerate(r for r in res["configs"] if r["meets_slo"]):
         print(f"{i + 1:>3} {c['label'][:44]:44s} {c['replicas_per_node']:>8} {c['max_rate_req_s']:>7,.3g} req/s "
               f"{c['nodes_needed']:>6} {'$' + format(c['usd_per_million_output_tokens'], ',.3f'):>12} "
               f"{_ms(c['ttft_p99_s']):>10} {_ms(c['tpot_p99_s']):>9}  {c['binding_slo'] or '-':7s}  "
-              f"{'*' if c['pareto'] else ''}")
+              f"{'*' if c['pareto'] else ' ':6s}  {fleet_text(c)}")
+    for c in res["configs"]:
+        if c.get("fleet_note"):
+            print(f"fleet   {c['label']}: {c['fleet_note']}")
     if not any(r["meets_slo"] for r in res["configs"]):
         print("   (no configuration meets the SLOs)")
     for s in res["skipped"]:
@@ -227,5 +264,5 @@ def _print(res: dict, slo_text: str) -> None:
     print(f"searched {res['searched']} of {res['grid_size']} configurations, {len(res['skipped'])} skipped, "
           f"{len(res['pruned'])} pruned, {len(res['failed'])} failed; {res['simulations']:,} simulations in "
           f"{res['seconds']:,.1f} s ({res['backend']})")
-    print(f"note: {ROUTER_NOTE}")
+    print(f"note: {res['notes'][0] if res.get('notes') else ROUTER_NOTE}")
     print(f"note: {COST_NOTE}")

@@ -9,13 +9,26 @@ For every configuration of the grid:
 2. **capacity within the SLOs per node** (``studies.capacity``: the highest request rate at which the attainment
    share of requests meets the SLOs of their class, on a node of ``num_gpus`` GPUs = num_gpus / tp replicas);
    a configuration at which no rate meets the SLOs is skipped, with the binding SLO;
-3. **nodes needed** for the target rate, ⌈target × headroom / rate per node⌉. One router-less fleet of identical
-   nodes: this assumes perfect load balancing across nodes (no router is simulated);
+3. **nodes needed** for the target rate, ⌈target × headroom / rate per node⌉: the estimate under perfect load
+   balancing across nodes (``nodes_needed_perfect_balance``);
 4. **$ per million output tokens** at the target: nodes × GPUs per node × $ per GPU-hour / output tokens per hour
    at the target (target × mean output tokens per request × 3600) × 10⁶.
 
 Ranked by cost (then the higher rate per node, the lower P99 TTFT); the Pareto front of cost against P99 TTFT and
 P99 TPOT (each at the configuration's own rate found) is marked.
+
+5. **fleet check** of the top of the ranking (``fleet_top``, 3 by default): the configuration's scenario with
+   nodes = its estimate behind ``router`` (``sim.fleet``; a request-level policy runs round-robin, as
+   ``Scenario.with_policy`` does), the workload at target × headroom with num_requests × nodes requests (each node
+   sees about as many requests as one node's capacity search; a trace replays at most all its requests, at most
+   ``MAX_REQUESTS``), read with the capacity search's rule (``meets_slo``: attainment and a queue that keeps up).
+   If it fails, one more node and again, at most ``FLEET_EXTRA_NODES`` more (and ``MAX_NODES``); a configuration
+   that still fails is *not verified* (``fleet_verified`` false) and ranked at the lower bound (one node more than
+   the last tried). The nodes found replace the estimate in ``nodes_needed`` and the cost; the rows are re-ranked,
+   and while a row not yet checked rises into the top ``fleet_top`` it is checked too (at most 2 × fleet_top
+   configurations in all). The other rows keep the perfect-balance estimate (``fleet_checked`` false). The check
+   only adds nodes, so a configuration pruned against the best *estimate* is not revisited when the check raises
+   the best's cost (pruning stays exact for the perfect-balance ranking).
 
 Speed-ups that cannot change the answer:
 
@@ -36,8 +49,8 @@ Configurations are searched cheapest estimate first (the saturated rate times th
 best is known early and pruning bites; the order changes which configurations are pruned, never the best one.
 
 Configurations run as tasks on a backend (``studies.backends``: a local process pool or Ray), each one capacity
-search, results as plain dicts. ``search`` returns a plain dict: ``configs`` (best first), ``searched``,
-``skipped`` (with why), ``pruned``, ``failed``, ``simulations``.
+search or one fleet check, results as plain dicts. ``search`` returns a plain dict: ``configs`` (best first),
+``searched``, ``skipped`` (with why), ``pruned``, ``failed``, ``simulations`` (fleet checks included), ``router``.
 """
 from __future__ import annotations
 
@@ -49,10 +62,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from batching.sim.policy import KNOB_LIMITS, PRESETS, with_knobs
-from batching.sim.simulate import Scenario, simulate
+from batching.sim.fleet import MAX_NODES, ROUTERS
+from batching.sim.policy import KNOB_LIMITS, PRESETS, BatchingPolicy, with_knobs
+from batching.sim.simulate import MAX_REQUESTS, Scenario, simulate
 from batching.sim.specs import GPU, GPUS, KV_BLOCK_TOKENS, PRECISIONS, Deployment, Node
-from batching.studies.capacity import SLO, binding_of, capacity, check_headroom, meets_slo, plan_costs, slo_point
+from batching.studies.capacity import (SLO, binding_of, capacity, check_headroom, meets_slo, plan_costs, slo_point,
+                                       sustained)
 
 TPS = (1, 2, 4, 8)
 # the knobs a search may vary, by the mode that uses them (a knob a policy's mode ignores is not varied for it)
@@ -71,8 +86,26 @@ MAX_ITER = 20  # the capacity search's default most rates tried
 FLOOR = 64  # the capacity search gives up below ceiling / 64 (a rate that slow decodes every request alone)
 CEILING_REACH = 1.05 * 2 ** 8  # the highest rate / ceiling the capacity search can answer (its doubling stops)
 BRACKET = 1.15  # a warm start's first bracket: the estimate / and * this factor
-ROUTER_NOTE = ("Nodes needed = ⌈target × headroom / rate per node⌉: one router-less fleet of identical nodes, "
-               "assuming perfect load balancing across them (no router is simulated).")
+ROUTER_DEFAULT = "least-outstanding"  # search()'s router for the fleet check
+FLEET_TOP = 3  # configurations at the top of the ranking checked as a fleet
+FLEET_EXTRA_NODES = 3  # nodes a fleet check adds, one at a time, before it calls a configuration not verified
+ROUTER_NOTE = ("Nodes needed: first ⌈target × headroom / rate per node⌉, which assumes perfect load balancing "
+               "across nodes; the top configurations (marked fleet ✓) were then simulated as a fleet of that many "
+               "nodes behind the router at the target rate (× headroom), adding a node while the fleet missed the "
+               "SLOs (at most 3 more); their nodes and cost are the fleet's. The others keep the perfect-balance "
+               "estimate.")
+
+
+NO_FLEET_NOTE = ("Nodes needed = ⌈target × headroom / rate per node⌉: this assumes perfect load balancing across "
+                 "nodes (no fleet was simulated: the fleet check was off).")
+
+
+def router_note(router: str, fleet_top: int = FLEET_TOP) -> str:
+    """ROUTER_NOTE and the router the fleet checks ran behind (NO_FLEET_NOTE when ``fleet_top`` is 0)."""
+    if not fleet_top:
+        return NO_FLEET_NOTE
+    return (f"{ROUTER_NOTE} Router: {router} (a request-level policy, static or dynamic, runs round-robin: the "
+            "other routers read replica state built for the continuous modes).")
 COST_NOTE = ("$ per million output tokens = nodes × GPUs per node × $ per GPU-hour / (target req/s × mean output "
              "tokens per request × 3600) × 10⁶: what serving the target costs, whole nodes included.")
 
@@ -367,6 +400,52 @@ def ceiling_task(payload: dict) -> dict:
     return {"status": "done", "simulations": 1, "ceiling_req_s": s["num_requests"] / max(s["duration_s"], 1e-9)}
 
 
+def fleet_router(router: str, policy: BatchingPolicy) -> str:
+    """The router a fleet of this policy runs behind: ``router``, or round-robin for a request-level policy
+    (``Scenario.with_policy``'s rule)."""
+    return router if policy.mode == "continuous" else "round-robin"
+
+
+def fleet_scenario(sc: Scenario, nodes: int, router: str, rate_req_s: float) -> Scenario:
+    """One configuration's scenario (``config_scenario``) as a fleet of ``nodes`` nodes behind ``router``, its
+    workload at ``rate_req_s`` in all with num_requests × nodes requests (each node sees about as many as one node's
+    capacity search did; a trace replays at most all its requests; at most ``MAX_REQUESTS``)."""
+    wl = sc.workload
+    n = min(int(wl.num_requests) * int(nodes), MAX_REQUESTS)
+    return replace(sc, nodes=int(nodes), router=fleet_router(router, sc.policy),
+                   workload=wl.with_num_requests(n).with_rate(rate_req_s))
+
+
+def fleet_task(payload: dict) -> dict:
+    """One configuration's fleet check on a worker: ``nodes`` nodes behind ``router`` at ``rate_req_s`` (target ×
+    headroom) read against the SLOs with the capacity search's rule (``meets_slo``); while it fails, one node more,
+    at most ``extra`` more (and ``MAX_NODES``). ``payload``: scenario (one node), slo, nodes, router, rate_req_s,
+    extra. Returns a plain dict: ``nodes`` (the first that met the SLOs, or None), ``tried`` (each run read)."""
+    sc: Scenario = payload["scenario"]
+    slo: SLO = payload["slo"]
+    start = int(payload["nodes"])
+    last = min(start + int(payload.get("extra", FLEET_EXTRA_NODES)), MAX_NODES)
+    router = fleet_router(payload["router"], sc.policy)
+    started = time.perf_counter()
+    tried: list[dict] = []
+    try:
+        for n in range(start, last + 1):
+            p = slo_point(fleet_scenario(sc, n, router, float(payload["rate_req_s"])), slo)
+            ok = meets_slo(p, slo)
+            tried.append({"nodes": n, "meets_slo": ok, "attainment": float(p["attainment"]),
+                          "sustained": sustained(p), "ttft_p99_s": float(p["ttft_p99_s"]),
+                          "tpot_p99_s": float(p["tpot_p99_s"])})
+            if ok:
+                break
+    except ValueError as exc:  # e.g. a trace that cannot be sped up to the target: not checked, with why
+        return {"status": "skipped", "why": str(exc), "simulations": len(tried), "router": router,
+                "tried": tried, "seconds": time.perf_counter() - started}
+    ok = bool(tried) and tried[-1]["meets_slo"]
+    return {"status": "done", "simulations": len(tried), "router": router, "tried": tried,
+            "nodes": tried[-1]["nodes"] if ok else None, "last_nodes": tried[-1]["nodes"] if tried else start - 1,
+            "seconds": time.perf_counter() - started}
+
+
 # ---------------------------------------------------------------- the search
 
 
@@ -400,13 +479,20 @@ def rank_key(row: dict) -> tuple:
 def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Mapping[str, float], grid: Grid,
            backend=None, prune: bool = True, warm: bool = True, headroom: float = 1.0,
            custom_gpus: Mapping[str, GPU] | None = None, rel_tol: float = REL_TOL,
-           progress: Callable[[int, int, str], None] | None = None) -> dict:
+           progress: Callable[[int, int, str], None] | None = None, router: str = ROUTER_DEFAULT,
+           fleet_top: int = FLEET_TOP) -> dict:
     """Search the grid on ``base``'s model and workload (its rate is what each capacity search varies); see the
     module's docstring. ``backend``: a ``studies.backends`` backend (default: a local process pool, closed at the
-    end; one given is left open). Returns a plain dict (JSON-ready)."""
+    end; one given is left open). ``router``: the router the fleet checks run behind (``sim.fleet.ROUTERS``);
+    ``fleet_top``: how many of the top configurations to check as a fleet (0: none, every row keeps the
+    perfect-balance estimate). ``base``'s own nodes and router are not read. Returns a plain dict (JSON-ready)."""
     from batching.studies.backends import make_backend, run_tasks
 
     started = time.perf_counter()
+    if router not in ROUTERS:
+        raise ValueError(f"router={router!r} is not allowed; allowed: {', '.join(ROUTERS)}")
+    if isinstance(fleet_top, bool) or not isinstance(fleet_top, int) or not 0 <= fleet_top <= MAX_CONFIGS:
+        raise ValueError(f"fleet_top={fleet_top!r} is out of range; allowed a whole number from 0 to {MAX_CONFIGS}")
     grid.validate(custom_gpus)
     slo.validate()
     headroom = check_headroom(headroom)
@@ -600,6 +686,77 @@ def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Map
             tick(f"{cfg.label()}: {rate:,.3g} req/s per node")
 
         run_tasks(backend, next_search, on_result=got_search, on_failure=failed_task)
+
+        # 3. the fleet check of the top of the ranking: the estimate's nodes behind the router at the target, one
+        #    node more while the SLOs fail; re-ranked after each round, until the top fleet_top are all checked
+        rate_all = target_rate_req_s * headroom
+        for cfg, r in rows.items():
+            r.update(nodes_needed_perfect_balance=r["nodes_needed"], fleet_checked=False, fleet_verified=None,
+                     fleet_nodes_needed=None, fleet_ttft_p99_s=None, fleet_tpot_p99_s=None, fleet_attainment=None,
+                     fleet_nodes_tried=[], fleet_simulations=0, fleet_note=None,
+                     router=fleet_router(router, scenarios[cfg].policy))
+        attempted: set[Config] = set()
+
+        def got_fleet(cfg: Config, out: dict) -> None:
+            nonlocal simulations
+            simulations += out.get("simulations", 0)
+            r = rows[cfg]
+            r.update(fleet_simulations=r["fleet_simulations"] + out.get("simulations", 0),
+                     fleet_nodes_tried=out.get("tried", []), router=out.get("router", r["router"]))
+            if out["status"] != "done" or not out.get("tried"):
+                r["fleet_note"] = f"not simulated as a fleet: {out.get('why', 'no run')}"
+                tick(f"{cfg.label()}: fleet not simulated")
+                return
+            last = out["tried"][-1]
+            r.update(fleet_checked=True, fleet_ttft_p99_s=last["ttft_p99_s"], fleet_tpot_p99_s=last["tpot_p99_s"],
+                     fleet_attainment=last["attainment"])
+            if out["nodes"] is not None:
+                n = int(out["nodes"])
+                r.update(fleet_verified=True, fleet_nodes_needed=n, nodes_needed=n,
+                         usd_per_million_output_tokens=cost(cfg, n))
+                tick(f"{cfg.label()}: {n} node(s) behind {r['router']} meet the SLOs")
+            else:
+                n = int(out["last_nodes"]) + 1  # a lower bound: the last tried missed the SLOs
+                r.update(fleet_verified=False, nodes_needed=n, usd_per_million_output_tokens=cost(cfg, n),
+                         fleet_note=f"not verified: {out['last_nodes']} nodes behind {r['router']} still miss the "
+                                    f"SLOs (attainment {last['attainment'] * 100:.1f} %"
+                                    + ("" if last["sustained"] else ", the queue grows") + f"); {n} or more needed")
+                tick(f"{cfg.label()}: not verified as a fleet")
+
+        def fleet_failed(cfg: Config, failure) -> None:
+            rows[cfg]["fleet_note"] = f"the fleet check failed on a worker: {failure.error}"
+            failed.append(cfg.to_dict(num_gpus) | {"label": cfg.label(), "stage": "fleet check",
+                                                   "error": f"fleet check: {failure.error}",
+                                                   "tries": failure.tries})
+            tick(f"{cfg.label()}: fleet check failed")
+
+        while True:
+            ranked = sorted((r for cfg, r in rows.items() if r["meets_slo"]), key=rank_key)
+            by_label = {cfg.label(): cfg for cfg in rows}
+            todo = [by_label[r["label"]] for r in ranked[:fleet_top] if by_label[r["label"]] not in attempted]
+            todo = todo[:max(0, 2 * fleet_top - len(attempted))]
+            if not todo:
+                break
+            queue = []
+            for cfg in todo:
+                attempted.add(cfg)
+                n0 = rows[cfg]["nodes_needed"]
+                if n0 > MAX_NODES:
+                    rows[cfg]["fleet_note"] = (f"not simulated as a fleet: {n0} nodes, more than the {MAX_NODES} a "
+                                               "fleet simulation holds")
+                    continue
+                queue.append(cfg)
+            total += len(queue)
+
+            def next_fleet():
+                if not queue:
+                    return None
+                cfg = queue.pop(0)
+                payload = {"scenario": scenarios[cfg], "slo": slo, "nodes": rows[cfg]["nodes_needed"],
+                           "router": router, "rate_req_s": rate_all, "extra": FLEET_EXTRA_NODES}
+                return cfg, f"{cfg.label()} (fleet)", fleet_task, payload
+
+            run_tasks(backend, next_fleet, on_result=got_fleet, on_failure=fleet_failed)
     finally:
         if own:
             backend.close()
@@ -632,5 +789,7 @@ def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Map
         "num_gpus_per_node": num_gpus,
         "mean_output_tokens": mean_output,
         "slo": slo.to_dict(),
-        "notes": [ROUTER_NOTE, COST_NOTE],
+        "router": router,
+        "fleet_top": fleet_top,
+        "notes": [router_note(router, fleet_top), COST_NOTE],
     }
