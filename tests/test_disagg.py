@@ -144,3 +144,36 @@ def test_finding_a_tight_tpot_slo_favours_disaggregation_a_loose_one_aggregation
             rates[name, label] = capacity(sc, slo, rel_tol=0.03).max_rate_req_s
     assert rates["tight", "dis"] > 1.5 * rates["tight", "agg"], rates
     assert rates["loose", "agg"] > rates["loose", "dis"], rates
+
+
+# ---------------------------------------------------------------- property tests over random splits and traffic
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from batching.sim.specs import MODELS, deployment  # noqa: E402
+
+SMALL = deployment(model="llama-3.1-8b")  # fits TP 1, so every split of 8 GPUs is valid
+
+
+@st.composite
+def splits(draw):
+    tps = (1, 2, 4)
+    p_tp, d_tp = draw(st.sampled_from(tps)), draw(st.sampled_from(tps))
+    p = draw(st.integers(1, max(1, 4 // p_tp)))
+    d = draw(st.integers(1, max(1, (8 - p * p_tp) // d_tp)))
+    kv = draw(st.sampled_from([None, 12_000, 40_000]))
+    return (Disagg(p, p_tp, d, d_tp), draw(st.sampled_from(["chat", "mixed", "code", "sharegpt"])),
+            draw(st.sampled_from(["continuous", "chunked", "priority"])), draw(st.floats(0.5, 40.0)),
+            draw(st.integers(0, 10_000)), kv)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(splits())
+def test_property_every_split_conserves_requests_tokens_transfers_and_kv(case) -> None:
+    split, workload, preset, rate, seed, kv = case
+    dep = SMALL if kv is None else Deployment(SMALL.node, SMALL.model, kv_cache_tokens=kv)
+    if split.gpus > 8:
+        return
+    res = simulate(Scenario(dep, workload_preset(workload, rate, 120, seed), PRESETS[preset], disagg=split))
+    _check(res)
+    assert MODELS["llama-3.1-8b"].name in res.scenario.deployment.model.name

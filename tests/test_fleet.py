@@ -199,3 +199,27 @@ def test_cli_fleet_errors_are_one_line(argv, msg, capsys) -> None:
     assert exc.value.code != 0
     err = capsys.readouterr().err
     assert msg in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- property test over random fleets and traffic
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from batching.sim.specs import deployment  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(fleet.ROUTERS), st.integers(1, 3), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from(["chat", "mixed", "sharegpt", "chat-sessions"]), st.sampled_from(["continuous", "chunked",
+                                                                                       "priority"]),
+       st.floats(0.5, 60.0), st.integers(0, 10_000), st.sampled_from([1.0, 4.0]))
+def test_property_every_fleet_conserves_requests_and_tokens_and_keeps_kv_within_capacity(
+        router, nodes, tp, workload, preset, rate, seed, cv) -> None:
+    dep = deployment(model="llama-3.1-8b", tp=tp)
+    wl = workload_preset(workload, rate, 150, seed)
+    if cv != 1.0:
+        wl = wl.with_arrivals("gamma", cv=cv)
+    res = simulate(Scenario(dep, wl, PRESETS[preset], nodes=nodes, router=router))
+    if res.scenario.replicas > 1:
+        _assert_fleet_conserved(res)
+    assert len(res.requests) == 150 and np.isfinite(res.requests["release_s"]).all()
