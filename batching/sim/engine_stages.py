@@ -295,17 +295,13 @@ def pc_acquire_nb(h, m, inp, seqs, pc, cnt):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def pc_register_nb(r, tokens, inp, seqs, pc):
-    """Sequence r's first ``tokens`` tokens are (scheduled to be) computed: name its chain blocks among the
-    full blocks they fill in the cache, as vLLM V1 caches full blocks when it schedules them. A block someone
-    else cached already (computed twice, at the same time) stays r's own copy, and r names no further blocks.
-    A sequence whose chain is all named returns at once, before the division (this runs for every decode)."""
-    end = seqs.plim[r]
-    going = seqs.pb[r] < end
-    if going:
-        end = min(end, tokens // KV_BLOCK_TOKENS)
-        going = seqs.pb[r] < end
+def pc_register_nb(r, full, inp, seqs, pc):
+    """Sequence r's blocks before ``full`` are (scheduled to be) complete: name its chain blocks among them
+    in the cache, as vLLM V1 caches full blocks when it schedules them. A block someone else cached already
+    (computed twice, at the same time) stays r's own copy, and r names no further blocks."""
     lo = inp.chain_off[r]
+    end = min(full, seqs.plim[r])
+    going = seqs.pb[r] < end
     while going:
         j = seqs.pb[r]
         bid = inp.chain_ids[lo + j]
@@ -523,7 +519,10 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
                     free -= need
                     blocks[r] += need
                 if pc is not None:
-                    pc_register_nb(r, kv[r] + 1, inp, seqs, pc)
+                    # (the cheap test first: a sequence whose chain is all named skips the division)
+                    if seqs.pb[r] < seqs.plim[r]:
+                        if seqs.pb[r] < (kv[r] + 1) // KV_BLOCK_TOKENS:
+                            pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc)
                 sched[r] = 1 + kr
                 n_dec += 1 + kr
                 ctx += kv[r] + 1 + kr  # a multi-query kernel reads the context once for its k + 1 queries
@@ -662,7 +661,10 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
                     free -= need
                     blocks[r] += need
                 if pc is not None:
-                    pc_register_nb(r, kv[r] + c, inp, seqs, pc)
+                    # (the cheap test first: a sequence whose chain is all named skips the division)
+                    if seqs.pb[r] < seqs.plim[r]:
+                        if seqs.pb[r] < (kv[r] + c) // KV_BLOCK_TOKENS:
+                            pc_register_nb(r, (kv[r] + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
                 sched[r] = c
                 n_pre += c
                 attn += c * (kv[r] + 0.5 * c)
@@ -749,7 +751,7 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
                     si[step, S_CACHED_TOKENS] += hit
                     if first:
                         out.req_cached[h] = hit
-                pc_register_nb(h, hit + c, inp, seqs, pc)
+                pc_register_nb(h, (hit + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
                 pc_trim_nb(pc, cnt)
             sched[h] = c
             si[step, S_PREFILL] += c
