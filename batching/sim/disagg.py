@@ -27,9 +27,9 @@ import numpy as np
 from numba import njit
 
 from batching.sim import engine as eng
-from batching.sim.engine_stages import blocks_for_nb, later_pop_nb, later_push_nb, q_push_back_nb
-from batching.sim.engine_state import (B_LATER, B_WAITING, C_RELEASED, C_STEP, DEADLOCK, ITL_BINS, NUM_B, NUM_RF,
-                                       NUM_SF, NUM_SI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, S_WAITING,
+from batching.sim.engine_stages import later_pop_nb, later_push_nb
+from batching.sim.engine_state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK, ITL_BINS, NUM_B, NUM_RF,
+                                       NUM_SF, NUM_SI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL,
                                        V_KV, V_OUTSTANDING, Handoff, Later, Outputs)
 from batching.sim.fleet import join_nb, _least_nb, _out_of, _pc_of
 from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
@@ -143,18 +143,14 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, 
             dec_rep[q] = i
             dec_arr[q] = td
             out_d.req_f[q, R_ARRIVAL] = td
-            join_nb(runs_d[i], out_d, i, q, td)
-            view_d[i, V_OUTSTANDING] += 1
-            view_d[i, V_KV] += blocks_for_nb(inp_d.prompt[q])
+            join_nb(runs_d[i], out_d, view_d, inp_d, i, q, td)
         if r == n:
             break
         # 3. the arrival to the prefill instance with the fewest outstanding requests
         i = _least_nb(view_p, V_OUTSTANDING, rr_p, n_p)
         rr_p = rr_p + 1 if rr_p + 1 < n_p else 0
         pre_rep[r] = i
-        join_nb(runs_p[i], out_p, i, r, t_arr)
-        view_p[i, V_OUTSTANDING] += 1
-        view_p[i, V_KV] += blocks_for_nb(inp_p.prompt[r])
+        join_nb(runs_p[i], out_p, view_p, inp_p, i, r, t_arr)
     released = 0
     for i in range(n_d):
         status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, None, runs_d[i], np.inf,

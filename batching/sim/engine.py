@@ -26,7 +26,7 @@ from batching.sim.engine_state import (
     R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS, S_DECODE, S_KV_BLOCKS, S_LM,
     S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING, NUM_SPF, NUM_SPI,
     SP_ACCEPTED, SP_PROPOSED, SP_SEQS, SPF_CTX, SPF_DRAFT_S, Batch, Cost, Inputs, Knobs, Later, Outputs, Prefix,
-    Handoff, Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING,
+    Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING,
 )
 
 # the engine's public names: its entry points and the enums, columns and types of engine_state

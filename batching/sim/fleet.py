@@ -125,10 +125,12 @@ def _affinity_nb(r, view, rr, n_rep, off, ids, seen):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def join_nb(st, out, i, r, t):
+def join_nb(st, out, view, inp, i, r, t):
     """Request r joins run ``st`` (instance i of ``out``'s stacked step tables) at t: its waiting queue, its clock
     moved to t if it was idle, else the step in flight's waiting count (a run alone counts a request arriving
-    during a step as waiting after it)."""
+    during a step as waiting after it); the router's view of i counts it and its prompt's blocks."""
+    view[i, V_OUTSTANDING] += 1
+    view[i, V_KV] += blocks_for_nb(inp.prompt[r])
     q_push_back_nb(st.q, st.seqs.cls[r], r)
     st.b.n[B_WAITING] += 1
     if st.t[0] < t:
@@ -174,9 +176,7 @@ def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, seen, r
         if rr == n_rep:
             rr = 0
         rep_of[r] = i
-        join_nb(runs[i], out, i, r, t_arr)
-        view[i, V_OUTSTANDING] += 1
-        view[i, V_KV] += blocks_for_nb(inp.prompt[r])
+        join_nb(runs[i], out, view, inp, i, r, t_arr)
     released = 0
     for i in range(n_rep):
         status = eng.advance_nb(inp, knobs, cost, _out_of(out, i), _pc_of(pcs, i), _lat_of(lats, i),
