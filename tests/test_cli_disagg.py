@@ -172,8 +172,11 @@ def test_compare_with_the_split_runs_the_iteration_level_presets(tmp_path, capsy
         assert s["disaggregated"] == "disaggregated: 1 prefill x TP 4 + 1 decode x TP 4"
 
 
-def test_search_still_parses_with_the_split_flags():
-    args = make_parser().parse_args(["search", "--target-rate", "5", "--gpu-hour-usd", "2", "--slo-tpot-ms", "50",
-                                     *SPLIT, "--num-nodes", "2", "--tp", "4,8", "--gpu", "h100-sxm"])
-    assert (args.prefill_instances, args.decode_tp, args.nodes, args.tps, args.gpus) == (1, 4, 2, (4, 8),
-                                                                                         ("h100-sxm",))
+def test_search_refuses_the_split_and_nodes_flags_in_one_line(capsys):
+    """The search's grid is aggregated nodes and it sizes the nodes itself: the flags are refused, not ignored."""
+    base = ["search", "--target-rate", "5", "--gpu-hour-usd", "2", "--slo-tpot-ms", "50", "--gpus", "h100-sxm"]
+    for extra, msg in ((SPLIT, "--prefill-instances: the search tries aggregated nodes only"),
+                       (["--num-nodes", "2"], "--nodes: the search finds the nodes needed itself")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -11,7 +11,7 @@ import math
 import sys
 from pathlib import Path
 
-from batching.cli.args import (CliError, add_prefix_caching_arg, add_scenario_args, add_slo_args,
+from batching.cli.args import (DISAGG_FLAGS, CliError, add_prefix_caching_arg, add_scenario_args, add_slo_args,
                                check_output_file, float_arg, fmt, shown, slo_from_args, workload_from_args,
                                write_json)
 from batching.sim.fleet import ROUTER_HELP, ROUTERS
@@ -190,6 +190,14 @@ def _ms(v) -> str:
 def cmd_search(args) -> int:
     if args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.slo_e2e_s is None:
         raise CliError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-s")
+    split = [flag for flag, field in DISAGG_FLAGS.items() if getattr(args, field, None) is not None]
+    if getattr(args, "kv_link_gbps", None) is not None:
+        split.append("--kv-link-gbps")
+    if split:
+        raise CliError(f"{split[0]}: the search tries aggregated nodes only (its grid has no prefill/decode splits); "
+                       "compare a split with `capacity` and its split flags")
+    if args.nodes != 1:
+        raise CliError("--nodes: the search finds the nodes needed itself (from --target-rate); leave --nodes out")
     for tp in args.tps:
         if tp > args.num_gpus or args.num_gpus % tp:
             raise CliError(f"--tp: {tp} must divide --num-gpus {args.num_gpus}; allowed: "
