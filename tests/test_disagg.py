@@ -83,6 +83,14 @@ def test_transfer_time_is_the_prompts_kv_over_the_link() -> None:
     assert Disagg(2, 8, 1, 8).link_Bps(dep) == pytest.approx(8 * CROSS_NODE_GBPS * 1e9 / 8)  # 24 GPUs: across nodes
 
 
+def test_figure_captions_name_the_split_not_the_sidebar_tp() -> None:
+    from batching.charts.export import scenario_caption
+
+    assert " · 1 prefill × TP 4 + 1 decode × TP 4 · " in scenario_caption(Scenario(disagg=SPLIT))
+    assert "TP 8" not in scenario_caption(Scenario(disagg=SPLIT))
+    assert scenario_caption(Scenario(nodes=2, disagg=Disagg(1, 8, 1, 8))).startswith("Simulated: 2 nodes of 8×")
+
+
 def test_a_split_across_two_nodes_runs() -> None:
     res = simulate(Scenario(workload=workload_preset("chat", 4.0, 300, 1), policy=PRESETS["chunked"], nodes=2,
                             disagg=Disagg(1, 8, 1, 8)))

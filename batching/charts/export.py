@@ -53,7 +53,13 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
     dep, wl = scenario.deployment, scenario.workload
     node = dep.node
     parts = [f"{node.num_gpus}× {node.gpu.name}", dep.model.name, f"TP {node.tp}", dep.precision.upper()]
-    if scenario.nodes > 1 or scenario.router != "round-robin":
+    split = getattr(scenario, "disagg", None)
+    if split is not None:  # the split's own TPs, not the sidebar's
+        parts[2] = (f"{split.prefill_instances} prefill × TP {split.prefill_tp} + {split.decode_instances} decode × "
+                    f"TP {split.decode_tp}")
+        if scenario.nodes > 1:
+            parts[0] = f"{scenario.nodes} nodes of {parts[0]}"
+    elif scenario.nodes > 1 or scenario.router != "round-robin":
         parts[0] = f"{scenario.nodes} node{'s' if scenario.nodes > 1 else ''} of {parts[0]}"
         parts.insert(4, f"{scenario.replicas} replica{'s' if scenario.replicas > 1 else ''}, {scenario.router} router")
     if dep.kv_dtype == "fp8":
