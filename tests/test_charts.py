@@ -316,8 +316,6 @@ def test_kv_chart_without_a_prefix_cache_is_unchanged():
         assert fig.layout.annotations[0].text.startswith("KV cache in use (capacity")
 
 
-@pytest.mark.skipif("cached_blocks" not in Path(charts.__file__).parents[1].joinpath("sim", "simulate.py")
-                    .read_text(), reason="the engine's cached_blocks column has not landed yet")
 def test_kv_chart_of_a_run_with_a_shared_prompt():
     sc = Scenario(deployment=deployment(), workload=workload_preset("sharegpt", 3.0, 120, 1).with_shared_prefix(1024))
     res = simulate(sc.with_policy(PRESETS["chunked"]))

@@ -201,11 +201,6 @@ def test_home_showdown_runs_the_continuous_presets_split(disaggregated):
     assert not at.warning
 
 
-def _sidebar_has_serving() -> bool:
-    return any(p.key == "serving" for p in sidebar.params())
-
-
-@pytest.mark.skipif(not _sidebar_has_serving(), reason="the sidebar's Serving control has not landed")
 def test_the_sidebar_s_split_from_the_link_reaches_every_page():
     """The same, with the split set the way a user sets it: the sidebar's Serving control (in the link)."""
     cache.clear()
