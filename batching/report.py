@@ -21,6 +21,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from batching.charts import fleet as fleet_charts
 from batching.charts import planning as cp
 from batching.charts import policy as charts
 from batching.charts.export import caption_of, scenario_caption, with_caption
@@ -238,6 +239,20 @@ def policy_figures(result: SimResult, label: str | None = None,
         figs[f"{metric}_hist"] = (charts.latency_histogram(result.requests, metric, names),
                                   f"{metric.upper()} histogram per class.")
     figs["itl"] = (charts.itl_histogram(result.itl_hist, result.itl_edges, names), "Inter-token latency histogram.")
+    sc = result.scenario
+    if sc.disagg is not None:  # the exports show each instance against its own role's cache (Explore draws it apart)
+        dis = sc.disagg
+        figs["per_instance"] = (
+            fleet_charts.replica_kv_queue(result.steps, sc.deployment.kv_capacity_tokens,
+                                          dis.prefill_instances + dis.decode_instances, subtitle=dis.describe(),
+                                          roles=fleet_charts.disagg_roles(dis, sc.deployment)),
+            "KV cache in use (% of each instance's own cache) and requests waiting, per prefill and decode instance.")
+    elif sc.replicas > 1:
+        figs["per_replica"] = (
+            fleet_charts.replica_kv_queue(result.steps, sc.deployment.kv_capacity_tokens, sc.replicas,
+                                          sc.deployment.node.replicas, subtitle=f"{sc.replicas} replicas, "
+                                          f"{sc.router} router"),
+            "KV cache in use (% of a replica's cache) and requests waiting, per replica of the fleet.")
     line = scenario_caption(result.scenario, policy=label or policy_label(result.scenario.policy))
     return {k: (with_caption(fig, line, copy=False), text) for k, (fig, text) in figs.items()}
 

@@ -185,3 +185,20 @@ def test_property_every_split_conserves_requests_tokens_transfers_and_kv(case) -
     res = simulate(Scenario(dep, workload_preset(workload, rate, 120, seed), PRESETS[preset], disagg=split))
     _check(res)
     assert MODELS["llama-3.1-8b"].name in res.scenario.deployment.model.name
+
+
+def test_exports_carry_the_per_instance_chart_of_a_split() -> None:
+    """The report and the downloads (report.policy_figures) show each instance against its own role's cache."""
+    from batching import report
+
+    res = simulate(Scenario(workload=workload_preset("chat", 2.0, 150, 0), policy=PRESETS["chunked"],
+                            disagg=Disagg(1, 4, 2, 2)))
+    figs = report.policy_figures(res)
+    fig = figs["per_instance"][0]
+    names = sorted({t.name for t in fig.data} - {"scenario caption"})
+    assert names == ["decode 1", "decode 2", "prefill 0"]
+    kv = [t for t in fig.data if t.name in names and t.yaxis in (None, "y")]
+    assert len(kv) == 3
+    assert all(np.nanmax(np.asarray(t.y, float)) <= 100.0 for t in kv)
+    assert "per_instance" not in report.policy_figures(simulate(Scenario(workload=workload_preset("chat", 2.0, 50,
+                                                                                                  0))))

@@ -223,3 +223,13 @@ def test_property_every_fleet_conserves_requests_and_tokens_and_keeps_kv_within_
     if res.scenario.replicas > 1:
         _assert_fleet_conserved(res)
     assert len(res.requests) == 150 and np.isfinite(res.requests["release_s"]).all()
+
+
+def test_exports_carry_the_per_replica_chart_of_a_fleet() -> None:
+    from batching import report
+
+    res = simulate(Scenario(TP2, workload_preset("chat", 6.0, 200, 0), PRESETS["chunked"], nodes=2,
+                            router="least-kv"))
+    fig = report.policy_figures(res)["per_replica"][0]
+    lines = [t for t in fig.data if t.name != "scenario caption"]
+    assert len({t.name for t in lines}) == 8 and len(lines) == 16  # 8 replicas x 2 panels
