@@ -24,14 +24,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 from numba import njit
 
 from batching.sim import engine as eng
 from batching.sim.engine_stages import later_pop_nb, later_push_nb
-from batching.sim.engine_state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK, ITL_BINS, NUM_B, NUM_RF,
-                                       NUM_SF, NUM_SI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL,
-                                       V_KV, V_OUTSTANDING, Handoff, Later, Outputs)
-from batching.sim.fleet import join_nb, _least_nb, _out_of, _pc_of
+from batching.sim.costmodel import cost_model
+from batching.sim.engine_state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK, ITL_BINS, ITL_BINS_PER_LOG, ITL_LOG_LO,
+                                       NUM_B, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
+                                       R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, V_KV, V_OUTSTANDING, Handoff, Later)
+from batching.sim.fleet import _least_nb, _out_of, _pc_of, join_nb, stacked_outputs, stacked_prefix
+from batching.sim.frames import steps_frame
+from batching.sim.metrics import (node_summary, percentile, queue_growth, replica_summary, request_latencies,
+                                  wall_time)
+from batching.sim.policy import PREEMPTION_CODE
 from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
 
 CROSS_NODE_GBPS = 400.0  # per GPU across nodes: one 400 Gb/s NIC per GPU (ConnectX-7 on DGX/HGX H100)
@@ -74,6 +80,17 @@ class Disagg:
                 self.deployment(dep, role).validate()
             except ValueError as exc:
                 raise ValueError(f"the {role} instances (TP {tp}): {exc}") from None
+
+    def check_policy(self, policy, router: str = "round-robin") -> None:
+        """What the split runs with: iteration-level batching without speculative decoding, and its own routing."""
+        if policy.mode != "continuous":
+            raise ValueError(f"disaggregation runs iteration-level batching (mode continuous: the presets continuous, "
+                             f"chunked, priority); mode={policy.mode!r} runs each batch as a whole")
+        if policy.spec_decode != "off":
+            raise ValueError("speculative decoding is not modelled with disaggregation here; set spec_decode='off'")
+        if router != "round-robin":
+            raise ValueError(f"router={router!r}: a prefill/decode split routes by itself (prefill: least "
+                             "outstanding, decode: most free KV); leave router='round-robin'")
 
     def deployment(self, dep: Deployment, role: str) -> Deployment:
         """One instance of ``role`` as a Deployment (its TP on the same GPUs)."""
@@ -171,12 +188,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, 
 
 
 def check_requests(reqs, dis: Disagg, dep: Deployment, policy) -> None:
-    """Clear errors before the run: every prompt fits a prefill instance, every request a decode instance."""
-    if policy.mode != "continuous":
-        raise ValueError(f"disaggregation runs iteration-level batching (mode continuous: the presets continuous, "
-                         f"chunked, priority); mode={policy.mode!r} runs each batch as a whole")
-    if policy.spec_decode != "off":
-        raise ValueError("speculative decoding is not modelled with disaggregation here; set spec_decode='off'")
+    """Clear errors before the run: no sessions, every prompt fits a prefill instance and (without chunked prefill)
+    the token budget, every request a decode instance."""
     if reqs.after is not None:
         raise ValueError("session workloads (closed-loop turns) are not modelled with disaggregation here; "
                          "use a workload without sessions")
@@ -195,21 +208,12 @@ def check_requests(reqs, dis: Disagg, dep: Deployment, policy) -> None:
                          "chunked prefill on")
 
 
-def _outputs(n: int, instances: int, room: int, classes: int, arrival) -> Outputs:
-    req_f = np.full((n, NUM_RF), -1.0)
-    req_f[:, R_MAX_ITL] = 0.0
-    req_f[:, R_ARRIVAL] = arrival
-    return Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty((instances, room, NUM_SI), np.int64),
-                   np.empty((instances, room, NUM_SF)), np.zeros((classes, ITL_BINS), np.int64))
-
-
 def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> dict:
     """Run ``reqs`` through the split. Returns the two roles' outputs and per-request arrays: ``prefill`` and
     ``decode`` ((Outputs, steps per instance, cost model)), ``pre_rep``, ``dec_rep`` (-1: done at its first
     token), ``kv_transfer_s``, ``decode_arrival_s``."""
-    from batching.sim.costmodel import cost_model
-    from batching.sim.policy import PREEMPTION_CODE
 
+    dis.check_policy(policy)
     check_requests(reqs, dis, dep, policy)
     n = len(reqs)
     classes = max(1, len(reqs.class_names))
@@ -236,15 +240,9 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
     xfer = reqs.prompt_tokens * dep.kv_bytes_per_token / dis.link_Bps(dep)
     room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances))
     while True:
-        out_p = _outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
-        out_d = _outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
-        pcs = None
-        if chains and len(inp_p.chain_ids):
-            k, m = int(inp_p.chain_ids.max()) + 1, dis.prefill_instances
-            from batching.sim.engine_state import Prefix
-
-            pcs = Prefix(np.zeros((m, k), np.int64), np.zeros((m, k), np.bool_), np.empty((m, k), np.int64),
-                         np.empty((m, k), np.int64), np.full((m, 2), -1, np.int64))
+        out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
+        out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
+        pcs = stacked_prefix(dis.prefill_instances, inp_p.chain_ids) if chains else None
         hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64))
         heap = Later(np.empty(n), np.empty(n, np.int64), np.empty(0, np.int64))
         dec_rep = np.full(n, -1, np.int64)
@@ -268,8 +266,6 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
 
 def _itl_bins(gaps: np.ndarray) -> np.ndarray:
     """The engine's histogram bin of each gap (engine_stages.itl_record_nb's rule)."""
-    from batching.sim.engine_state import ITL_BINS_PER_LOG, ITL_LOG_LO
-
     b = np.floor((np.log(np.maximum(gaps, 1e-300)) - ITL_LOG_LO) * ITL_BINS_PER_LOG)
     return np.clip(b, 0, ITL_BINS - 1).astype(np.int64)
 
@@ -278,12 +274,6 @@ def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str):
     """(requests, steps, itl_hist) of a disaggregated run, as simulate.SimResult holds them: a request's times
     join its prefill (first scheduled, first token) and decode (finish, release) instances; the steps of prefill
     instances are replicas 0..P-1 and of decode instances P..P+D-1, with a ``role`` column."""
-    import pandas as pd
-
-    from batching.sim.engine_state import (R_FINISH, R_FIRST_SCHED, R_FIRST_TOKEN, R_RELEASE)
-    from batching.sim.frames import steps_frame
-    from batching.sim.metrics import request_latencies
-
     res = run_disagg(reqs, dep, dis, policy, allreduce)
     out_p, steps_p, cm_p = res["prefill"]
     out_d, steps_d, cm_d = res["decode"]
@@ -336,8 +326,6 @@ SHARE_KEYS = ("busy", "gpu_util", "sol_util", "mfu", "mbu", "kv_util")
 def summary_parts(res, dis: Disagg) -> dict:
     """The node figures of a disaggregated run: each role's (metrics.node_summary over its instances, its KV
     capacity), combined weighted by GPUs for the shares; the transfer and decode-queue percentiles."""
-    from batching.sim.metrics import node_summary, percentile, queue_growth, wall_time
-
     dep = res.scenario.deployment
     req, steps = res.requests, res.steps
     wall = wall_time(req)
@@ -370,10 +358,6 @@ def summary_parts(res, dis: Disagg) -> dict:
     s["disaggregated"] = dis.describe()
     s["gpus"] = dis.gpus
     # per instance: prefill instances count the requests they prefilled, decode instances those they decoded
-    import pandas as pd
-
-    from batching.sim.metrics import replica_summary
-
     both = pd.concat([req, d.assign(replica=d["decode_replica"])], ignore_index=True)
     count = dis.prefill_instances + dis.decode_instances
     by = replica_summary(both, steps, wall, count, count)

@@ -190,6 +190,26 @@ def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, seen, r
     return OK, -1
 
 
+def stacked_outputs(n: int, instances: int, room: int, classes: int, arrival) -> Outputs:
+    """Outputs for ``instances`` runs sharing the per-request tables and the histogram, each with its own step
+    tables (``room`` rows; _out_of gives instance i's view)."""
+    req_f = np.full((n, NUM_RF), -1.0)
+    req_f[:, R_MAX_ITL] = 0.0
+    req_f[:, R_ARRIVAL] = arrival
+    return Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty((instances, room, NUM_SI), np.int64),
+                   np.empty((instances, room, NUM_SF)), np.zeros((max(1, classes), ITL_BINS), np.int64))
+
+
+def stacked_prefix(instances: int, chain_ids) -> Prefix | None:
+    """One prefix cache per instance over the chains' block ids (_pc_of gives instance i's), or None without chains."""
+    if len(chain_ids) == 0:
+        return None
+    k = int(chain_ids.max()) + 1
+    return Prefix(np.zeros((instances, k), np.int64), np.zeros((instances, k), np.bool_),
+                  np.empty((instances, k), np.int64), np.empty((instances, k), np.int64),
+                  np.full((instances, 2), -1, np.int64))
+
+
 def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks: int, cm, spec=None):
     """Run ``reqs`` on ``replicas`` replicas behind ``router`` in one simulation; returns (replica, request
     indices, engine.EngineOutput) per replica with work, as simulate.run_requests does."""
@@ -208,17 +228,9 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
     seen = np.zeros((replicas, n_ids if router == "prefix-affinity" else 1), np.bool_)
     room = eng.room_for(inp, policy.max_num_batched_tokens, None, replicas)
     while True:
-        req_f = np.full((n, NUM_RF), -1.0)
-        req_f[:, R_MAX_ITL] = 0.0
-        req_f[:, R_ARRIVAL] = inp.arrival
-        out = Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty((replicas, room, NUM_SI), np.int64),
-                      np.empty((replicas, room, NUM_SF)), np.zeros((max(1, len(reqs.class_names)), ITL_BINS), np.int64))
-        pcs = None
-        if pc_off is not None and len(inp.chain_ids):
-            k = int(inp.chain_ids.max()) + 1
-            pcs = Prefix(np.zeros((replicas, k), np.int64), np.zeros((replicas, k), np.bool_),
-                         np.empty((replicas, k), np.int64), np.empty((replicas, k), np.int64),
-                         np.full((replicas, 2), -1, np.int64))
+        out = stacked_outputs(n, replicas, room, len(reqs.class_names), inp.arrival)
+        req_f = out.req_f
+        pcs = stacked_prefix(replicas, inp.chain_ids) if pc_off is not None else None
         lats = None
         one = eng.new_later(inp.after)
         if one is not None:
@@ -239,9 +251,8 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
         if status == DEADLOCK:
             raise RuntimeError(f"the engine could not schedule any work on replica {bad} (deadlock)")
         break
-    for r in range(n):  # a session's later turns ran where its first turn did
-        if rep_of[r] < 0:
-            rep_of[r] = rep_of[reqs.after[r]]
+    for r in np.flatnonzero(rep_of < 0):  # a session's later turns ran where its first turn did (after[r] < r)
+        rep_of[r] = rep_of[reqs.after[r]]
     outs = []
     for rep in range(replicas):
         idx = np.flatnonzero(rep_of == rep)

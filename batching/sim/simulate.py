@@ -9,7 +9,6 @@ import pandas as pd
 
 from batching.sim import engine as eng
 from batching.sim.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model
-from batching.sim.disagg import Disagg, summary_parts
 from batching.sim import disagg as dg
 from batching.sim.fleet import check_fleet, run_fleet
 from batching.sim.frames import steps_frame
@@ -32,7 +31,7 @@ class Scenario:
     allreduce: str = DEFAULT_ALLREDUCE
     nodes: int = 1  # identical nodes, each with deployment.node.replicas replicas (num_gpus / tp)
     router: str = "round-robin"  # how a request picks its replica (fleet.ROUTERS)
-    disagg: Disagg | None = None  # prefill/decode disaggregation: the GPUs split into prefill and decode instances
+    disagg: dg.Disagg | None = None  # prefill/decode disaggregation: the GPUs split into prefill and decode instances
 
     @property
     def replicas(self) -> int:
@@ -47,9 +46,7 @@ class Scenario:
         check_fleet(self.nodes, self.router, self.policy.mode)
         if self.disagg is not None:
             self.disagg.validate(self.deployment, self.nodes)
-            if self.policy.mode != "continuous":
-                raise ValueError(f"disaggregation runs iteration-level batching (mode continuous: the presets "
-                                 f"continuous, chunked, priority); mode={self.policy.mode!r} runs each batch as a whole")
+            self.disagg.check_policy(self.policy, self.router)
 
     def with_policy(self, policy: BatchingPolicy) -> "Scenario":
         """The scenario with another policy. A request-level policy (static, dynamic) in a fleet behind a router that
@@ -94,7 +91,7 @@ def summarize(res: SimResult) -> dict:
     s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
     s["duration_s"] = wall
     if sc.disagg is not None:
-        s.update(summary_parts(res, sc.disagg))
+        s.update(dg.summary_parts(res, sc.disagg))
     else:
         kv_blocks = spec_kv_blocks(sc.policy, dep)
         s.update(node_summary(res.steps, wall, sc.replicas, sc.policy.batch_cap,
