@@ -306,16 +306,18 @@ def slo_from_args(args, scenario: Scenario) -> SLO | None:
 # ---------------------------------------------------------------- flags
 
 
-def add_spec_arguments(group) -> None:
-    """--model-json, --gpu-json, --kv-dtype, --allreduce (on the scenario argument group)."""
+def add_spec_arguments(group, allreduce: bool = True) -> None:
+    """--model-json, --gpu-json, --kv-dtype and (``allreduce``) --allreduce, on the scenario argument group."""
     group.add_argument("--model-json", type=Path, default=None,
-                       help="a custom model: JSON with Model's fields, or a Hugging Face config.json "
-                            "(overrides --model)")
+                       help="a custom model: JSON with Model's fields, or a Hugging Face config.json (DeepSeek-V2/V3 "
+                            "and Kimi-K2 configs load with multi-head latent attention; overrides --model)")
     group.add_argument("--gpu-json", type=Path, default=None,
                        help="a custom GPU: JSON with name, memory_gib, hbm_bandwidth_tb_s, peak_bf16_tflops "
                             "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch] (overrides --gpu)")
     group.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES),
                        help="KV cache dtype: auto (= BF16 activations) or fp8 (half the bytes per token)")
+    if not allreduce:
+        return
     group.add_argument("--allreduce", default=cm.DEFAULT_ALLREDUCE, choices=list(cm.ALLREDUCE_IMPLS),
                        help="measured all-reduce table: vllm_graph (vLLM custom all-reduce in CUDA graphs, default), "
                             "vllm_eager, nccl, trtllm, vidur_nccl (pass as Scenario(..., allreduce=args.allreduce))")

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from batching.cli.args import check_output_file, deployment_from_args, int_arg
-from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, PUBLISHED_PRECISION,
+from batching.cli.args import add_spec_arguments, check_output_file, deployment_from_args, int_arg
+from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, MODELS, PRECISIONS, PUBLISHED_PRECISION,
                                 deployment_figures)
 
 STDOUT = "-"
@@ -27,16 +26,9 @@ def add_parser(subparsers):
     g.add_argument("--precision", default=None, choices=list(PRECISIONS),
                    help="weight precision (default: the precision the model is published in: fp8 for "
                         f"{', '.join(PUBLISHED_PRECISION)}, else bf16)")
-    g.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES),
-                   help="KV cache dtype: auto (= BF16 activations) or fp8 (half the bytes per token)")
     g.add_argument("--kv-cache-tokens", type=int_arg(KV_BLOCK_TOKENS, 2**40), default=None,
                    help="shrink the KV cache to this many tokens")
-    g.add_argument("--model-json", type=Path, default=None,
-                   help="a custom model: JSON with Model's fields, or a Hugging Face config.json (DeepSeek-V2/V3 "
-                        "and Kimi-K2 configs load with multi-head latent attention; overrides --model)")
-    g.add_argument("--gpu-json", type=Path, default=None,
-                   help="a custom GPU: JSON with name, memory_gib, hbm_bandwidth_tb_s, peak_bf16_tflops "
-                        "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch] (overrides --gpu)")
+    add_spec_arguments(g, allreduce=False)  # --model-json, --gpu-json, --kv-dtype
     p.add_argument("--json", type=Path, nargs="?", const=Path(STDOUT), default=None, metavar="FILE",
                    help="print the figures as JSON (or write them to FILE)")
     p.set_defaults(func=cmd_specs)
@@ -95,15 +87,3 @@ def cmd_specs(args) -> int:
         Path(args.json).write_text(json.dumps(d, indent=2))
     return 0
 
-
-def main(argv=None) -> int:
-    """Stand-alone entry (``python -m batching.cli.specs specs ...``): only this command."""
-    from batching.cli.args import Parser, dispatch
-
-    parser = Parser(prog="python -m batching")
-    add_parser(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
-    return dispatch(parser, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
