@@ -92,17 +92,7 @@ def test_local_pool_gives_the_inline_ranking():
     assert pruned["configs"][0]["label"] == inline["configs"][0]["label"]
 
 
-def test_ray_missing_says_how_to_install(monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_ray(name, *a, **k):
-        if name == "ray" or name.startswith("ray."):
-            raise ImportError("No module named 'ray'")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_ray)
+def test_ray_missing_says_how_to_install(without_ray):
     with pytest.raises(BackendUnavailable, match="requirements-cluster.txt"):
         make_backend("ray")
 

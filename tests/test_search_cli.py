@@ -77,17 +77,7 @@ def test_needs_an_slo_and_a_target():
     assert "--target-rate" in _one_line_exit_2("search", "--slo-ttft-ms", "1000", "--gpu-hour-usd", "2")
 
 
-def test_ray_backend_without_ray_says_how_to_install(monkeypatch, capsys):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_ray(name, *a, **k):
-        if name == "ray" or name.startswith("ray."):
-            raise ImportError("No module named 'ray'")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_ray)
+def test_ray_backend_without_ray_says_how_to_install(without_ray, capsys):
     rc = main(["search", "--slo-ttft-ms", "1000", "--target-rate", "10", "--gpu-hour-usd", "2", "--requests", "50",
                "--backend", "ray"])
     err = capsys.readouterr().err
