@@ -49,10 +49,25 @@ def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
     return best, steps
 
 
-def _timed(fn) -> float:
-    t = time.perf_counter()
+def _best(fn, repeats: int = 3) -> tuple[float, None]:
+    """Best-of wall time of ``fn()`` after one warm-up call (compile or load), and no step count."""
     fn()
-    return time.perf_counter() - t
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times), None
+
+
+def _race(runs: dict, n: int) -> dict[str, float]:
+    """Requests/s of each run (``runs``: label -> () -> (seconds, steps or None)), a line each."""
+    rates = {}
+    for label, fn in runs.items():
+        sec, steps = fn()
+        rates[label] = n / sec
+        print(f"{label:16s} {sec:9.4f} {n / sec:12,.0f} requests/s" + (f" {steps:9,d} steps" if steps else ""))
+    return rates
 
 
 def main() -> None:
@@ -77,24 +92,19 @@ def main() -> None:
           f"({args.rate} req/s), kernel only:")
     shared = workload_preset("chat", args.rate, args.requests, 0).with_shared_prefix(2000)
     base = PRESETS["continuous"]
-    rates = {}
-    for label, pol in (("caching off", with_knobs(base, prefix_caching=False, max_num_batched_tokens=16384)),
-                       ("caching on", with_knobs(base, prefix_caching=True, max_num_batched_tokens=16384))):
-        sec, steps = engine_seconds(Scenario(workload=shared, policy=pol))
-        rates[label] = args.requests / sec
-        print(f"{label:12s} {sec:9.4f} {args.requests / sec:12,.0f} requests/s {steps:9,d} steps")
+    off = with_knobs(base, prefix_caching=False, max_num_batched_tokens=16384)
+    on = with_knobs(base, prefix_caching=True, max_num_batched_tokens=16384)
+    rates = _race({"caching off": lambda: engine_seconds(Scenario(workload=shared, policy=off)),
+                   "caching on": lambda: engine_seconds(Scenario(workload=shared, policy=on))}, args.requests)
     print(f"caching on keeps {rates['caching on'] / rates['caching off']:.0%} of the requests/s of caching off "
           f"(target >= 75 %)")
     # speculative decoding: EAGLE, K = 3, A = 0.8, beside plain continuous on the default scenario
     print(f"\nspeculative decoding, continuous, {args.requests:,} requests of the default scenario, kernel only:")
-    spec_rates = {}
     eagle = with_knobs(PRESETS["continuous"], spec_decode="eagle", spec_tokens=3, spec_acceptance=0.8)
     mixed = workload_preset("mixed", args.rate, args.requests, 0)
-    for label, pol in (("plain", PRESETS["continuous"]), ("eagle K=3", eagle)):
-        sec, steps = engine_seconds(Scenario(workload=mixed, policy=pol))
-        spec_rates[label] = args.requests / sec
-        print(f"{label:12s} {sec:9.4f} {args.requests / sec:12,.0f} requests/s {steps:9,d} steps")
-    print(f"speculation keeps {spec_rates['eagle K=3'] / spec_rates['plain']:.0%} of the requests/s of plain "
+    rates = _race({"plain": lambda: engine_seconds(Scenario(workload=mixed, policy=PRESETS["continuous"])),
+                   "eagle K=3": lambda: engine_seconds(Scenario(workload=mixed, policy=eagle))}, args.requests)
+    print(f"speculation keeps {rates['eagle K=3'] / rates['plain']:.0%} of the requests/s of plain "
           f"continuous (target >= 50 %)")
     # disaggregation (1 prefill TP 4 + 1 decode TP 4) and a fleet behind a state-reading router, beside plain
     # continuous on the same requests (best of 3, the Python set-up of their runs included)
@@ -109,17 +119,13 @@ def main() -> None:
     cm0 = _cm(dep)
     kv = spec_kv_blocks(pol, dep)
     swap = int(pol.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
-    runs = {"plain": lambda: engine_seconds(Scenario(workload=mixed, policy=pol), repeats=1)[0],
-            "disagg 1x4+1x4": lambda: _timed(lambda: run_disagg(reqs, dep, Disagg(1, 4, 1, 4), pol, cm0.allreduce)),
-            "2 replicas LO": lambda: _timed(lambda: run_fleet(reqs, 2, "least-outstanding", pol, swap, kv, cm0))}
-    fleet_rates = {}
-    for label, fn in runs.items():
-        fn()  # compile or load
-        sec = min(fn() for _ in range(3))
-        fleet_rates[label] = args.requests / sec
-        print(f"{label:16s} {sec:9.4f} {args.requests / sec:12,.0f} requests/s")
+    rates = _race({"plain": lambda: engine_seconds(Scenario(workload=mixed, policy=pol)),
+                   "disagg 1x4+1x4": lambda: _best(lambda: run_disagg(reqs, dep, Disagg(1, 4, 1, 4), pol,
+                                                                      cm0.allreduce)),
+                   "2 replicas LO": lambda: _best(lambda: run_fleet(reqs, 2, "least-outstanding", pol, swap, kv,
+                                                                    cm0))}, args.requests)
     for label in ("disagg 1x4+1x4", "2 replicas LO"):
-        print(f"{label} keeps {fleet_rates[label] / fleet_rates['plain']:.0%} of the requests/s of plain continuous "
+        print(f"{label} keeps {rates[label] / rates['plain']:.0%} of the requests/s of plain continuous "
               f"(target >= 50 %)")
     # speed-up over the interpreted kernel on 500 requests
     code = ("import sys,time; sys.path.insert(0, %r)\n"
