@@ -157,11 +157,21 @@ import json, os, sys, time
 from streamlit.runtime.scriptrunner import script_runner as _sr
 _orig = _sr.ScriptRunner._run_script
 _log = os.environ["BENCH_RUN_LOG"]
+_prof = os.environ.get("BENCH_PROFILE_DIR")  # --server-cprofile: one pstats file per script run
+_n = [0]
 def _timed(self, rerun_data):
     w, c = time.perf_counter(), time.thread_time()
+    if _prof:
+        import cProfile
+        pr = cProfile.Profile()
+        pr.enable()
     try:
         return _orig(self, rerun_data)
     finally:
+        if _prof:
+            pr.disable()
+            _n[0] += 1
+            pr.dump_stats(os.path.join(_prof, f"run-{_n[0]:03d}.pstats"))
         with open(_log, "a") as f:
             f.write(json.dumps({"wall": time.perf_counter() - w, "cpu": time.thread_time() - c}) + "\n")
 _sr.ScriptRunner._run_script = _timed
@@ -230,8 +240,8 @@ class Server:
 
     live: list["Server"] = []
 
-    def __init__(self, script: str, name: str) -> None:
-        self.script, self.name = script, name
+    def __init__(self, script: str, name: str, extra: tuple[str, ...] = ()) -> None:
+        self.script, self.name, self.extra = script, name, extra
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
@@ -250,7 +260,7 @@ class Server:
         self.run_log.write_text("")
         cmd = [sys.executable, "-c", LAUNCHER, self.script, "--server.headless", "true",
                "--server.port", str(self.port), "--server.address", "127.0.0.1", "--server.fileWatcherType",
-               "none", "--browser.gatherUsageStats", "false"]
+               "none", "--browser.gatherUsageStats", "false", *self.extra]
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", "BENCH_RUN_LOG": str(self.run_log)},
@@ -549,7 +559,7 @@ def open_page(browser, url: str, page: str, what: str, quiet_s: float, timeout_s
 
 TRACE_CATEGORIES = ["-*", "devtools.timeline", "disabled-by-default-devtools.timeline",
                     "disabled-by-default-devtools.timeline.frame", "toplevel", "v8.execute", "blink.user_timing",
-                    "gpu", "viz"]
+                    "gpu", "viz", "disabled-by-default-v8.cpu_profiler"]
 SCRIPTING = {"EvaluateScript", "FunctionCall", "TimerFire", "EventDispatch", "FireAnimationFrame",
              "FireIdleCallback", "RunMicrotasks", "v8.compile", "v8.compileModule", "v8.run", "V8.Execute",
              "v8.evaluateModule", "XHRReadyStateChange", "XHRLoad", "MajorGC", "MinorGC", "V8.GCScavenger",
@@ -668,6 +678,35 @@ def trace_split(trace: dict, t0_us: float, t1_us: float) -> dict:
     return result
 
 
+def js_profile(events: list[dict], t0_us: float, t1_us: float) -> tuple[dict, dict]:
+    """Self time (ms) by script and by function between t0 and t1, from the V8 sampling profiler's ProfileChunk
+    events (category disabled-by-default-v8.cpu_profiler): where the renderer's scripting time went."""
+    nodes: dict = {}
+    by_script: dict = defaultdict(float)
+    by_fn: dict = defaultdict(float)
+    starts = {e["id"]: e["args"]["data"].get("startTime", 0) for e in events if e.get("name") == "Profile"}
+    clock: dict = {}
+    for e in sorted((e for e in events if e.get("name") == "ProfileChunk"), key=lambda e: e["ts"]):
+        pid = e.get("id")
+        d = e["args"]["data"]
+        prof = d.get("cpuProfile", {})
+        for n in prof.get("nodes", []):
+            nodes[(pid, n["id"])] = n["callFrame"]
+        t = clock.get(pid, starts.get(pid, e["ts"]))
+        for node, dt in zip(prof.get("samples", []), d.get("timeDeltas", [])):
+            t += dt
+            if t0_us <= t <= t1_us:
+                cf = nodes.get((pid, node), {})
+                url = cf.get("url", "").split("/")[-1].split("?")[0] or "(native/idle)"
+                fn = cf.get("functionName") or "(anonymous)"
+                if fn in ("(idle)", "(program)", "(garbage collector)", "(root)"):
+                    url = fn
+                by_script[url] += dt / 1e3
+                by_fn[f"{fn} [{url}:{cf.get('lineNumber', -1) + 1}]"] += dt / 1e3
+        clock[pid] = t
+    return dict(by_script), dict(by_fn)
+
+
 def trace_one_move(browser, tab: Tab, server: Server, kind: str, label: str | None, quiet_s: float,
                    timeout_s: float) -> None:
     browser.start_tracing(page=tab.page, categories=TRACE_CATEGORIES)
@@ -698,6 +737,12 @@ def trace_one_move(browser, tab: Tab, server: Server, kind: str, label: str | No
         f"{k.replace(' (busy)', '')} {v:.0f}" for k, v in split.items() if k.endswith("(busy)")))
     print("  (GPU/raster on the main thread = waiting for the GPU process: WebGL readback, ReadPixels; Chromium runs "
           "with --disable-gpu, so WebGL is SwiftShader on the CPU)")
+    by_script, by_fn = js_profile(events, t0, t1)
+    if by_script:
+        print("  V8 samples, self ms by script: " + ", ".join(
+            f"{k} {v:.0f}" for k, v in sorted(by_script.items(), key=lambda kv: -kv[1])[:8]))
+        print("  V8 samples, top functions by self ms: " + "; ".join(
+            f"{k} {v:.0f}" for k, v in sorted(by_fn.items(), key=lambda kv: -kv[1])[:12]))
     top = defaultdict(float)
     complete = _complete_events(events)
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
@@ -1041,7 +1086,9 @@ def main() -> None:
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=60_000)
-            trivial = Server("benchmarks/trivial_app.py", "trivial")
+            # the baseline keeps Streamlit's default gc.collect() after every run, which .streamlit/config.toml
+            # turns off for the app (runner.postScriptGC): the trivial page is what a plain Streamlit page costs
+            trivial = Server("benchmarks/trivial_app.py", "trivial", ("--runner.postScriptGC", "true"))
             health = trivial.start()
             print(f"trivial app up in {health:.1f} s at {trivial.url}", flush=True)
             open_page(browser, trivial.url, "trivial", "first visit", args.quiet, args.timeout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,9 @@ from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.specs import deployment
 from batching.sim.workload import workload_preset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
+from uihelpers import chart_specs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -464,8 +468,7 @@ def test_pages_colour_policies_alike():
 
     def colours(at, title_start: str) -> dict[str, str]:
         out = {}
-        for c in at.get("plotly_chart"):
-            spec = json.loads(c.proto.spec)
+        for spec in chart_specs(at):
             if not spec["layout"]["title"]["text"].startswith(title_start):
                 continue
             for t in spec["data"]:

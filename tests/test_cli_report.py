@@ -21,6 +21,9 @@ from batching.sim.simulate import Scenario, simulate
 from batching.sim.specs import deployment
 from batching.sim.workload import workload_preset
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
+from uihelpers import chart_specs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ("timeline", "batch_composition", "kv_queue", "ttft_hist", "tpot_hist", "e2e_hist", "itl")
 EXPLORE_FILES = ["explore_metrics.csv", "explore_requests.csv", "explore_steps.csv", "explore_summary.json",
@@ -176,8 +179,7 @@ def test_the_figures_are_the_dashboards(tmp_path):
         at.session_state["explore_hist_tab"] = tab
         at.run()
         assert not at.exception and not at.error
-        for c in at.get("plotly_chart"):
-            spec = json.loads(c.proto.spec)
+        for spec in chart_specs(at):
             drawn.setdefault(spec["layout"]["title"]["text"], spec)
     assert len(drawn) == len(FIGURES)
     order = [f.layout.title.text for f, _ in report.policy_figures(

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
-from uihelpers import FAST, assert_clean, chart_titles, run_page  # noqa: E402
+from uihelpers import FAST, assert_clean, chart_specs, chart_titles, run_page  # noqa: E402
 
 from batching.sim.disagg import Disagg  # noqa: E402
 from batching.sim.policy import PRESETS  # noqa: E402
@@ -183,7 +183,7 @@ def test_compare_skips_static_and_dynamic_on_a_split(disaggregated):
     assert list(summaries) == ["B · continuous", "C · chunked"]
     for s in summaries.values():
         assert s["disaggregated"] == SPLIT.describe() and s["gpus"] == 8 and s["kv_transfer_p50_s"] > 0
-    assert len(at.get("plotly_chart")) == 2  # the open tab's CDF and histogram
+    assert len(chart_specs(at)) == 2  # the open tab's CDF and histogram
 
 
 def test_home_showdown_runs_the_continuous_presets_split(disaggregated):

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
 
-from uihelpers import FAST, assert_clean, chart, data_traces, metric_value, run_page  # noqa: E402
+from uihelpers import FAST, assert_clean, chart, data_traces, drawn_charts, metric_value, run_page  # noqa: E402
 
 from batching.charts import fleet as fleet_charts  # noqa: E402
 from batching.charts import policy as charts  # noqa: E402
@@ -126,8 +126,8 @@ def test_split_inputs_round_trip_through_the_url_and_back_to_aggregated():
     assert at.session_state["explore_last"][0].disagg is None
     tl = chart(at, "Request timeline")
     assert not _named(tl, charts.DISAGG_TRANSFER) and not _named(tl, charts.DISAGG_WAIT)
-    assert not [x for x in at.get("plotly_chart")
-                if fleet_charts.TITLE in x.proto.spec or fleet_charts.DISAGG_TITLE in x.proto.spec]
+    assert not [x for x in drawn_charts(at)
+                if fleet_charts.TITLE in x.spec or fleet_charts.DISAGG_TITLE in x.spec]
     assert not [m for m in at.metric if m.label == "KV transfer P50"]
 
 

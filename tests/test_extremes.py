@@ -16,7 +16,7 @@ from batching.sim.specs import KV_BLOCK_TOKENS, deployment
 from batching.sim.workload import LengthDist, SyntheticWorkload, workload_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
-from uihelpers import run_page  # noqa: E402
+from uihelpers import drawn_charts, run_page  # noqa: E402
 
 
 def _fixed(wl: SyntheticWorkload, prompt: int, output: int) -> SyntheticWorkload:
@@ -156,10 +156,10 @@ def test_dashboard_rate_far_above_capacity_and_batch_of_one() -> None:
     result = cache.simulate_cached(scenario)  # a cache hit
     assert result.summary()["num_requests"] == 500 and result.steps["running"].max() == 1
     # 5 charts: the latency histograms are tabs, only the open one (TTFT) draws; the others are a click away
-    assert len(at.get("plotly_chart")) == 5
+    assert len(drawn_charts(at)) == 5
     at.session_state["explore_hist_tab"] = "E2E"
     at.run()
-    assert not at.exception and len(at.get("plotly_chart")) == 5
+    assert not at.exception and len(drawn_charts(at)) == 5
 
 
 @pytest.mark.parametrize("query, note", [

@@ -3,6 +3,7 @@ error for a router the policy cannot use, the report's fleet rows, and the per-r
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,9 @@ from batching.sim.specs import KV_BLOCK_TOKENS
 from batching.sim.workload import workload_preset
 from batching.ui import sidebar
 from batching.ui.safe import unescape
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
+from uihelpers import chart_specs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPLORE = "pages/explore.py"
@@ -34,7 +38,7 @@ def _run(page: str = EXPLORE, **query: str) -> AppTest:
 
 
 def _specs(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return chart_specs(at)
 
 
 def _titled(at: AppTest, title: str) -> list[dict]:

@@ -9,7 +9,7 @@ import streamlit as st
 
 from batching.charts import policy as charts
 from batching.charts.export import caption_of, with_caption
-from batching.ui import state
+from batching.ui import plot, state
 from batching.ui.cache import ServerBusy
 from batching.ui.page import CAPTION_LINE
 from batching.ui.safe import plain
@@ -26,7 +26,7 @@ def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None, s
     line = scenario_line or st.session_state.get(CAPTION_LINE)
     if line and caption_of(fig) is None:
         fig = with_caption(fig, line, copy=False)
-    st.plotly_chart(fig, theme=None, config=charts.png_config(filename), key=key, width="stretch")
+    plot.plotly_chart(fig, config=charts.png_config(filename), key=key, depth=2)
     st.caption(caption)
 
 

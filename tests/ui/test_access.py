@@ -3,7 +3,7 @@ without it the dashboard stays open."""
 from __future__ import annotations
 
 import pytest
-from uihelpers import FAST, assert_clean, open_page
+from uihelpers import FAST, assert_clean, drawn_charts, open_page
 
 from batching.ui import access, nav
 from batching.ui.safe import plain
@@ -45,7 +45,7 @@ def test_every_page_shows_only_the_sign_in_prompt_when_signed_out(page):
     # nothing else: no sidebar, no scenario, no notice about the link, no charts, tables or metrics
     assert not _leaves(at.sidebar)
     assert sorted(_elements(at)) == sorted(["title", "info", "button"]), _elements(at)
-    assert not at.warning and not at.error and not at.get("plotly_chart") and not at.dataframe and not at.metric
+    assert not at.warning and not at.error and not drawn_charts(at) and not at.dataframe and not at.metric
 
 
 def test_one_button_per_configured_provider():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from uihelpers import FAST, assert_clean, chart_titles, run_page
+from uihelpers import FAST, assert_clean, chart_titles, drawn_charts, run_page
 
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
@@ -58,8 +58,8 @@ def test_default_render():
                                            "Goodput (req/s)", "TTFT P50 (s)", "TTFT P99 (s)", "TPOT P50 (ms)",
                                            "TPOT P99 (ms)"]
     assert len(per_class(at)) == 2 * len(PRESETS)
-    for c in at.get("plotly_chart"):
-        assert '"scale": 2' in c.proto.config and '"filename": "capacity_' in c.proto.config
+    for c in drawn_charts(at):
+        assert '"scale": 2' in c.config and '"filename": "capacity_' in c.config
     assert len(at.get("download_button")) == 4
     assert at.info and "sustains the most traffic" in at.info[0].value and "(1.25× headroom)" in at.info[0].value
     assert unescape(at.subheader[1].value) == ("Per policy: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch "

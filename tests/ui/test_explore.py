@@ -1,7 +1,7 @@
 """Explore a policy in AppTest: charts, knobs that move the metrics they should, URL knobs, bad knobs."""
 from __future__ import annotations
 
-from uihelpers import FAST, assert_clean, chart, chart_specs, metric_value, run_page, trace_types
+from uihelpers import FAST, assert_clean, chart, chart_specs, drawn_charts, metric_value, run_page, trace_types
 
 from batching.charts import policy as charts
 from batching.ui import cache
@@ -35,14 +35,14 @@ def test_default_render():
     labels = [m.label for m in at.metric]
     assert {"TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "E2E P99", "GPU util", "Preemptions"} <= set(labels)
     # every chart carries the PNG export settings
-    for c in at.get("plotly_chart"):
-        assert '"scale": 2' in c.proto.config and '"filename": "explore_continuous' in c.proto.config
+    for c in drawn_charts(at):
+        assert '"scale": 2' in c.config and '"filename": "explore_continuous' in c.config
     assert len(at.get("download_button")) == 4
 
 
 def _wire(at) -> list[tuple[str, str, str]]:
     """What the page sends for each chart: its element id, figure JSON and config (PNG file name included)."""
-    return [(c.proto.id, c.proto.spec, c.proto.config) for c in at.get("plotly_chart")]
+    return [(c.id, c.spec, c.config) for c in drawn_charts(at)]
 
 
 def test_unchanged_figures_are_byte_identical_across_reruns():

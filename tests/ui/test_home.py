@@ -190,13 +190,13 @@ def test_every_chart_download_carries_the_scenario_line():
     for page, query in (("app.py", {}), ("pages/compare.py", {}), ("pages/capacity.py", {"policies": "chunked"})):
         at = run_page(page, n="200", **query)
         assert_clean(at)
-        figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        figs = chart_specs(at)
         assert figs, page
         for fig in figs:
             text = json.dumps(fig["layout"])
             assert "H100 SXM 80GB" in text and "Qwen2.5-72B" in text and "seed 0" in text, (page, fig["layout"].get("title"))
     cap = run_page("pages/capacity.py", n="200", policies="chunked")
-    assert "rate searched" in json.dumps(json.loads(cap.get("plotly_chart")[0].proto.spec)["layout"])
+    assert "rate searched" in json.dumps(chart_specs(cap)[0]["layout"])
 
 
 def test_home_shows_p50_and_p99_ttft_and_tpot_per_class():

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from uihelpers import FAST, assert_clean, chart, chart_titles, run_page
+from uihelpers import FAST, assert_clean, chart, chart_titles, drawn_charts, run_page
 
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
@@ -67,8 +67,8 @@ def test_default_render():
     assert at.session_state["tune_last"].log_x and at.session_state["tune_last"].frontier == "tpot_cap"
     frontier = chart(at, "Frontier: capacity vs P99 TPOT at capacity")
     assert {"continuous", "chunked", "priority"} <= {t.get("name") for t in frontier["data"]}
-    for c in at.get("plotly_chart"):
-        assert '"scale": 2' in c.proto.config and '"filename": "tune_continuous_max_num_seqs' in c.proto.config
+    for c in drawn_charts(at):
+        assert '"scale": 2' in c.config and '"filename": "tune_continuous_max_num_seqs' in c.config
     assert len(at.get("download_button")) == 3
     assert len(at.info) == 1 and at.info[0].value.startswith(("Knee at", "No knee"))
     # every chart has a caption under it

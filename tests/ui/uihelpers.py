@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+
+from batching.ui import plot
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120
@@ -35,7 +38,7 @@ def assert_clean(at: AppTest) -> None:
 
 
 def chart_specs(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return [json.loads(c.spec) for c in drawn_charts(at)]
 
 
 def chart_titles(at: AppTest) -> list[str]:
@@ -68,3 +71,22 @@ def metric_value(at: AppTest, label: str) -> float:
             return number / 1e3 if text.endswith(" ms") else number
     raise AssertionError(f"no metric {label!r} in {[m.label for m in at.metric]}")
 
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One chart as the page sent it (batching/ui/plot.py): element id, figure JSON, config JSON."""
+    id: str
+    spec: str
+    config: str
+
+
+def drawn_charts(at: AppTest) -> list[Drawn]:
+    out = []
+    for c in at.get("bidi_component"):
+        if c.proto.component_name != plot.NAME:
+            continue
+        sent = json.loads(c.proto.bytes)
+        out.append(Drawn(c.proto.id, json.dumps(sent["figure"], ensure_ascii=False),
+                         json.dumps(sent["config"], ensure_ascii=False)))
+    return out
