@@ -217,6 +217,51 @@ def policy_label(policy: BatchingPolicy) -> str:
     return next((name for name, p in PRESETS.items() if p == policy), f"custom {policy.mode}")
 
 
+def policy_figure_keys(result: SimResult) -> tuple[str, ...]:
+    """The keys of ``policy_figures`` for this run, in page order: the per-instance or per-replica chart only for
+    a split or a fleet."""
+    sc = result.scenario
+    extra = ("per_instance",) if sc.disagg is not None else ("per_replica",) if sc.replicas > 1 else ()
+    return ("timeline", "batch_composition", "kv_queue", "ttft_hist", "tpot_hist", "e2e_hist", "itl", *extra)
+
+
+def policy_figure(result: SimResult, key: str, label: str | None = None,
+                  timeline_points: int | None = None) -> tuple[go.Figure, str]:
+    """One figure of ``policy_figures`` (``key`` from ``policy_figure_keys``) with its report caption and the
+    scenario's caption line: a page that draws one chart at a time builds only what it shows, when it shows it."""
+    names = result.class_names
+    sc = result.scenario
+    if key == "timeline":
+        fig, text = (charts.request_timeline(result.requests, names, max_points=timeline_points, steps=result.steps),
+                     "Request timeline: queued, prefill, decode and held segments per request.")
+    elif key == "batch_composition":
+        fig, text = charts.batch_composition(result.steps), "Batch composition over time."
+    elif key == "kv_queue":
+        fig, text = (charts.kv_and_queue(result.steps, sc.deployment.kv_capacity_tokens),
+                     "KV cache use and queue depth over time.")
+    elif key in ("ttft_hist", "tpot_hist", "e2e_hist"):
+        metric = key.removesuffix("_hist")
+        fig, text = charts.latency_histogram(result.requests, metric, names), f"{metric.upper()} histogram per class."
+    elif key == "itl":
+        fig, text = charts.itl_histogram(result.itl_hist, result.itl_edges, names), "Inter-token latency histogram."
+    elif key == "per_instance" and sc.disagg is not None:
+        # the exports show each instance against its own role's cache (Explore draws it apart)
+        dis = sc.disagg
+        fig, text = (fleet_charts.replica_kv_queue(
+            result.steps, sc.deployment.kv_capacity_tokens, dis.prefill_instances + dis.decode_instances,
+            subtitle=dis.describe(), roles=fleet_charts.disagg_roles(dis, sc.deployment)),
+            "KV cache in use (% of each instance's own cache) and requests waiting, per prefill and decode instance.")
+    elif key == "per_replica" and sc.replicas > 1:
+        fig, text = (fleet_charts.replica_kv_queue(
+            result.steps, sc.deployment.kv_capacity_tokens, sc.replicas, sc.deployment.node.replicas,
+            subtitle=f"{sc.replicas} replicas, {sc.router} router"),
+            "KV cache in use (% of a replica's cache) and requests waiting, per replica of the fleet.")
+    else:
+        raise KeyError(f"no figure {key!r} for this run; it has {', '.join(policy_figure_keys(result))}")
+    line = scenario_caption(sc, policy=label or policy_label(sc.policy))
+    return with_caption(fig, line, copy=False), text
+
+
 def policy_figures(result: SimResult, label: str | None = None,
                    timeline_points: int | None = None) -> dict[str, tuple[go.Figure, str]]:
     """Every figure "Explore a policy" shows for one run, in page order, each with its report caption and the
@@ -227,34 +272,7 @@ def policy_figures(result: SimResult, label: str | None = None,
     ``timeline_points``: the page's live timeline draws within that many points (``charts.timeline_rows``: the
     first requests in full, a sample of the rest, said in its subtitle); None, for the exports, draws every request.
     """
-    names = result.class_names
-    figs = {
-        "timeline": (charts.request_timeline(result.requests, names, max_points=timeline_points, steps=result.steps),
-                     "Request timeline: queued, prefill, decode and held segments per request."),
-        "batch_composition": (charts.batch_composition(result.steps), "Batch composition over time."),
-        "kv_queue": (charts.kv_and_queue(result.steps, result.scenario.deployment.kv_capacity_tokens),
-                     "KV cache use and queue depth over time."),
-    }
-    for metric in ("ttft", "tpot", "e2e"):
-        figs[f"{metric}_hist"] = (charts.latency_histogram(result.requests, metric, names),
-                                  f"{metric.upper()} histogram per class.")
-    figs["itl"] = (charts.itl_histogram(result.itl_hist, result.itl_edges, names), "Inter-token latency histogram.")
-    sc = result.scenario
-    if sc.disagg is not None:  # the exports show each instance against its own role's cache (Explore draws it apart)
-        dis = sc.disagg
-        figs["per_instance"] = (
-            fleet_charts.replica_kv_queue(result.steps, sc.deployment.kv_capacity_tokens,
-                                          dis.prefill_instances + dis.decode_instances, subtitle=dis.describe(),
-                                          roles=fleet_charts.disagg_roles(dis, sc.deployment)),
-            "KV cache in use (% of each instance's own cache) and requests waiting, per prefill and decode instance.")
-    elif sc.replicas > 1:
-        figs["per_replica"] = (
-            fleet_charts.replica_kv_queue(result.steps, sc.deployment.kv_capacity_tokens, sc.replicas,
-                                          sc.deployment.node.replicas, subtitle=f"{sc.replicas} replicas, "
-                                          f"{sc.router} router"),
-            "KV cache in use (% of a replica's cache) and requests waiting, per replica of the fleet.")
-    line = scenario_caption(result.scenario, policy=label or policy_label(result.scenario.policy))
-    return {k: (with_caption(fig, line, copy=False), text) for k, (fig, text) in figs.items()}
+    return {k: policy_figure(result, k, label, timeline_points) for k in policy_figure_keys(result)}
 
 
 # ---------------------------------------------------------------- HTML report

@@ -143,18 +143,32 @@ def explore(base: Scenario) -> None:
         summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html)
 
 
-FIGURES = "explore_figures"  # session: (run, label) -> the figures drawn from it, the last one only
+FIGURES = "explore_figures"  # session: (run, label) -> the figures drawn from it so far, the last run only
 
 
-def _figures(result, label: str) -> dict:
-    """``report.policy_figures`` of this run, kept for the session's last run: a tab click or a knob step that
-    lands on the same run reuses them instead of building seven figures again."""
+class _Figures:
+    """``report.policy_figure`` of one run, built when the page first asks for it: each chart is sent to the
+    browser before the next one is built (the browser draws while the server works), and a histogram tab nobody
+    opened is never built. ``built`` is kept in the session (not the run itself: the cache owns that), so a tab
+    click or a knob step that lands on the same run reuses the figures."""
+
+    def __init__(self, result, built: dict) -> None:
+        self.result, self.built = result, built
+
+    def __getitem__(self, key: str):
+        if key not in self.built:
+            self.built[key] = report.policy_figure(self.result, key, timeline_points=charts.TIMELINE_POINT_BUDGET)
+        return self.built[key]
+
+
+def _figures(result, label: str) -> _Figures:
+    """The figures of this run (``_Figures``); those of the session's last run are kept."""
     drawn = (result.scenario, label, st.session_state.get(page.CAPTION_LINE))
     memo = st.session_state.get(FIGURES)
     if memo is None or memo[0] != drawn:
-        memo = (drawn, report.policy_figures(result, timeline_points=charts.TIMELINE_POINT_BUDGET))
+        memo = (drawn, {})
         st.session_state[FIGURES] = memo
-    return memo[1]
+    return _Figures(result, memo[1])
 
 
 FLEET_FIGURE = "explore_fleet_figure"  # session: (run, label, caption line) -> the per-replica figure, the last one
