@@ -41,30 +41,9 @@ def _load_curve():
 
 rate = float(scenario.workload.rate_req_s)
 st.subheader("Latency against load", divider="gray")
-try:
-    curve = _load_curve()
-    st.session_state["home_last_curve"] = curve
-except (ValueError, RuntimeError):  # the showdown above has said why (ServerBusy is a RuntimeError)
-    curve = st.session_state.get("home_last_curve")
-    if curve is not None:
-        st.caption("Showing the last curve that ran.")
-if curve is not None:
-    load_fig = load_charts.latency_vs_load(curve, load_curve.slo_targets(scenario), rate)
-    caps = curve.groupby("policy", sort=False)["capacity_req_s"].first()
-    _loads = {k: (summaries[k].get("load") if summaries[k].get("load") is not None else rate / caps[k])
-              for k in summaries if k in caps}
-    _overloaded = [k for k in summaries if summaries[k].get("overloaded", _loads.get(k, 0) >= 1)]
-    widgets.chart(load_fig, "How to read it: each line is one policy's P99 latency as the offered request rate "
-                  f"rises ({load_curve.POINTS} rates, {load_curve.LOW:.0%}-{load_curve.HIGH:.0%} of that policy's "
-                  "capacity); the × ends the line at its capacity, past "
-                  "which its queue grows without bound. Dashed: the workload's SLOs; dotted: the sidebar's rate, "
-                  "where the table below is read. A line further right carries more load; lower is faster.",
-                  f"{name}_latency_vs_load")
-    st.caption(f"At {rate:g} req/s each policy runs at this share of its capacity: "
-               + ", ".join(f"{k} {v:.0%}" for k, v in _loads.items()) + ". "
-               + (f"Overloaded here (their latencies grow with the run, not with the policy): "
-                  f"{', '.join(_overloaded)}." if _overloaded else
-                  "Every policy carries this load, so the table compares them on equal terms."))
+# drawn here, computed last: the load curve takes more runs than everything below it (17 s of a 20,000-request
+# link against 5 s for the rest), so the table and bars below appear first and the curve fills this place after
+curve_slot = st.container()
 
 sentence = verdict(summaries)
 st.info(sentence, icon=":material/emoji_events:")
@@ -119,6 +98,37 @@ link = state.current_link()
 widgets.downloads(name=name, summary_json=_summary_json, report_html=_report_html, link=link,
                   requests_csv=lambda: _runs_csv("requests"), steps_csv=lambda: _runs_csv("steps"))
 
+
+
+def _draw_load_curve() -> None:
+    try:
+        curve = _load_curve()
+        st.session_state["home_last_curve"] = curve
+    except (ValueError, RuntimeError):  # the showdown above has said why (ServerBusy is a RuntimeError)
+        curve = st.session_state.get("home_last_curve")
+        if curve is not None:
+            st.caption("Showing the last curve that ran.")
+    if curve is not None:
+        load_fig = load_charts.latency_vs_load(curve, load_curve.slo_targets(scenario), rate)
+        caps = curve.groupby("policy", sort=False)["capacity_req_s"].first()
+        _loads = {k: (summaries[k].get("load") if summaries[k].get("load") is not None else rate / caps[k])
+                  for k in summaries if k in caps}
+        _overloaded = [k for k in summaries if summaries[k].get("overloaded", _loads.get(k, 0) >= 1)]
+        widgets.chart(load_fig, "How to read it: each line is one policy's P99 latency as the offered request rate "
+                      f"rises ({load_curve.POINTS} rates, {load_curve.LOW:.0%}-{load_curve.HIGH:.0%} of that policy's "
+                      "capacity); the × ends the line at its capacity, past "
+                      "which its queue grows without bound. Dashed: the workload's SLOs; dotted: the sidebar's rate, "
+                      "where the table below is read. A line further right carries more load; lower is faster.",
+                      f"{name}_latency_vs_load")
+        st.caption(f"At {rate:g} req/s each policy runs at this share of its capacity: "
+                   + ", ".join(f"{k} {v:.0%}" for k, v in _loads.items()) + ". "
+                   + (f"Overloaded here (their latencies grow with the run, not with the policy): "
+                      f"{', '.join(_overloaded)}." if _overloaded else
+                      "Every policy carries this load, so the table compares them on equal terms."))
+
+
+with curve_slot:
+    _draw_load_curve()
 
 # ---------------------------------------------------------------- the article's table, side by side
 st.subheader("The article's table", divider="gray")
