@@ -350,6 +350,8 @@ class Tab:
                 kind = f"delta:{el}"
                 if el == "plotly_chart":
                     plotly = len(msg.delta.new_element.plotly_chart.spec)
+                elif el == "bidi_component" and msg.delta.new_element.bidi_component.component_name == "batching_plot":
+                    plotly = len(msg.delta.new_element.bidi_component.bytes)  # batching/ui/plot.py: figure + config
         except Exception:  # not a Streamlit message (or a future format): count the bytes anyway
             pass
         self.frames.append(Frame(params["timestamp"], out, len(data), kind, plotly))

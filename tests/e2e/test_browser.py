@@ -153,8 +153,12 @@ def _open_other_tab(page, charts: int) -> None:
 
 
 def _move_slider_with_keyboard(page) -> None:
-    """Focus the Max wait thumb, press ArrowRight: the run reruns and the charts change."""
+    """Focus the Max wait thumb, press ArrowRight: the run reruns and the charts change, in place (the same chart
+    nodes, redrawn with Plotly.react; batching/ui/plot.py), not re-mounted."""
     before_chart = chart_data(page, 0)
+    nodes = page.evaluate("() => { const gs = [...document.querySelectorAll('.js-plotly-plot')];"
+                          " gs.forEach((g, i) => { g.__e2eMark = i + 1; }); return gs.length; }")
+    assert nodes >= 5
     before_ttft = metric(page, "TTFT P50")
     slider = page.locator('[data-testid="stSlider"]').filter(has_text="Max wait (ms)")
     thumb = slider.locator('input[type="range"]')  # the thumb's focusable input (role slider)
@@ -169,6 +173,8 @@ def _move_slider_with_keyboard(page) -> None:
         " return g && JSON.stringify(g.data) !== before; }", arg=before_chart, timeout=RENDER_TIMEOUT_MS)
     wait_idle(page)
     assert chart_data(page, 0) != before_chart
+    assert page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map(g => g.__e2eMark || 0)") == \
+        list(range(1, nodes + 1))
     assert metric(page, "TTFT P50") != before_ttft
     assert "wait_ms=110" in page.url
     assert_no_errors(page)
