@@ -2,8 +2,9 @@
 
     python tools/screenshots.py OUT_DIR [--pages home,explore,...]
 
-Starts ``streamlit run app.py`` (tests/streamlit_server.py), opens each page at 1440x1000 with the default
-scenario, waits until the script is idle and every Plotly chart has drawn, and saves OUT_DIR/<page>.png.
+Starts ``streamlit run app.py`` (tests/streamlit_server.py), opens each page 1440 px wide and ``--height`` px
+tall (Streamlit scrolls inside the page, so a tall window is what shows all of it) with the default scenario,
+waits until the script is idle and every Plotly chart has drawn, and saves OUT_DIR/<page>.png.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--pages", default=",".join(PAGES))
+    ap.add_argument("--height", type=int, default=7000, help="window height in px")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from playwright.sync_api import sync_playwright
@@ -37,12 +39,13 @@ def main() -> None:
     with StreamlitServer("screenshots-server.log") as server, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
         for name in args.pages.split(","):
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page = browser.new_page(viewport={"width": 1440, "height": args.height})
             page.goto(f"{server.url}/{PAGES[name]}")
             page.wait_for_selector('[data-testid="stApp"]', timeout=60_000)
-            time.sleep(2)
-            page.wait_for_function(DRAWN, timeout=240_000, polling=500)
-            time.sleep(2)  # fonts, resize observers
+            page.wait_for_selector(".js-plotly-plot", timeout=240_000)  # the page has started drawing
+            for _ in range(2):  # idle and drawn, twice, 2 s apart: later charts and fonts settle
+                page.wait_for_function(DRAWN, timeout=240_000, polling=500)
+                time.sleep(2)
             page.screenshot(path=str(args.out / f"{name}.png"), full_page=True)
             charts = page.locator(".js-plotly-plot").count()
             print(f"{name}: {charts} charts -> {args.out / (name + '.png')}", flush=True)
