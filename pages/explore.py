@@ -58,32 +58,36 @@ def explore(base: Scenario) -> None:
         st.session_state[LAST] = (result.scenario, label)
     run = result.scenario
     summary = result.summary()
-    if run.router != base.router:
-        st.caption(f"{run.policy.mode.capitalize()} batching runs the fleet round-robin: the {base.router} router "
-                   "reads each replica's state and is built for the continuous modes.")
+    # everything above the charts whose count varies with the knobs (captions, a row of cards, notes) sits in one
+    # container: the charts below keep their places in the page, so the browser redraws them in place rather than
+    # mounting them anew (batching/ui/plot.py)
+    with st.container():
+        if run.router != base.router:
+            st.caption(f"{run.policy.mode.capitalize()} batching runs the fleet round-robin: the {base.router} router "
+                       "reads each replica's state and is built for the continuous modes.")
 
-    st.subheader(f"Results: {label}", divider="gray")
-    baseline = None
-    if not stale and run != base.with_policy(PRESETS[preset]):
-        try:
-            baseline = cache.summary_cached(base.with_policy(PRESETS[preset]))
-            st.caption(f"Deltas compare with the unchanged '{preset}' preset on the sidebar's scenario.")
-        except (ValueError, RuntimeError) as exc:
-            st.caption(f"No deltas: the unchanged '{preset}' preset cannot run this scenario ({plain(exc)}).")
-    cards = CARDS + (PREFIX_CARDS if run.policy.prefix_caching else ())
-    widgets.metric_cards(summary, cards, baseline)
-    _disagg_cards(run, summary)
-    _prefix_caption(run, summary)
+        st.subheader(f"Results: {label}", divider="gray")
+        baseline = None
+        if not stale and run != base.with_policy(PRESETS[preset]):
+            try:
+                baseline = cache.summary_cached(base.with_policy(PRESETS[preset]))
+                st.caption(f"Deltas compare with the unchanged '{preset}' preset on the sidebar's scenario.")
+            except (ValueError, RuntimeError) as exc:
+                st.caption(f"No deltas: the unchanged '{preset}' preset cannot run this scenario ({plain(exc)}).")
+        cards = CARDS + (PREFIX_CARDS if run.policy.prefix_caching else ())
+        widgets.metric_cards(summary, cards, baseline)
+        _disagg_cards(run, summary)
+        _prefix_caption(run, summary)
 
-    name = charts.slug("explore", label.replace("*", "-custom"), report.scenario_slug(run))
-    # the same figures `python -m batching report` exports, but the timeline within a point budget: the first
-    # requests in full and a sample of the rest, said in a note (the exports below draw every request)
-    figs = _figures(result, label)
+        name = charts.slug("explore", label.replace("*", "-custom"), report.scenario_slug(run))
+        # the same figures `python -m batching report` exports, but the timeline within a point budget: the first
+        # requests in full and a sample of the rest, said in a note (the exports below draw every request)
+        figs = _figures(result, label)
 
-    tl = figs["timeline"][0]
-    _, note = charts.timeline_rows(result.requests, max_points=charts.TIMELINE_POINT_BUDGET)
-    if note:
-        st.info(note, icon=":material/filter_alt:")
+        tl = figs["timeline"][0]
+        _, note = charts.timeline_rows(result.requests, max_points=charts.TIMELINE_POINT_BUDGET)
+        if note:
+            st.info(note, icon=":material/filter_alt:")
     split = ("" if not charts.has_disagg(result.requests) else
              f" Disaggregated: after the first token (on a prefill instance), thick {charts.DISAGG_TRANSFER!r} "
              "segments (a dot until zoomed in) are the prompt's KV moving to a decode instance and dotted "
