@@ -1006,6 +1006,7 @@ def figure_lab(reps: int = 3) -> None:
         return {**d, "data": [{**tr, "type": "scatter"} if tr.get("type") == "scattergl" else tr for tr in d["data"]]}
 
     cases = [(k, fa[k][0].to_plotly_json(), fb[k][0].to_plotly_json()) for k in fa]
+    cases_by = {k: (da, db) for k, da, db in cases}
     ta, tb = cases[0][1], cases[0][2]
     def every(d, k):
         """Every k-th request of the timeline (its traces are (start, end, NaN) triplets per request)."""
@@ -1025,6 +1026,20 @@ def figure_lab(reps: int = 3) -> None:
         pa, pb = (report.policy_figures(r, timeline_points=charts.TIMELINE_POINT_BUDGET)["timeline"][0]
                   for r in (a, b))
         cases.append(("timeline as the page draws", pa.to_plotly_json(), pb.to_plotly_json()))
+    from batching.charts.export import CAPTION_LEGEND
+
+    def uncaptioned(d):
+        """Without the scenario line drawn as a second legend's title under the plot (charts.export.with_caption)."""
+        return {"data": [t for t in d["data"] if t.get("legend") != CAPTION_LEGEND],
+                "layout": {k: v for k, v in d["layout"].items() if k != CAPTION_LEGEND}}
+
+    def legendless(d):
+        d = uncaptioned(d)
+        return {"data": d["data"], "layout": {**d["layout"], "showlegend": False}}
+
+    for k in ("kv_queue", "ttft_hist", "itl"):
+        cases += [(f"{k} no caption line", uncaptioned(cases_by[k][0]), uncaptioned(cases_by[k][1])),
+                  (f"{k} no legends", legendless(cases_by[k][0]), legendless(cases_by[k][1]))]
     js_path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     version = js_path.read_text()[:200].split("plotly.js v")[1].split()[0]
     print(f"Figure lab: Explore's figures (dynamic preset, 2,000 requests) alone in Chromium ({os.cpu_count()} CPUs, "

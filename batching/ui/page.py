@@ -7,7 +7,7 @@ import streamlit as st
 
 from batching.charts.export import scenario_caption
 from batching.sim.simulate import Scenario
-from batching.ui import access
+from batching.ui import access, plot
 from batching.ui.nav import PageInfo
 from batching.ui.sidebar import scenario_sidebar
 
@@ -29,6 +29,7 @@ def setup(page: PageInfo, intro: str) -> Scenario | None:
         st.html(f"<style>{STYLE.read_text()}</style>")
     if not access.gate():
         st.stop()
+    plot.preload()
     st.title(page.title)
     st.caption(intro)
     scenario = scenario_sidebar(page.title)

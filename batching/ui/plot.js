@@ -2,6 +2,7 @@
 // with Plotly.react (st.plotly_chart re-mounts a chart whose figure changed, so every knob move paid a full
 // Plotly.newPlot per chart). plotly.js comes from the app's static folder, loaded once per page.
 const PLOTLY_SRC = "app/static/plotly.min.js";
+const PRELOAD = "preload";  // plot.py's preload(): no chart, only load plotly.js
 
 function loadPlotly() {
   if (window.Plotly) return Promise.resolve(window.Plotly);
@@ -33,6 +34,10 @@ function fullscreenButton(div) {
 
 export default function (component) {
   const { data, parentElement } = component;
+  if (data === PRELOAD) {  // page.setup: fetch and compile plotly.js while the server runs the page
+    loadPlotly().catch(() => {});
+    return;
+  }
   let div = parentElement.querySelector(":scope > .batching-plot");
   if (!div) {
     div = document.createElement("div");

@@ -48,6 +48,15 @@ def _slot(depth: int) -> str:
     return f"{site}#{n}"
 
 
+PRELOAD_KEY = "batching-plotly-preload"  # assets/style.css hides its element (Streamlit names it st-key-<key>)
+
+
+def preload() -> None:
+    """Start loading plotly.js in the browser now (page.setup calls it first thing): on a page's first visit the
+    4.8 MB bundle is fetched and compiled while the server simulates, not after the first chart arrives."""
+    _mount(key=PRELOAD_KEY, data="preload", width="stretch", height="content")
+
+
 def plotly_chart(fig: go.Figure | dict, config: dict | None = None, key: str | None = None, depth: int = 1) -> None:
     """Draw ``fig`` full width; a rerun with another figure in the same slot redraws it in place."""
     _mount(key=f"plot:{key or _slot(depth)}", data=figure_bytes(fig, config), width="stretch", height="content")

@@ -84,8 +84,8 @@ class Drawn:
 def drawn_charts(at: AppTest) -> list[Drawn]:
     out = []
     for c in at.get("bidi_component"):
-        if c.proto.component_name != plot.NAME:
-            continue
+        if c.proto.component_name != plot.NAME or c.proto.id.endswith(plot.PRELOAD_KEY):
+            continue  # the preload element draws no chart
         sent = json.loads(c.proto.bytes)
         out.append(Drawn(c.proto.id, json.dumps(sent["figure"], ensure_ascii=False),
                          json.dumps(sent["config"], ensure_ascii=False)))
