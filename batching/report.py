@@ -252,9 +252,11 @@ def policy_figure(result: SimResult, key: str, label: str | None = None,
             subtitle=dis.describe(), roles=fleet_charts.disagg_roles(dis, sc.deployment)),
             "KV cache in use (% of each instance's own cache) and requests waiting, per prefill and decode instance.")
     elif key == "per_replica" and sc.replicas > 1:
+        per_node = sc.deployment.node.replicas
+        fleet = (f"{sc.nodes} node{'s' if sc.nodes != 1 else ''} x {per_node} replica{'s' if per_node != 1 else ''}"
+                 f", {sc.router} router")
         fig, text = (fleet_charts.replica_kv_queue(
-            result.steps, sc.deployment.kv_capacity_tokens, sc.replicas, sc.deployment.node.replicas,
-            subtitle=f"{sc.replicas} replicas, {sc.router} router"),
+            result.steps, sc.deployment.kv_capacity_tokens, sc.replicas, per_node, subtitle=fleet),
             "KV cache in use (% of a replica's cache) and requests waiting, per replica of the fleet.")
     else:
         raise KeyError(f"no figure {key!r} for this run; it has {', '.join(policy_figure_keys(result))}")

@@ -175,9 +175,6 @@ def _figures(result, label: str) -> _Figures:
     return _Figures(result, memo[1])
 
 
-FLEET_FIGURE = "explore_fleet_figure"  # session: (run, label, caption line) -> the per-replica figure, the last one
-
-
 def _per_replica(result, summary: dict, label: str, name: str) -> None:
     """The fleet's replicas side by side: KV cache in use and requests waiting over time, one line per replica (at
     most ``fleet_charts.MAX_LINES``), and a table of each replica's share of the work and its latencies."""
@@ -187,18 +184,10 @@ def _per_replica(result, summary: dict, label: str, name: str) -> None:
         return
     per_node = run.deployment.node.replicas
     st.subheader(f"Per replica: {run.replicas} replicas behind {run.router}", divider="gray")
-    drawn = (run, label, st.session_state.get(page.CAPTION_LINE))
-    memo = st.session_state.get(FLEET_FIGURE)
-    if memo is None or memo[0] != drawn:
-        fleet = (f"{run.nodes} node{'s' if run.nodes != 1 else ''} x {per_node} replica"
-                 f"{'s' if per_node != 1 else ''}, {run.router} router")
-        memo = (drawn, fleet_charts.replica_kv_queue(result.steps, summary.get("kv_capacity_tokens") or
-                                                     run.deployment.kv_capacity_tokens, run.replicas, per_node,
-                                                     subtitle=fleet))
-        st.session_state[FLEET_FIGURE] = memo
+    fig = _figures(result, label)["per_replica"][0]
     reps = fleet_charts.shown_replicas(run.replicas)
     which = fleet_charts.shown_text(reps, run.replicas)
-    widgets.chart(memo[1], "Top: KV blocks held by each replica's running sequences, in % of that replica's own KV "
+    widgets.chart(fig, "Top: KV blocks held by each replica's running sequences, in % of that replica's own KV "
                   "cache. Bottom: requests waiting in each replica's queue. One colour per replica (click a legend "
                   "entry to hide it in both panels); a router that balances well keeps the lines together. Each "
                   f"line is drawn at screen resolution: at most {fleet_charts.MAX_POINTS:,} time bins, the "
@@ -220,17 +209,11 @@ def _per_instance(result, summary: dict, label: str, name: str) -> None:
     dis = run.disagg
     total = dis.prefill_instances + dis.decode_instances
     st.subheader(f"Per instance: {dis.prefill_instances} prefill + {dis.decode_instances} decode", divider="gray")
-    drawn = (run, label, st.session_state.get(page.CAPTION_LINE))
-    memo = st.session_state.get(FLEET_FIGURE)
-    if memo is None or memo[0] != drawn:
-        roles = fleet_charts.disagg_roles(dis, run.deployment)
-        memo = (drawn, fleet_charts.replica_kv_queue(result.steps, run.deployment.kv_capacity_tokens, total,
-                                                     subtitle=dis.describe(), roles=roles))
-        st.session_state[FLEET_FIGURE] = memo
+    fig = _figures(result, label)["per_instance"][0]
     reps = fleet_charts.shown_replicas(total)
     which = fleet_charts.shown_text(reps, total).replace("replicas", "instances").replace("the fleet", "them")
     caps = {role: dis.deployment(run.deployment, role).kv_capacity_tokens for role in ("prefill", "decode")}
-    widgets.chart(memo[1], "Top: KV blocks held by each instance's running sequences, in % of its own KV cache "
+    widgets.chart(fig, "Top: KV blocks held by each instance's running sequences, in % of its own KV cache "
                   f"({caps['prefill']:,} tokens per prefill instance at TP {dis.prefill_tp}, {caps['decode']:,} per "
                   f"decode instance at TP {dis.decode_tp}). A prefill instance frees a prompt's blocks when its "
                   "first token is out (the step's end), so its line shows only prompts still part-way through a "
