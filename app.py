@@ -99,7 +99,6 @@ widgets.downloads(name=name, summary_json=_summary_json, report_html=_report_htm
                   requests_csv=lambda: _runs_csv("requests"), steps_csv=lambda: _runs_csv("steps"))
 
 
-
 def _draw_load_curve() -> None:
     try:
         curve = _load_curve()

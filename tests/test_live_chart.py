@@ -43,7 +43,7 @@ def test_figure_bytes_carry_the_figure_and_its_config():
     assert sent["config"] == {"toImageButtonOptions": {"filename": "f", "scale": 2}}
     assert sent["figure"] == json.loads(fig.to_json())
     assert sent["figure"]["data"][0]["name"] == "é·x" and sent["figure"]["layout"]["height"] == 300
-    assert json.loads(plot.figure_bytes(fig.to_dict()))["config"] == {}
+    assert json.loads(plot.figure_bytes(fig))["config"] == {}
 
 
 def test_a_knob_move_keeps_every_charts_element_and_changes_its_figure():

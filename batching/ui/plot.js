@@ -58,7 +58,7 @@ export default function (component) {
     if (div.__batchingSpec !== spec) return;  // a newer figure arrived while plotly.js loaded
     const t0 = performance.now();
     Plotly.react(div, fig.data || [], layout, config);
-    // the draw's synchronous part, for benchmarks/bench_browser.py (User Timing: shows in DevTools traces too)
+    // the draw's synchronous part as a User Timing entry: DevTools traces and performance.getEntriesByName show it
     performance.measure("batching-plot", {start: t0, detail: {key: component.key, bytes: spec.length}});
     if (!div.__batchingResize && window.ResizeObserver) {
       // a chart drawn in a closed expander, a hidden tab or before the sidebar moved gets its width back

@@ -26,10 +26,9 @@ JS = (Path(__file__).with_name("plot.js")).read_text(encoding="utf-8")
 _mount = st.components.v2.component(NAME, js=JS, isolate_styles=False)
 
 
-def figure_bytes(fig: go.Figure | dict, config: dict | None = None) -> bytes:
+def figure_bytes(fig: go.Figure, config: dict | None = None) -> bytes:
     """``{"figure": <plotly's JSON of fig>, "config": <config>}`` as UTF-8: what one chart sends."""
-    figure = fig if isinstance(fig, go.Figure) else go.Figure(fig)
-    return ('{"figure": ' + figure.to_json() + ', "config": ' + json.dumps(config or {}) + "}").encode("utf-8")
+    return ('{"figure": ' + fig.to_json() + ', "config": ' + json.dumps(config or {}) + "}").encode("utf-8")
 
 
 def _slot(depth: int) -> str:
@@ -57,6 +56,6 @@ def preload() -> None:
     _mount(key=PRELOAD_KEY, data="preload", width="stretch", height="content")
 
 
-def plotly_chart(fig: go.Figure | dict, config: dict | None = None, key: str | None = None, depth: int = 1) -> None:
+def plotly_chart(fig: go.Figure, config: dict | None = None, key: str | None = None, depth: int = 1) -> None:
     """Draw ``fig`` full width; a rerun with another figure in the same slot redraws it in place."""
     _mount(key=f"plot:{key or _slot(depth)}", data=figure_bytes(fig, config), width="stretch", height="content")
