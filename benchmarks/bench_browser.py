@@ -4,6 +4,7 @@
                                        [--skip-big] [--trace [--trace-page home]] [--max-minutes 40]
     python benchmarks/bench_browser.py --server-profile    # AppTest + cProfile, no browser
     python benchmarks/bench_browser.py --figure-lab        # Explore's figures alone in Chromium
+    python benchmarks/bench_browser.py --chart-costs [--pages explore]  # each chart redrawn in its own page
 
 A full run takes about 15 minutes on 2 cores (Tune and Capacity's SLO moves re-simulate for seconds each).
 
@@ -47,6 +48,15 @@ times, and how busy the GPU process, compositor and raster threads were.
 
 ``--figure-lab`` draws each Explore figure alone in a blank Chromium page (no Streamlit): JSON.parse,
 Plotly.newPlot and Plotly.react to the next run's figure, as built and with the timeline as float32 and/or SVG.
+
+``--chart-costs`` times what the browser pays to redraw each chart where it lives, with no server work and no
+other element changing: on the trivial page and on each page of ``--pages``, the figures of two neighbouring
+runs (before and after one move of the page's control) are drawn in turn with ``Plotly.react``, in each chart's
+own node, several times over (a chart the move left unchanged is skipped, as the app's element skips it); it
+prints each chart's synchronous redraw (ms), its SVG elements and figure KB, the page's redraws summed (the
+ratio against the trivial page's one chart is taken on these sums) and all of them through two animation frames
+(paint included). The sum is a floor for the key press -> last chart change: the real move adds the server's run
+and Streamlit's own rendering of the page's other elements on the same renderer thread.
 
 ``--server-profile`` (no browser) profiles one Explore rerun in AppTest after a slider move to a new value:
 time per section (simulate through the cache, each figure builder, Streamlit's figure conversion and JSON
@@ -1059,6 +1069,103 @@ def figure_lab(reps: int = 3) -> None:
         browser.close()
 
 
+# ---------------------------------------------------------------- chart costs in place
+
+# every chart node of the page with the figure it shows now: the app's element keeps the JSON it drew
+# (batching/ui/plot.js), Streamlit's own chart (the trivial page) the data and layout it was given
+SPECS_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(d => d.__batchingSpec
+  ? JSON.stringify(JSON.parse(d.__batchingSpec).figure) : JSON.stringify({data: d.data, layout: d.layout}))"""
+
+REDRAW_JS = """async ([a, b, reps]) => {
+  const frame = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const divs = [...document.querySelectorAll('.js-plotly-plot')];
+  const per = divs.map(() => []), total = [];
+  for (let r = 0; r < reps; r++) {
+    const specs = r % 2 ? b : a;
+    const t0 = performance.now();
+    for (let i = 0; i < divs.length && i < specs.length; i++) {
+      if (a[i] === b[i]) continue;  // the same figure: the app's element does not redraw it either
+      const fig = JSON.parse(specs[i]);
+      const layout = Object.assign({}, fig.layout || {});
+      if (layout.height === undefined && divs[i].classList.contains('batching-plot')) layout.height = 450;
+      const t = performance.now();
+      Plotly.react(divs[i], fig.data || [], layout, divs[i]._context);
+      per[i].push(performance.now() - t);
+    }
+    await frame();
+    total.push(performance.now() - t0);
+  }
+  const med = xs => xs.slice().sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+  return {per: per.map(xs => xs.length ? med(xs) : null), total: med(total), elements: divs.map(d => d.querySelectorAll('svg *').length),
+          titles: divs.map(d => ((d._fullLayout || {}).title || {}).text || '')};
+}"""
+
+
+def chart_costs(browser, server: Server, spec, quiet_s: float, timeout_s: float, reps: int = 9) -> float | None:
+    """Print the page's charts redrawn in place (``--chart-costs``); returns the sum of the changed charts'
+    synchronous redraws (ms). The total through two animation frames is printed too; two frames take 33 ms
+    at 60 Hz however little is drawn, so it is no basis for a ratio."""
+    name, path, kind, label = spec
+    tab = Tab(browser)
+    try:
+        tab.page.goto(link(server.url, path), wait_until="commit")
+        s = tab.settle(quiet_s, timeout_s, need_run=False, need_plots=True)
+        if s.get("timeout"):
+            print(f"  {name}: page did not settle in {timeout_s:.0f} s; skipped", flush=True)
+            return None
+        a = tab.page.evaluate(SPECS_JS)
+        target, key, desc = first_control(tab.page, kind, label)
+        target.focus()
+        tab.page.evaluate("() => window.__bench.arm()")
+        tab.page.keyboard.press(key)
+        tab.settle(quiet_s, timeout_s, need_run=True, need_plots=True)
+        b = tab.page.evaluate(SPECS_JS)
+        if len(a) != len(b):
+            print(f"  {name}: {len(a)} charts before the move, {len(b)} after; skipped", flush=True)
+            return None
+        same = sum(x == y for x, y in zip(a, b))
+        r = tab.page.evaluate(REDRAW_JS, [a, b, reps])
+    finally:
+        tab.close()
+    if same == len(a):
+        print(f"  {name} ({desc}; {len(a)} charts): the move changed no chart, so nothing is redrawn", flush=True)
+        return None
+    drawn = sum(ms for ms in r["per"] if ms is not None)
+    print(f"  {name} ({desc}; {len(a)} charts, {same} unchanged by the move): the changed charts' redraws "
+          f"{drawn:.0f} ms in all, {r['total']:.0f} ms through two animation frames", flush=True)
+    for title, ms, n, ja, jb in zip(r["titles"], r["per"], r["elements"], a, b):
+        kb = (len(ja) + len(jb)) / 2 / 1024
+        what = "unchanged" if ms is None else f"{ms:6.1f} ms"
+        print(f"    {what:>9}  {n:>6,} SVG elements  {kb:>6,.0f} KB  {title[:70]}", flush=True)
+    return drawn
+
+
+def chart_costs_run(pages, quiet_s: float, timeout_s: float) -> None:
+    from playwright.sync_api import sync_playwright
+
+    print(f"Chart costs: each chart a move changes, redrawn in place with Plotly.react, alternating the figures "
+          f"before and after the move; synchronous ms per chart, median of 9 ({os.cpu_count()} CPUs)", flush=True)
+    totals = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=60_000)
+        try:
+            for script, name, specs in (("benchmarks/trivial_app.py", "trivial", [TRIVIAL]),
+                                        ("app.py", "app", pages)):
+                server = Server(script, f"costs-{name}")
+                server.start()
+                try:
+                    for spec in specs:
+                        totals[spec[0]] = chart_costs(browser, server, spec, quiet_s, timeout_s)
+                finally:
+                    server.stop()
+        finally:
+            browser.close()
+    base = totals.get("trivial")
+    if base:
+        print("Redraws of the changed charts against the trivial page's one chart (synchronous ms): " + ", ".join(
+            f"{k} {v / base:.1f}x" for k, v in totals.items() if v is not None and k != "trivial"))
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -1074,6 +1181,8 @@ def main() -> None:
     ap.add_argument("--skip-big", action="store_true", help="skip the 20,000-request links")
     ap.add_argument("--server-profile", action="store_true", help="only profile an Explore rerun in AppTest")
     ap.add_argument("--figure-lab", action="store_true", help="only time Explore's figures alone in Chromium")
+    ap.add_argument("--chart-costs", action="store_true",
+                    help="only time each chart redrawn in place, on the trivial page and on --pages")
     ap.add_argument("--max-minutes", type=float, default=40, help="hard stop for the whole run")
     args = ap.parse_args()
     watchdog(args.max_minutes)
@@ -1091,6 +1200,9 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     pages = [p for p in PAGES if not args.pages or p[0] in args.pages.split(",")]
+    if args.chart_costs:
+        chart_costs_run(pages, args.quiet, args.timeout)
+        return
     load = os.getloadavg()
     print(f"Browser benchmark: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
           f"{args.moves} moves per page, quiet period {args.quiet} s, Chromium {CHROMIUM}", flush=True)
