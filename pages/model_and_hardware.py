@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from batching.sim import calibration as cal
@@ -18,6 +19,7 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
 PROMPT_LENGTHS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768)
 KV_LABELS = {"auto": "BF16", "fp8": "FP8"}
 CUSTOM = "custom_specs"  # session: (Model, GPU) entered in the form
+KNOBS_MOVED = "mh_knobs_moved"  # session: the KV dtype or all-reduce knob moved (set by its on_change)
 
 scenario = page.setup(
     nav.MODEL_AND_HARDWARE,
@@ -50,6 +52,25 @@ def end_to_end_frame() -> pd.DataFrame:
 def summaries() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     return (cal.op_error_summary("linear"), cal.op_error_summary("elementwise"), cal.allreduce_error_summary(),
             cal.constants_table())
+
+
+# The calibration charts: the same measurements and model on every rerun and in every session, so each figure is
+# built once per process (a KV-dtype or model move rebuilt all four, 0.2-0.4 s of the script, for charts the
+# browser then skipped as unchanged). widgets.chart leaves them as they are (no scenario line: they are not runs
+# of the sidebar's scenario, their subtitles say what was measured), so sharing them is safe.
+@st.cache_resource(max_entries=4, show_spinner=False)
+def op_figure(key: str, title: str) -> go.Figure:
+    return ccm.op_calibration(op_frames(key), title)
+
+
+@st.cache_resource(max_entries=len(cm.ALLREDUCE_IMPLS), show_spinner=False)
+def allreduce_figure(impl: str) -> go.Figure:
+    return ccm.allreduce_calibration(allreduce_frame(impl), impl)
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def end_to_end_figure() -> go.Figure:
+    return ccm.end_to_end(end_to_end_frame())
 
 
 def _pct_columns(df: pd.DataFrame) -> dict:
@@ -203,17 +224,40 @@ def custom_form(dep: Deployment) -> tuple | None:
 
 
 def page_body(sc: Scenario) -> None:
+    step_section(sc)
+    custom_section(sc)
+    calibration_sections(sc)
+
+
+def _knobs_moved() -> None:
+    st.session_state[KNOBS_MOVED] = True
+
+
+def _knobs(sc: Scenario) -> tuple[str, str]:
+    """(KV cache dtype, all-reduce) as the step section's knobs stand: the custom section prices with them too."""
+    return (st.session_state.get("mh_kv_dtype", sc.deployment.kv_dtype) or "auto",
+            st.session_state.get("mh_allreduce", sc.allreduce))
+
+
+# A fragment: moving the KV dtype or the all-reduce reruns this section only, not the custom form, the
+# calibration and the constants below (their inputs, charts, tables and tabs were rebuilt, sent and re-rendered
+# by the browser on every move). The custom section also prices with the two knobs: once the user has entered a
+# model or GPU there, a move reruns the whole page.
+@st.fragment
+def step_section(sc: Scenario) -> None:
+    """Where a step's time goes for the sidebar's deployment, with the KV dtype and all-reduce knobs."""
     dep = sc.deployment
     prompt_mean, output_mean = mean_lengths(sc)
 
     st.subheader("Where a step's time goes", divider="gray")
     o = st.columns([2, 2, 3])
     kv_dtype = o[0].segmented_control("KV cache dtype", list(KV_LABELS), default=dep.kv_dtype,
-                                      format_func=lambda k: KV_LABELS[k], key="mh_kv_dtype",
+                                      format_func=lambda k: KV_LABELS[k], key="mh_kv_dtype", on_change=_knobs_moved,
                                       help="BF16 = the activations' dtype (vLLM's 'auto'). An FP8 KV cache holds twice "
                                            "the tokens and halves decode attention reads.")
     allreduce = o[1].selectbox("All-reduce implementation", list(cm.ALLREDUCE_IMPLS),
                                index=list(cm.ALLREDUCE_IMPLS).index(sc.allreduce), key="mh_allreduce",
+                               on_change=_knobs_moved,
                                help="Which measured H100 table prices the two all-reduces per layer.")
     o[2].caption(f"{plain(dep.model.name)} in {dep.precision.upper()} on {dep.node.num_gpus}× "
                  f"{plain(dep.node.gpu.name)}, TP {dep.node.tp} ({dep.node.replicas} "
@@ -227,7 +271,15 @@ def page_body(sc: Scenario) -> None:
         if not cm.tile_factors_apply(view):
             st.caption("This model or GPU has no measured tile factors: its linear layers use the smooth fitted "
                        "roofline (see the calibration below for its error on the measured shapes).")
+    if st.session_state.pop(KNOBS_MOVED, False) and st.session_state.get(CUSTOM) is not None:
+        st.rerun()  # the custom section below is priced with the knobs just moved
 
+
+def custom_section(sc: Scenario) -> None:
+    """The user's own model or GPU: the form, then its step breakdown with the step section's knobs."""
+    dep = sc.deployment
+    prompt_mean, output_mean = mean_lengths(sc)
+    kv_dtype, allreduce = _knobs(sc)
     st.subheader("Your own model or GPU", divider="gray")
     st.caption("Enter an architecture (the numbers of a model's config.json) or a GPU (datasheet figures). They are "
                "priced with the sidebar's TP degree and precision; the JSON below feeds the command line "
@@ -236,7 +288,7 @@ def page_body(sc: Scenario) -> None:
     if custom is not None:
         model, gpu = custom
         cdep = widgets.guarded(lambda: deployment(gpu, model, dep.node.tp, dep.node.num_gpus, dep.precision,
-                                                  kv_dtype=kv_dtype or "auto"), f"{model.name} on {gpu.name}")
+                                                  kv_dtype=kv_dtype), f"{model.name} on {gpu.name}")
         if cdep is not None:
             breakdown_section(cdep, allreduce, prompt_mean, output_mean, f"{model.name} on {gpu.name}", "custom")
         d = st.columns(2)
@@ -245,42 +297,45 @@ def page_body(sc: Scenario) -> None:
         d[1].download_button("GPU JSON (--gpu-json)", json.dumps(gpu_to_dict(gpu), indent=1), "gpu.json",
                              "application/json", on_click="ignore", icon=":material/data_object:")
 
+
+def calibration_sections(sc: Scenario) -> None:
+    """The step-time model against measurements, and its constants with their sources."""
     st.subheader("Calibration: model vs measurement", divider="gray")
     lin_sum, el_sum, ar_sum, consts = summaries()
     tabs = st.tabs(["Linear layers", "Element-wise ops", "All-reduce", "End to end"])
     with tabs[0]:
-        frames = op_frames("linear")
-        widgets.chart(ccm.op_calibration(frames, "Linear layers"),
+        widgets.chart(op_figure("linear", "Linear layers"),
                       "Per-layer time of QKV + O + gate/up + down on one H100 (log-log) for Llama-2-70B at TP 1-8: "
                       "dots measured by Vidur, steps the calibrated model (smooth roofline × tile factor); bottom, the "
-                      "model's error per token count inside the ±10 % band.", "calibration_linear", key="cal_lin")
+                      "model's error per token count inside the ±10 % band.", "calibration_linear", key="cal_lin",
+                      scenario_line="")
         st.dataframe(lin_sum, hide_index=True, column_config=_pct_columns(lin_sum))
         st.caption("Smooth = the p-norm roofline alone (what other model shapes get); hold-out = both parts refitted "
                    "on every other token count, error at the others.")
     with tabs[1]:
-        frames = op_frames("elementwise")
-        widgets.chart(ccm.op_calibration(frames, "Element-wise ops"),
+        widgets.chart(op_figure("elementwise", "Element-wise ops"),
                       "RMSNorms, RoPE, SiLU-and-mul and the residual add per layer on one H100: dots measured, steps "
                       "the model (a launch-bound floor and a per-token slope, times a fitted factor); bottom, error.",
-                      "calibration_elementwise", key="cal_el")
+                      "calibration_elementwise", key="cal_el", scenario_line="")
         st.dataframe(el_sum, hide_index=True, column_config=_pct_columns(el_sum))
     with tabs[2]:
-        impl = st.selectbox("Table", list(cm.ALLREDUCE_IMPLS), index=list(cm.ALLREDUCE_IMPLS).index(allreduce),
+        impl = st.selectbox("Table", list(cm.ALLREDUCE_IMPLS), index=list(cm.ALLREDUCE_IMPLS).index(sc.allreduce),
                             key="mh_cal_allreduce")
-        widgets.chart(ccm.allreduce_calibration(allreduce_frame(impl), impl),
+        widgets.chart(allreduce_figure(impl),
                       "All-reduce latency against message size on H100 for 2, 4 and 8 GPUs (log-log): dots the "
                       "measured medians, lines the model's interpolation; bottom, its error at measured sizes (dots) "
                       "and at sizes left out of the table (open circles) against the ±15 % band.", f"calibration_allreduce_{impl}",
-                      key="cal_ar")
+                      key="cal_ar", scenario_line="")
         st.dataframe(ar_sum, hide_index=True, column_config=_pct_columns(ar_sum))
     with tabs[3]:
         with st.spinner("Simulating the published runs (three simulations)…"):
             e2e = widgets.guarded(end_to_end_frame, "The end-to-end check")
         if e2e is not None:
-            widgets.chart(ccm.end_to_end(e2e),
+            widgets.chart(end_to_end_figure(),
                           "Median TPOT at 4 and 8 req/s and offline output throughput of Llama-3.1-70B on 4×H100 "
                           "(TP 4): the simulation with the calibrated model beside the published SGLang and vLLM runs; "
-                          "whiskers mark ±20 % of each published value.", "calibration_end_to_end", key="cal_e2e")
+                          "whiskers mark ±20 % of each published value.", "calibration_end_to_end", key="cal_e2e",
+                          scenario_line="")
             st.dataframe(e2e, hide_index=True, column_config=_pct_columns(e2e))
             st.caption(f"Source: {cal.PUBLISHED_SOURCE}. Continuous batching (vLLM V0 defaults), ShareGPT-like lengths "
                        "(prompts mean ≈ 231 tokens, outputs ≈ 195); see docs/CALIBRATION.md for why.")

@@ -22,8 +22,10 @@ CARD_LABELS = {"throughput_output_tok_s": "Throughput at this load", "batch_effi
 def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None, scenario_line: str | None = None) -> None:
     """A Plotly chart in the shared template, its one-line reading guide, PNG download named ``filename``. The
     figure carries the scenario line under the plot (so its PNG download does, as exports do): ``scenario_line``,
-    else the page's scenario (``page.setup``), unless the figure has a caption already."""
-    line = scenario_line or st.session_state.get(CAPTION_LINE)
+    else (None) the page's scenario (``page.setup``), unless the figure has a caption already. ``""``: no line,
+    for a chart that is not a run of the sidebar's scenario (the calibration against measurements); such a figure
+    is left as it was given, so a page may keep it between reruns."""
+    line = st.session_state.get(CAPTION_LINE) if scenario_line is None else scenario_line
     if line and caption_of(fig) is None:
         fig = with_caption(fig, line, copy=False)
     plot.plotly_chart(fig, config=charts.png_config(filename), key=key, depth=2)

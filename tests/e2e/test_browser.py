@@ -114,6 +114,8 @@ def test_page_as_first_url_of_a_fresh_server(browser, path, query, title, charts
                 _open_other_tab(page, charts)
             if path == "":
                 _downloads(page)
+            if path == "model_and_hardware":
+                _kv_dtype_moves(page)
             page.set_viewport_size({"width": 1440, "height": 3400})
             page.wait_for_timeout(800)
             page.screenshot(path=str(ARTIFACTS / f"{path or 'home'}.png"), full_page=True)
@@ -179,3 +181,38 @@ def _move_slider_with_keyboard(page) -> None:
     assert "wait_ms=110" in page.url
     assert_no_errors(page)
     json.loads(chart_data(page, 0))  # the chart holds valid data after the change
+
+
+KV_TOKENS_JS = """() => [...document.querySelectorAll('[data-testid="stMetric"]')]
+  .filter(m => (m.querySelector('[data-testid="stMetricLabel"]') || {}).innerText.trim() === 'KV cache (tokens)')
+  .map(m => parseInt(m.querySelector('[data-testid="stMetricValue"]').innerText.replace(/,/g, ''), 10))"""
+
+
+def _kv_dtype_moves(page) -> None:
+    """The KV dtype knob reruns its section (a fragment) and FP8 doubles the KV cache; with the user's own model
+    entered, a move also reprices that model's section below the fragment (the page reruns)."""
+    def pick(option: str) -> None:
+        group = page.locator('[data-testid="stButtonGroup"]').filter(has_text="KV cache dtype").first
+        group.locator('[role="radio"]', has_text=option).click()
+
+    def wait_kv(expected: list[float]) -> list[int]:
+        """Until the KV cache cards read these token counts, within 1 % (whole blocks, the same weights)."""
+        page.wait_for_function(f"(want) => {{ const got = ({KV_TOKENS_JS})(); return got.length === want.length "
+                               "&& got.every((v, i) => Math.abs(v - want[i]) <= 0.01 * want[i]); }",
+                               arg=expected, timeout=RENDER_TIMEOUT_MS)
+        wait_idle(page)
+        return page.evaluate(KV_TOKENS_JS)
+
+    (bf16,) = page.evaluate(KV_TOKENS_JS)
+    pick("FP8")
+    (fp8,) = wait_kv([2 * bf16])
+    page.locator('[data-testid="stTextInput"]').filter(has_text="Model name").locator("input").fill("Tiny")
+    page.locator('[data-testid="stNumberInput"]').filter(has_text="Layers").first.locator("input").fill("4")
+    page.get_by_role("button", name="Use these specs").click()
+    page.wait_for_function(f"() => ({KV_TOKENS_JS})().length === 2", timeout=RENDER_TIMEOUT_MS)
+    wait_idle(page)
+    ours, tiny = page.evaluate(KV_TOKENS_JS)
+    assert ours == fp8 and tiny > ours  # four layers leave far more room than eighty
+    pick("BF16")
+    wait_kv([bf16, tiny / 2])
+    assert_no_errors(page)

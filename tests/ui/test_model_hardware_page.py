@@ -85,3 +85,22 @@ def test_custom_model_too_big_is_a_clear_error():
     [b for b in at.button if "Use these specs" in b.label][0].click().run()
     assert not at.exception
     assert any("does not fit" in e.value for e in at.error)
+
+
+def test_custom_model_follows_the_kv_dtype_knob():
+    """The KV dtype knob sits in the step section's fragment; the custom model's section below it is priced with
+    it too (a move reruns the page once a model is entered): FP8 doubles the custom model's KV cache as well."""
+    at = run_page(PAGE, **FAST)
+    [t for t in at.text_input if t.label == "Model name"][0].set_value("Tiny")
+    [n for n in at.number_input if n.label == "Layers"][0].set_value(4)
+    [b for b in at.button if "Use these specs" in b.label][0].click().run()
+    assert_clean(at)
+    kv = [m for m in at.metric if m.label == "KV cache (tokens)"]
+    assert len(kv) == 2  # the sidebar's deployment, then the custom model
+    before = [float(m.value.replace(",", "")) for m in kv]
+    at.segmented_control(key="mh_kv_dtype").set_value("fp8").run()
+    assert_clean(at)
+    after = [float(m.value.replace(",", "")) for m in at.metric if m.label == "KV cache (tokens)"]
+    assert after == pytest.approx([2 * b for b in before], rel=0.01)
+    assert any("Tiny on H100 SXM 80GB" in t for t in chart_titles(at))
+    assert "mh_knobs_moved" not in at.session_state
