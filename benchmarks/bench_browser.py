@@ -5,6 +5,7 @@
     python benchmarks/bench_browser.py --server-profile    # AppTest + cProfile, no browser
     python benchmarks/bench_browser.py --figure-lab        # Explore's figures alone in Chromium
     python benchmarks/bench_browser.py --chart-costs [--pages explore]  # each chart redrawn in its own page
+    python benchmarks/bench_browser.py --without-charts --skip-open --skip-big  # moves with no Plotly redraw
 
 A full run takes about 15 minutes on 2 cores (Tune and Capacity's SLO moves re-simulate for seconds each).
 
@@ -48,6 +49,11 @@ times, and how busy the GPU process, compositor and raster threads were.
 
 ``--figure-lab`` draws each Explore figure alone in a blank Chromium page (no Streamlit): JSON.parse,
 Plotly.newPlot and Plotly.react to the next run's figure, as built and with the timeline as float32 and/or SVG.
+
+``--without-charts`` measures the same moves with Plotly's redraw taken out of the app's pages (``SKIP_REDRAW_JS``:
+each chart keeps its first drawing; a move's later ``Plotly.react`` becomes one attribute write that the observer
+counts as the chart's change). What is left is everything else a move costs, so it shows how far a page is from
+the target with charts that cost nothing to redraw. The trivial baseline still draws its chart.
 
 ``--chart-costs`` times what the browser pays to redraw each chart where it lives, with no server work and no
 other element changing: on the trivial page and on each page of ``--pages``, the figures of two neighbouring
@@ -146,6 +152,31 @@ OBSERVER_JS = r"""
   window.addEventListener('keydown', () => { if (S.key === null) S.key = performance.now(); }, true);
 })();
 """
+
+# --without-charts: the app's plotly.js (window.Plotly, loaded by batching/ui/plot.js) keeps its first draw of
+# each chart, and every later Plotly.react on a drawn chart of the app (.batching-plot) becomes one attribute write
+# on the chart's node (which the observer above counts as the chart's change). A move then costs everything it costs in the app (the run,
+# the figures built, sent and parsed, Streamlit's rendering of the page) except Plotly's redraw. The trivial
+# page's st.plotly_chart (not a .batching-plot) still draws.
+SKIP_REDRAW_JS = r"""
+(() => {
+  let plotly;
+  Object.defineProperty(window, 'Plotly', {configurable: true, get: () => plotly, set: (v) => {
+    plotly = v;
+    if (!v || typeof v.react !== 'function' || Object.isFrozen(v)) return;
+    const react = v.react;
+    let n = 0;
+    v.react = function (div, ...rest) {
+      if (div && div._fullLayout && div.classList.contains('batching-plot')) {
+        div.setAttribute('data-bench-skipped', String(++n));
+        return Promise.resolve(div);
+      }
+      return react.call(this, div, ...rest);
+    };
+  }});
+})();
+"""
+SKIP_REDRAW = False  # main() sets it for --without-charts; Tab installs SKIP_REDRAW_JS then
 
 POLL_JS = """() => {
   const S = window.__bench || {};
@@ -337,6 +368,8 @@ class Tab:
     def __init__(self, browser) -> None:
         self.ctx = browser.new_context(viewport=VIEWPORT)
         self.ctx.add_init_script(OBSERVER_JS)
+        if SKIP_REDRAW:
+            self.ctx.add_init_script(SKIP_REDRAW_JS)
         self.page = self.ctx.new_page()
         self.page.set_default_timeout(120_000)
         self.frames: list[Frame] = []
@@ -1183,6 +1216,8 @@ def main() -> None:
     ap.add_argument("--figure-lab", action="store_true", help="only time Explore's figures alone in Chromium")
     ap.add_argument("--chart-costs", action="store_true",
                     help="only time each chart redrawn in place, on the trivial page and on --pages")
+    ap.add_argument("--without-charts", action="store_true",
+                    help="moves without Plotly's redraw: the app's charts keep their first drawing (a floor)")
     ap.add_argument("--max-minutes", type=float, default=40, help="hard stop for the whole run")
     args = ap.parse_args()
     watchdog(args.max_minutes)
@@ -1200,12 +1235,16 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     pages = [p for p in PAGES if not args.pages or p[0] in args.pages.split(",")]
+    global SKIP_REDRAW
+    SKIP_REDRAW = args.without_charts
     if args.chart_costs:
         chart_costs_run(pages, args.quiet, args.timeout)
         return
     load = os.getloadavg()
     print(f"Browser benchmark: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-          f"{args.moves} moves per page, quiet period {args.quiet} s, Chromium {CHROMIUM}", flush=True)
+          f"{args.moves} moves per page, quiet period {args.quiet} s, Chromium {CHROMIUM}"
+          + ("; WITHOUT CHARTS: the app's charts are not redrawn on a move (SKIP_REDRAW_JS)" if SKIP_REDRAW else ""),
+          flush=True)
     # warm the on-disk kernel cache (the server's first run loads it)
     subprocess.run([sys.executable, "-c", "from batching.sim.simulate import Scenario, simulate; "
                     "simulate(Scenario())"], cwd=ROOT, check=True)
