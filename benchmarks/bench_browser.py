@@ -155,9 +155,9 @@ OBSERVER_JS = r"""
 
 # --without-charts: the app's plotly.js (window.Plotly, loaded by batching/ui/plot.js) keeps its first draw of
 # each chart, and every later Plotly.react on a drawn chart of the app (.batching-plot) becomes one attribute write
-# on the chart's node (which the observer above counts as the chart's change). A move then costs everything it costs in the app (the run,
-# the figures built, sent and parsed, Streamlit's rendering of the page) except Plotly's redraw. The trivial
-# page's st.plotly_chart (not a .batching-plot) still draws.
+# on the chart's node, which the observer above counts as the chart's change. A move then costs everything it
+# costs in the app (the run, the figures built, sent and parsed, Streamlit's rendering of the page) except
+# Plotly's redraw. The trivial page's st.plotly_chart (not a .batching-plot) still draws.
 SKIP_REDRAW_JS = r"""
 (() => {
   let plotly;
@@ -1235,11 +1235,13 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     pages = [p for p in PAGES if not args.pages or p[0] in args.pages.split(",")]
-    global SKIP_REDRAW
-    SKIP_REDRAW = args.without_charts
     if args.chart_costs:
+        if args.without_charts:  # chart costs time Plotly.react itself, which --without-charts takes out
+            ap.error("--chart-costs times the charts' redraws; --without-charts removes them: use one or the other")
         chart_costs_run(pages, args.quiet, args.timeout)
         return
+    global SKIP_REDRAW
+    SKIP_REDRAW = args.without_charts
     load = os.getloadavg()
     print(f"Browser benchmark: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
           f"{args.moves} moves per page, quiet period {args.quiet} s, Chromium {CHROMIUM}"
