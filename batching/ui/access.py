@@ -9,17 +9,96 @@ forget it. See README, "Hosting" > "Sign-in".
 ``[auth]`` holds either one provider (``client_id``, ``client_secret``, ``server_metadata_url`` next to
 ``redirect_uri`` and ``cookie_secret``: ``st.login()``) or one sub-table per provider (``[auth.google]``,
 ``[auth.okta]``: one button each, ``st.login("google")``).
+
+Sign-in fails closed. Streamlit treats a secrets file it cannot parse like no file at all (it logs one line and
+the dashboard would be open to everyone), and it checks ``[auth]`` only when someone presses "Sign in". So
+``gate`` first reads every file Streamlit would (its ``secrets.files`` option: ``~/.streamlit/secrets.toml``,
+``<cwd>/.streamlit/secrets.toml`` and the one next to ``app.py``) and checks the ``[auth]`` section as
+``st.login`` would; when a file cannot be read or parsed, or ``[auth]`` lacks what ``st.login`` needs, every page
+shows only an error naming the file and line, until the host fixes the file (it is read again on each run).
 """
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 
 import streamlit as st
+from streamlit import config
 from streamlit.errors import StreamlitAuthError
 
 from batching.ui.safe import plain
 
 PROMPT = "This team dashboard asks you to sign in first."
+BROKEN = "Sign-in is configured wrongly on this server, so the dashboard shows nothing until the host fixes it"
+# what st.login needs (streamlit.auth_util.validate_auth_credentials): two keys in [auth], three per provider
+SECTION_KEYS = ("redirect_uri", "cookie_secret")
+PROVIDER_KEYS = ("client_id", "client_secret", "server_metadata_url")
+_AUTH_HEADER = re.compile(r"^[ \t]*\[[ \t]*auth[ \t]*[.\]]|^[ \t]*auth[ \t]*[.=]", re.MULTILINE)
+
+
+def auth_problem(section: Mapping) -> str | None:
+    """What ``st.login`` would refuse in an ``[auth]`` section (a key missing or empty, a provider name with
+    ``_``), or None when it is complete. An empty section configures no sign-in (None)."""
+    if not len(section):
+        return None
+    missing = [k for k in SECTION_KEYS if not section.get(k)]
+    for name in providers(section):
+        where = section if name is None else section[name]
+        lacks = [k for k in PROVIDER_KEYS if not where.get(k)]
+        label = "[auth]" if name is None else f"[auth.{name}]"
+        if name is not None and "_" in name:
+            return f"{label}: st.login refuses provider names with '_'"
+        missing += [f"{k} (in {label})" if name is not None else k for k in lacks]
+    if missing:
+        return (f"[auth] lacks {', '.join(missing)}; sign-in needs {' and '.join(SECTION_KEYS)} in [auth] and "
+                f"{', '.join(PROVIDER_KEYS)} for each provider (README, Hosting > Sign-in)")
+    return None
+
+
+def _auth_line(text: str) -> int | None:
+    """The line of a TOML file where its ``[auth]`` section (or an ``auth.`` key) starts."""
+    found = _AUTH_HEADER.search(text)
+    return text.count("\n", 0, found.start()) + 1 if found else None
+
+
+def secrets_problem() -> str | None:
+    """Why the host's secrets cannot say whether sign-in is on (a file Streamlit reads that cannot be read or
+    parsed, or an incomplete ``[auth]``), naming the file and line; None when they can (or there are none)."""
+    auth_file: tuple[str, str] | None = None  # the last file with [auth]: its section wins (Streamlit merges files)
+    found = False
+    for name in config.get_option("secrets.files"):
+        path = Path(name)
+        if not name.endswith(".toml"):  # a Kubernetes-style folder: Streamlit's own parse checks it below
+            found = found or path.exists()
+            continue
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"{name} cannot be read: {exc}"
+        found = True
+        try:
+            parsed = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
+            return f"{name} is not valid TOML: {exc}"
+        if "auth" in parsed:
+            auth_file = (name, text)
+    if found:
+        try:  # what Streamlit itself makes of them (folders, types): it must load when anything is there
+            st.secrets.get("auth")
+        except Exception as exc:  # noqa: BLE001 (any failure here would leave sign-in off)
+            return f"Streamlit cannot load the secrets: {exc}"
+    section = auth_section()
+    problem = auth_problem(section) if section is not None else None
+    if problem is None:
+        return None
+    if auth_file is None:
+        return problem
+    line = _auth_line(auth_file[1])
+    return f"{auth_file[0]}{f', line {line}' if line else ''}: {problem}"
 
 
 def auth_section() -> Mapping | None:
@@ -43,7 +122,13 @@ def signed_in() -> bool:
 
 
 def gate() -> bool:
-    """True when the page may draw. Otherwise draw only the sign-in prompt and return False (the caller stops)."""
+    """True when the page may draw. Otherwise draw only the sign-in prompt, or the error that says why sign-in
+    cannot work (``secrets_problem``), and return False (the caller stops)."""
+    problem = secrets_problem()
+    if problem is not None:
+        st.title("Batching explorer")
+        st.error(f"**{BROKEN}:** {plain(problem)}", icon=":material/error:")
+        return False
     section = auth_section()
     if section is None or signed_in():
         return True

@@ -6,7 +6,7 @@ import pytest
 from uihelpers import FAST, assert_clean, drawn_charts, open_page
 
 from batching.ui import access, nav
-from batching.ui.safe import plain
+from batching.ui.safe import plain, unescape
 
 ONE_PROVIDER = {"auth": {"redirect_uri": "http://localhost:8501/oauth2callback", "cookie_secret": "x" * 32,
                          "client_id": "dashboard", "client_secret": "s",
@@ -77,3 +77,133 @@ def test_without_auth_the_dashboard_stays_open():
     assert_clean(at)
     assert at.title[0].value == "Strategy showdown" and at.dataframe
     assert not [b for b in at.button if b.label.startswith("Sign")]
+
+
+# ---- fail closed: a secrets file that cannot be read or parsed, or an [auth] section st.login cannot use ----
+
+@pytest.fixture
+def secrets_files(tmp_path):
+    """Point Streamlit's ``secrets.files`` at one file under tmp_path (written by the test), as a host's
+    ``.streamlit/secrets.toml`` would be; a fresh ``st.secrets`` store so nothing parsed leaks into other tests."""
+    import streamlit as st
+    from streamlit.runtime.secrets import Secrets
+    from streamlit.testing.v1.util import patch_config_options
+
+    path = tmp_path / ".streamlit" / "secrets.toml"
+    path.parent.mkdir()
+    saved = st.secrets
+    st.secrets = Secrets()
+    st.secrets._file_watchers_installed = True  # no polling thread on a temporary file
+    with patch_config_options({"secrets.files": [str(tmp_path / "absent" / "secrets.toml"), str(path)]}):
+        yield path
+    st.secrets = saved
+
+
+BROKEN = '# sign-in\n[auth\nredirect_uri = "http://localhost:8501/oauth2callback"\n'  # missing bracket, line 2
+
+
+def _only_the_error(at) -> str:
+    """The page drew its heading and one error, nothing else (no sidebar, no widget, no chart); the error's text."""
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Batching explorer"]
+    assert not _leaves(at.sidebar)
+    assert sorted(_elements(at)) == ["error", "title"], _elements(at)
+    assert not drawn_charts(at) and not at.button and not at.dataframe and not at.metric
+    return unescape(at.error[0].value)
+
+
+@pytest.mark.parametrize("page", [p.path for p in nav.PAGES])
+def test_every_page_serves_only_an_error_when_the_secrets_file_does_not_parse(page, secrets_files):
+    secrets_files.write_text(BROKEN)
+    at = open_page(page, **HOSTILE)
+    at.user = {}
+    at.run()
+    text = _only_the_error(at)
+    assert str(secrets_files) in text and "line 2, column" in text, text
+
+
+@pytest.mark.parametrize("page", [p.path for p in nav.PAGES])
+def test_every_page_serves_only_an_error_when_auth_is_incomplete(page):
+    at = open_page(page, **HOSTILE)
+    at.secrets = {"auth": {k: v for k, v in ONE_PROVIDER["auth"].items() if k != "cookie_secret"}}
+    at.user = {"is_logged_in": True, "email": "ada@example.com"}  # even a session that says it is signed in
+    at.run()
+    text = _only_the_error(at)
+    assert "cookie_secret" in text, text
+
+
+def _problem(auth: dict) -> str | None:
+    return access.auth_problem(auth)
+
+
+@pytest.mark.parametrize("auth, missing", [
+    ({}, None),  # an empty [auth] is no sign-in configured: open, as without it
+    ({"redirect_uri": "u"}, "cookie_secret"),
+    ({k: v for k, v in ONE_PROVIDER["auth"].items() if k != "client_secret"}, "client_secret"),
+    ({**ONE_PROVIDER["auth"], "server_metadata_url": ""}, "server_metadata_url"),  # empty is missing
+    ({"redirect_uri": "u", "cookie_secret": "c"}, "client_id"),  # no provider at all
+    ({"redirect_uri": "u", "cookie_secret": "c", "okta": {"client_id": "o", "client_secret": "s"}},
+     "server_metadata_url"),
+    ({**TWO_PROVIDERS["auth"], "my_idp": dict(TWO_PROVIDERS["auth"]["okta"])}, "my_idp"),  # st.login refuses "_"
+])
+def test_an_incomplete_auth_section_is_named(auth, missing):
+    problem = _problem(auth)
+    if missing is None:
+        assert problem is None
+    else:
+        assert problem is not None and missing in problem, problem
+
+
+def test_complete_auth_sections_are_accepted():
+    assert _problem(dict(ONE_PROVIDER["auth"])) is None
+    assert _problem(dict(TWO_PROVIDERS["auth"])) is None
+
+
+def test_a_file_that_is_not_utf8_is_refused_by_name(secrets_files):
+    secrets_files.write_bytes(b'[auth]\nredirect_uri = "\xff"\n')
+    problem = access.secrets_problem()
+    assert problem is not None and str(secrets_files) in problem, problem
+
+
+def test_an_incomplete_auth_in_a_file_names_the_file_and_the_line(secrets_files):
+    secrets_files.write_text('title = "x"\n\n[auth]\nredirect_uri = "u"\nclient_id = "c"\n')
+    problem = access.secrets_problem()
+    assert problem is not None, problem
+    assert str(secrets_files) in problem and "line 3" in problem and "cookie_secret" in problem, problem
+
+
+def test_a_valid_file_with_auth_shows_the_sign_in_prompt(secrets_files):
+    import tomllib
+    secrets_files.write_text('[auth]\n' + "".join(f'{k} = "{v}"\n' for k, v in ONE_PROVIDER["auth"].items()))
+    assert tomllib.loads(secrets_files.read_text()) == ONE_PROVIDER
+    assert access.secrets_problem() is None
+    at = open_page("app.py", **FAST)
+    at.user = {}
+    at.run()
+    assert not at.exception and not at.error
+    assert [i.value for i in at.info] == [access.PROMPT]
+
+
+def test_no_secrets_file_and_a_file_without_auth_leave_the_dashboard_open(secrets_files):
+    assert access.secrets_problem() is None  # no file at either path
+    secrets_files.write_text('other = "value"\n')
+    assert access.secrets_problem() is None and access.auth_section() is None
+
+
+def test_a_secrets_folder_streamlit_cannot_load_is_refused(tmp_path):
+    """``secrets.files`` may name a Kubernetes-style folder: one Streamlit refuses (a file where a folder must be)
+    would turn its secrets, [auth] included, off; the page names it instead."""
+    import streamlit as st
+    from streamlit.runtime.secrets import Secrets
+    from streamlit.testing.v1.util import patch_config_options
+
+    folder = tmp_path / "secrets"
+    folder.mkdir()
+    (folder / "stray.txt").write_text("x")
+    saved, st.secrets = st.secrets, Secrets()
+    try:
+        with patch_config_options({"secrets.files": [str(folder)]}):
+            problem = access.secrets_problem()
+    finally:
+        st.secrets = saved
+    assert problem is not None and "stray.txt" in problem, problem
