@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +18,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from markup import (CLASS_LINK, FILE_LINK, HOSTILE_CLASSES, hostile_trace, live_markup, report_figures, report_tags,
+                    shows)
 
 from batching import report
 
@@ -528,3 +531,83 @@ def test_dashboard_custom_model_form_quotes_at_most_200_characters() -> None:
     errors = [e.value for e in at.error]
     assert len(errors) == 1 and "is not allowed; allowed 1 to 64 characters" in errors[0], errors
     assert "(10,000 characters)" in errors[0] and _user_chars(errors[0]) <= 200
+
+
+# ---------------------------------------------------------------- markup in figures and reports (charts.text)
+
+# what a report's HTML is built of (report.html_report, pandas' to_html, plotly's div): a user's text adds none
+REPORT_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "code", "table", "thead", "tbody",
+               "tr", "th", "td", "div", "script"}
+FILE_SAFE_LINK = "<a href='https:evil.example'><b>Open me<br>.csv"  # a link-like name a file system accepts
+
+
+def test_literal_shows_every_text_as_typed() -> None:
+    from batching.charts.text import class_label, literal, unliteral
+
+    for text in (CLASS_LINK, "a & b", "&lt;x&gt;", "&amp;", "<br>", "plain"):
+        out = literal(text)
+        assert "<" not in out and ">" not in out and unliteral(out) == text
+        # what plotly.js does with it: entities in text (no tag) become the characters, in one pass
+        assert re.sub(r"&(lt|gt|amp);", lambda m: {"lt": "<", "gt": ">", "amp": "&"}[m[1]], out) == text
+    assert class_label(["<b>x</b>"], 0) == "&lt;b&gt;x&lt;/b&gt;" and class_label([], 2) == "class 2"
+
+
+def _assert_report_shows_as_typed(html: str, figures: int, hostile: list[str], classes: bool) -> None:
+    """The report's figures carry ``hostile`` only as entities (Plotly draws them as text), its own HTML only as
+    escaped text (shown as typed), and nothing of it forms an element."""
+    figs = report_figures(html)
+    assert len(figs) == figures
+    for fig in figs:
+        assert not live_markup(fig, hostile), live_markup(fig, hostile)
+    assert any(shows(f, hostile[-1], ".legend9.title") for f in figs)  # the file name, in the caption lines
+    if classes:
+        for name in HOSTILE_CLASSES[:2]:
+            assert any(shows(f, name, ".name") for f in figs), name
+    tags, text = report_tags(html)
+    assert tags <= REPORT_TAGS, tags - REPORT_TAGS
+    assert hostile[-1] in text  # the scenario table names the file as typed
+
+
+def test_report_cli_writes_no_live_markup(tmp_path: Path) -> None:
+    """`python -m batching report --trace FILE --no-png --out DIR` with link-like class names and file name: the
+    HTML report's figures and text show them as typed; the CSV and JSON keep them as data."""
+    trace = tmp_path / FILE_SAFE_LINK
+    trace.write_bytes(hostile_trace())
+    out = subprocess.run([sys.executable, "-m", "batching", "report", "--trace", str(trace), "--no-png", "--out",
+                          str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    html = (tmp_path / "out" / "explore_report.html").read_text()
+    _assert_report_shows_as_typed(html, 7, [*HOSTILE_CLASSES[:2], FILE_SAFE_LINK], classes=True)
+    rows = list(csv.DictReader((tmp_path / "out" / "explore_requests.csv").open()))
+    assert {r["class_name"] for r in rows} == set(HOSTILE_CLASSES)  # raw: a CSV cell is data
+    summary = json.loads((tmp_path / "out" / "explore_summary.json").read_text())
+    (by_class,) = [s["by_priority"] for s in summary["summaries"].values()]
+    assert [c["class_name"] for _, c in sorted(by_class.items())] == list(HOSTILE_CLASSES)  # raw in JSON too
+    assert FILE_SAFE_LINK in summary["scenario"]["Workload"]
+
+
+def test_every_page_export_shows_hostile_names_as_typed() -> None:
+    """Each page's export (figures, HTML report) for a trace with link-like class names and file name."""
+    from batching.sim.policy import PRESETS
+    from batching.studies.capacity import SLO, capacity
+    from batching.studies.compare import compare
+    from batching.studies.planning import plan_capacity, sweep_study
+
+    sc = Scenario(deployment=deployment(), workload=TraceWorkload(hostile_trace(), filename=FILE_LINK))
+    slo = SLO(ttft_s=2.0, tpot_s=0.1)
+    two = {k: PRESETS[k] for k in ("static", "chunked")}
+    exports = {
+        "explore": report.explore_export(simulate(sc.with_policy(PRESETS["chunked"])), "chunked"),
+        "showdown": report.showdown_export(compare(sc, two), sc, two),
+        "compare": report.compare_export(compare(sc, two), sc, two),
+        "tune": report.tune_export(sweep_study(sc.with_policy(PRESETS["continuous"]), "max_num_seqs", [16, 64],
+                                               label="continuous"), True, "tpot_cap"),
+        "capacity": report.capacity_export(plan_capacity(sc, slo, {n: capacity(sc.with_policy(p), slo)
+                                                                   for n, p in two.items()}, 20.0, 2.5)),
+    }
+    for page, export in exports.items():
+        html = export.html()
+        _assert_report_shows_as_typed(html, len(export.figures), [*HOSTILE_CLASSES[:2], FILE_LINK],
+                                      classes=page in ("explore", "showdown"))
+        for key, (fig, _) in export.figures.items():  # the PNG files are drawn from these same figures
+            assert not live_markup(fig.to_plotly_json(), [*HOSTILE_CLASSES[:2], FILE_LINK]), (page, key)

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from batching.sim import costmodel as cm
 from batching.charts.policy import SERIES_COLORS, TEMPLATE, TOP_MARGIN_SUBPLOTS, _title, log_axis
+from batching.charts.text import literal
 from batching.sim.specs import GIB, Deployment
 
 # the stacked parts, in drawing order: step_breakdown's names grouped for reading
@@ -84,7 +85,7 @@ def step_vs_batch(costs: cm.CostModel, context_tokens: float, batch_sizes: Seque
     df = decode_breakdown(costs, context_tokens, batch_sizes)
     fig = go.Figure()
     fig.update_layout(template=TEMPLATE, height=430, title=_title(
-        "Decode step time vs batch size" + (f" · {label}" if label else ""),
+        "Decode step time vs batch size" + (f" · {literal(label)}" if label else ""),
         f"b sequences decoding (b tokens), each with {context_tokens:,.0f} tokens of context; stacked by part"))
     groups = _grouped(df.to_dict("records"))
     _stacked(fig, df.batch, groups, "batch")
@@ -103,7 +104,7 @@ def step_vs_prompt(costs: cm.CostModel, prompt_lengths: Sequence[int], label: st
     df = prefill_breakdown(costs, prompt_lengths)
     fig = go.Figure()
     fig.update_layout(template=TEMPLATE, height=430, title=_title(
-        "Prefill step time vs prompt length" + (f" · {label}" if label else ""),
+        "Prefill step time vs prompt length" + (f" · {literal(label)}" if label else ""),
         "One step prefilling a whole prompt, nothing else in the batch; stacked by part"))
     _stacked(fig, df.prompt_tokens, _grouped(df.to_dict("records")), "prompt tokens")
     fig.update_layout(xaxis_title="Prompt length (tokens, log scale)", yaxis_title="Step time (ms)",
@@ -134,8 +135,8 @@ def kv_memory(dep: Deployment, mean_request_tokens: float) -> go.Figure:
                              hovertemplate=f"{name}: %{{x:.1f}} GiB<extra></extra>"))
     fig.update_layout(template=TEMPLATE, barmode="stack", height=300, margin=dict(b=110), title=_title(
         f"Memory per GPU and KV capacity: {cap:,} tokens ≈ {reqs:,.0f} concurrent requests",
-        f"{dep.model.name} in {dep.precision.upper()} (KV {'FP8' if dep.kv_dtype == 'fp8' else 'BF16'}) on "
-        f"{gpu.name}, TP {dep.node.tp}; requests of {mean_request_tokens:,.0f} tokens (prompt + output)"),
+        f"{literal(dep.model.name)} in {dep.precision.upper()} (KV {'FP8' if dep.kv_dtype == 'fp8' else 'BF16'}) on "
+        f"{literal(gpu.name)}, TP {dep.node.tp}; requests of {mean_request_tokens:,.0f} tokens (prompt + output)"),
         xaxis_title="GiB per GPU", yaxis_title="", legend=dict(orientation="h", y=-0.55, x=0, yanchor="top"))
     return fig
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import plotly.graph_objects as go
 
+from batching.charts.text import literal, unliteral
 from batching.sim.simulate import Scenario
 from batching.sim.workload import WORKLOAD_PRESETS, WORKLOAD_SESSIONS, SyntheticWorkload, TraceWorkload
 
@@ -117,7 +118,7 @@ def caption_of(fig: go.Figure) -> str | None:
     legend = fig.layout[CAPTION_LEGEND] if CAPTION_LEGEND in fig.layout else None
     if legend is None or legend.title is None or not legend.title.text:
         return None
-    return legend.title.text.replace("<br>", " · ")
+    return unliteral(legend.title.text.replace("<br>", " · "))
 
 
 def _entry(fig: go.Figure):
@@ -139,14 +140,15 @@ def _caption_legend(text: str) -> go.layout.Legend:
     costs ~0.3 ms where ``update_layout`` with the same dict re-validates it for ~6 ms, on every figure of every
     rerun. Plotly copies it into each figure, so the cached one is never changed."""
     return go.layout.Legend(
-        title=dict(text=_wrapped(text), font=dict(CAPTION_FONT), side="top left"),
+        title=dict(text=_wrapped(literal(text)), font=dict(CAPTION_FONT), side="top left"),
         xref="container", yref="container", x=0.005, y=0.0, xanchor="left", yanchor="bottom",
         orientation="h", bgcolor="rgba(0,0,0,0)", borderwidth=0, itemclick=False, itemdoubleclick=False,
         itemwidth=30, font=dict(size=1, color="rgba(0,0,0,0)"), indentation=10)
 
 
 def with_caption(fig: go.Figure, text: str, copy: bool = True) -> go.Figure:
-    """The figure with ``text`` as a caption line under everything else (a copy unless ``copy`` is off).
+    """The figure with ``text`` as a caption line under everything else (a copy unless ``copy`` is off). ``text`` is
+    plain text, shown as written (``charts.text.literal``): it names the trace file, the model and the GPU.
 
     Idempotent: a figure that already carries a caption has it replaced, never doubled."""
     out = go.Figure(fig) if copy else fig

@@ -20,6 +20,7 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from batching.charts.colors import DISAGG_COLORS, SPEC_COLORS, alpha, policy_colors
+from batching.charts.text import class_label, literal
 from batching.sim.metrics import hist_percentile
 from batching.sim.specs import KV_BLOCK_TOKENS
 
@@ -349,7 +350,7 @@ def class_ttft_bars(summaries: Mapping[str, dict], quantile: int = 99) -> go.Fig
     classes: dict[str, str] = {}
     for s in summaries.values():
         for level, cls in sorted(s.get("by_priority", {}).items(), key=lambda kv: int(kv[0])):
-            classes.setdefault(level, cls.get("class_name", f"class {level}"))
+            classes.setdefault(level, literal(cls.get("class_name", f"class {level}")))
     if not classes:
         return _no_data(fig)
     shown = []
@@ -627,7 +628,7 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
     trace = line_trace(3 * int(_segment_counts(df).sum()))
     for level in np.unique(prio):
         mask = prio == level
-        cname = names[int(level)] if int(level) < len(names) else f"class {level}"
+        cname = class_label(names, level)
         color = CLASS_COLORS[int(level) % len(CLASS_COLORS)]
         for seg, start, end, line, opacity in segments:
             with np.errstate(invalid="ignore"):
@@ -885,7 +886,7 @@ def latency_histogram(requests: pd.DataFrame, metric: str, class_names: Sequence
     names = list(class_names) or sorted(requests["class_name"].unique())
     values, colors = {}, {}
     for level in sorted(requests["priority"].unique()):
-        cname = names[int(level)] if int(level) < len(names) else f"class {level}"
+        cname = class_label(names, level)
         values[cname] = _latency_values(requests[requests["priority"] == level], metric)
         colors[cname] = CLASS_COLORS[int(level) % len(CLASS_COLORS)]
     edges = _log_edges(list(values.values()), bins)
@@ -919,7 +920,7 @@ def itl_histogram(itl_hist: np.ndarray, itl_edges: np.ndarray, class_names: Sequ
     for level, counts in enumerate(hist):
         if counts.sum() == 0:
             continue
-        cname = class_names[level] if level < len(class_names) else f"class {level}"
+        cname = class_label(class_names, level)
         color = CLASS_COLORS[level % len(CLASS_COLORS)]
         x, y = _step_xy(edges_ms[lo:hi + 1], counts[lo:hi], floor=ITL_FLOOR)
         # a closed outline filled inside ("tozeroy" has no zero to reach on a log axis)

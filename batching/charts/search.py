@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from batching.charts.policy import TEMPLATE, TOP_MARGIN_SUBPLOTS, _no_data, _title
+from batching.charts.text import literal
 
 FRONT_COLOR, OTHER_COLOR, CHOSEN_COLOR = "#4C78A8", "#BAB0AC", "#C0392B"
 TITLE = "Cost against tail latency per configuration"
@@ -23,7 +24,7 @@ def _fleet(c: dict) -> str:
 
 
 def _hover(c: dict) -> str:
-    return (f"{c['label']}<br>${c['usd_per_million_output_tokens']:,.3f} per M output tokens, "
+    return (f"{literal(c['label'])}<br>${c['usd_per_million_output_tokens']:,.3f} per M output tokens, "
             f"{c['nodes_needed']} node(s) ({_fleet(c)})<br>{c['max_rate_req_s']:,.3g} req/s per node<br>"
             f"P99 TTFT {c['ttft_p99_s']:,.3f} s, P99 TPOT {c['tpot_p99_s'] * 1e3:,.1f} ms")
 
@@ -58,7 +59,7 @@ def pareto_chart(configs: Sequence[dict], chosen: int | None = 0) -> go.Figure:
         for col, key, factor in ((1, "ttft_p99_s", 1.0), (2, "tpot_p99_s", 1e3)):
             fig.add_trace(go.Scatter(
                 x=[c[key] * factor], y=[c["usd_per_million_output_tokens"]], mode="markers",
-                name=f"Chosen: {c['label']}", legendgroup="chosen", showlegend=col == 1,
+                name=f"Chosen: {literal(c['label'])}", legendgroup="chosen", showlegend=col == 1,
                 marker=dict(color="rgba(0,0,0,0)", size=20, line=dict(width=3, color=CHOSEN_COLOR)),
                 text=[_hover(c)], hovertemplate="%{text}<extra></extra>"), row=1, col=col)
     fig.update_xaxes(title_text="P99 TTFT (s)", row=1, col=1)

@@ -216,3 +216,44 @@ def _kv_dtype_moves(page) -> None:
     pick("BF16")
     wait_kv([bf16, tiny / 2])
     assert_no_errors(page)
+
+
+LINKS_AND_TEXT_JS = """() => { const g = document.querySelector('.js-plotly-plot');
+  return {links: g.querySelectorAll('svg a').length, bold: g.querySelectorAll('svg tspan[style*="bold"]').length,
+          legend: [...g.querySelectorAll('.legend .legendtext')].map(t => t.textContent),
+          caption: [...g.querySelectorAll('.legend9titletext')].map(t => t.textContent)}; }"""
+
+
+def test_plotly_draws_escaped_user_text_as_typed(browser):
+    """The app's plotly.js draws a histogram whose classes and caption are named like links and formatting: with
+    ``charts.text.literal`` no link and no bold text, and the legend reads the names exactly as typed; the same
+    figure built from the raw names draws the links (the check sees them)."""
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+    import pandas as pd
+    import plotly.io as pio
+
+    from batching.charts import policy as charts
+    from batching.charts.export import with_caption
+
+    names = ['<a href="https://evil.example/a">Click A</a>', "<b>Bold</b> & &lt;x&gt;"]
+    caption = "workload trace <a href='https://evil.example/g'>Open me</a>.csv"
+    rng = np.random.default_rng(0)
+    requests = pd.DataFrame({"priority": np.repeat([0, 1], 50), "class_name": np.repeat(names, 50),
+                             "ttft_s": rng.uniform(0.05, 2.0, 100)})
+    fig = with_caption(charts.latency_histogram(requests, "ttft", names), caption)
+    raw = fig.to_plotly_json()
+    raw["data"][0]["name"] = names[0]  # what a builder without literal() sent
+    page = browser.new_page()
+    try:
+        page.set_content("<html><body><div id='g' class='js-plotly-plot'></div></body></html>")
+        page.add_script_tag(path=str(ROOT / "static" / "plotly.min.js"))
+        for figure, links in ((fig, 0), (raw, 1)):
+            page.evaluate("(f) => Plotly.newPlot('g', f.data, f.layout)", json.loads(pio.to_json(figure)))
+            drawn = page.evaluate(LINKS_AND_TEXT_JS)
+            assert drawn["links"] == links, drawn
+            if links == 0:
+                assert drawn["bold"] == 0 and set(names) <= set(drawn["legend"]), drawn
+                assert drawn["caption"] == [caption], drawn
+    finally:
+        page.close()

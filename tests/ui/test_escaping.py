@@ -4,7 +4,8 @@ One test per surface: a shared link's values (the sidebar's notices, a page's ow
 list), an uploaded trace's file name, its column names and cells (in the error), its class names (the class
 table's tooltips), a custom model's and GPU's names, and the signed-in user's name (tests/ui/test_access.py).
 Each asserts that the Markdown the element carries shows exactly the user's text once read, and that no link,
-image or autolink can form from it.
+image or autolink can form from it. Charts: hostile class and file names on every page, custom model and GPU
+names on Model and hardware, reach each figure only as entities (``charts.text.literal``), never as Plotly markup.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import json
 import re
 
 import pytest
-from uihelpers import FAST, assert_clean, run_page
+from markup import FILE_LINK, HOSTILE_CLASSES, hostile_trace, live_markup, shows
+from uihelpers import FAST, assert_clean, chart_specs, open_page, run_page
 
+from batching.ui import nav
 from batching.ui.safe import plain, unescape
 
 IMAGE = "![p](http://host/p.png)"
@@ -152,3 +155,40 @@ def test_custom_model_and_gpu_names_are_plain_text():
     assert len(errors) == 1, [e.value for e in at.error]
     source = errors[0].replace("**", "")
     assert_shown_as_typed(source, f"{LINK} on {IMAGE}")
+
+
+# ---- chart text: Plotly draws <a href>, <b>, <br> found in a figure's text (charts.text.literal)
+
+
+@pytest.mark.parametrize("page", [p.path for p in nav.PAGES])
+def test_hostile_class_and_file_names_draw_no_markup_in_any_chart(page):
+    """An uploaded trace named like a link, its classes named like a link and like formatting: every chart of every
+    page shows them as typed (entities Plotly draws as text), none draws a link."""
+    at = open_page(page, workload="trace", n="60")
+    at.run()
+    at.file_uploader(key="trace_file").set_value((FILE_LINK, hostile_trace(), "text/csv")).run()
+    assert_clean(at)
+    specs = chart_specs(at)
+    assert specs, page
+    for spec in specs:
+        assert not live_markup(spec, [*HOSTILE_CLASSES[:2], FILE_LINK]), live_markup(spec, [FILE_LINK])
+    # the file name is in the caption line under the page's charts, escaped
+    assert any(shows(s, FILE_LINK, ".legend9.title") for s in specs), page
+    if page in (nav.HOME.path, nav.EXPLORE.path):  # the pages with per-class charts name the classes, escaped
+        for name in HOSTILE_CLASSES[:2]:
+            assert any(shows(s, name, ".name") for s in specs), (page, name)
+
+
+def test_custom_model_and_gpu_names_draw_no_markup_in_charts():
+    model, gpu = '<a href="https://evil.example/m">M</a>', "<b>G</b><br>PU"
+    at = run_page("pages/model_and_hardware.py", **FAST)
+    [t for t in at.text_input if t.label == "Model name"][0].set_value(model)
+    [t for t in at.text_input if t.label == "GPU name"][0].set_value(gpu)
+    [b for b in at.button if "Use these specs" in b.label][0].click().run()
+    assert_clean(at)
+    specs = chart_specs(at)
+    titled = [s for s in specs if shows(s, f"{model} on {gpu}", ".layout.title.text")]
+    assert len(titled) == 2, [s["layout"]["title"]["text"] for s in specs]  # decode and prefill step time
+    assert any(shows(s, model, ".layout.title.subtitle") and shows(s, gpu, ".layout.title.subtitle") for s in specs)
+    for spec in specs:
+        assert not live_markup(spec, [model, gpu]), live_markup(spec, [model, gpu])
