@@ -13,7 +13,7 @@ from batching.charts.search import pareto_chart
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.sim.specs import GPUS, PRECISIONS
-from batching.studies.backends import BackendUnavailable, make_backend
+from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.search import COST_NOTE, TPS, Grid, parse_knobs, router_note, search
 from batching.ui import cache, nav, page, planning, sidebar, state, widgets
@@ -23,6 +23,7 @@ from batching.ui.safe import plain
 LAST = "search_last"
 RAY_ADDRESS = os.environ.get("BATCHING_RAY_ADDRESS", "").strip() or None
 RAY_MIN_CONFIGS = max(1, int(os.environ.get("BATCHING_RAY_MIN_CONFIGS", "32")))
+RAY_TIMEOUT = min(3600.0, max(0.1, float(os.environ.get("BATCHING_RAY_TIMEOUT_S", str(RAY_TIMEOUT_S)))))
 AUTO_MAX_CONFIGS = 16  # a grid this small searches as soon as the page opens or an input changes; larger ones wait
 # for the Search button
 DEFAULT_PRICES = {"h100-sxm": 2.5, "h200-sxm": 3.5, "b200": 5.0, "a100-80gb": 1.8}
@@ -83,17 +84,18 @@ def _multi(key: str, label: str, options: list, kind=str, fmt=str, help: str | N
     return chosen
 
 
-def _backend(size: int):
-    """Ray when the host configured a cluster (BATCHING_RAY_ADDRESS) and the grid is large; else threads in this
-    process, as many as free simulation slots (the kernel releases the GIL while it runs)."""
+def _backend(size: int, tasks: int):
+    """Ray when the host configured a cluster (BATCHING_RAY_ADDRESS) and the grid is large; else (or when the
+    cluster does not answer within BATCHING_RAY_TIMEOUT_S, with a notice) threads in this process, as many as free
+    simulation slots and ``tasks`` allow (the kernel releases the GIL while it runs)."""
     if RAY_ADDRESS and size >= RAY_MIN_CONFIGS:
         try:
-            return make_backend("ray", RAY_ADDRESS), 0
+            return make_backend("ray", RAY_ADDRESS, tasks=tasks, timeout_s=RAY_TIMEOUT), 0
         except BackendUnavailable as exc:
             st.warning(f"The Ray cluster is not available ({plain(exc)}); searching on this server.",
                        icon=":material/cloud_off:")
     extra = 0
-    while extra < cache.MAX_CONCURRENT - 1 and cache.SLOTS.try_take():
+    while extra < min(cache.MAX_CONCURRENT, tasks) - 1 and cache.SLOTS.try_take():
         extra += 1
     return make_backend("threads", workers=1 + extra), extra
 
@@ -107,12 +109,16 @@ def _run(base: Scenario, slo, target: float, prices: dict, grid: Grid, router: s
                                                    f"(last: {text})")
 
     def go() -> dict:
-        backend, extra = _backend(size)
-        try:
-            return search(base, slo, target, prices, grid, backend=backend, progress=progress, router=router)
+        taken = [0]  # the extra slots the threads took (none when nothing fits or on Ray)
+
+        def open_backend(tasks: int):
+            backend, taken[0] = _backend(size, tasks)
+            return backend
+
+        try:  # search closes the backend it made
+            return search(base, slo, target, prices, grid, backend=open_backend, progress=progress, router=router)
         finally:
-            backend.close()
-            for _ in range(extra):
+            for _ in range(taken[0]):
                 cache.SLOTS.release()
 
     cache.ensure_kernel()

@@ -125,3 +125,68 @@ def test_ray_gives_the_local_ranking(tmp_path):
     assert ranking(on_ray) == ranking(local)
     assert run.results == {"a": {"name": "a", "tries": 2}}, {k: f.error for k, f in run.failures.items()}
     assert run.failures["b"].tries == 2 and "worker failure for b" in run.failures["b"].error
+
+
+def test_nothing_fits_makes_no_backend():
+    """A grid where every configuration is skipped answers with the skipped list and never makes its backend."""
+    made = []
+    grid = Grid(gpus=("a100-80gb",), precisions=("fp8",), tps=(8,), policies=("chunked",))  # A100 has no FP8
+    res = search(base(), default_slo(2), TARGET, PRICES, grid, backend=lambda tasks: made.append(tasks))
+    assert made == [] and res["searched"] == 0 and res["simulations"] == 0
+    assert [s["label"] for s in res["skipped"]] == ["a100-80gb fp8 tp8 chunked"]
+    assert res["backend"] == "nothing run: no configuration fits"
+
+
+def test_a_backend_factory_gets_the_configurations_that_fit():
+    made = []
+
+    def factory(tasks):
+        made.append(tasks)
+        return make_backend("inline")
+
+    res = search(base(), default_slo(2), TARGET, PRICES, GRID, backend=factory, prune=False)
+    assert made == [3]  # 4 configurations, A100 FP8 skipped before any run
+    assert res["searched"] == 3
+
+
+def test_pool_width_is_capped_at_the_tasks_and_the_cores():
+    cap = backends.WORKERS_PER_CPU * backends.default_workers()
+    assert make_backend("local", workers=4096).width == cap == backends.worker_cap()
+    assert make_backend("local", workers=4096, tasks=3).width == 3
+    assert make_backend("local", tasks=1).width == 1
+    assert make_backend("threads", workers=4096, tasks=2).width == 2
+    assert make_backend("local", workers=2, tasks=0).width == 1
+
+
+@pytest.mark.parametrize("address,endpoint", [
+    ("ray://ray-head:10001", ("ray-head", 10001)),
+    ("ray://ray-head", ("ray-head", 10001)),  # Ray Client's default port
+    ("ray://10.0.0.5:2000/", ("10.0.0.5", 2000)),
+    ("head:6379", ("head", 6379)),
+    ("[::1]:6379", ("::1", 6379)),
+    ("ray://[::1]", ("::1", 10001)),
+    ("auto", None), ("local", None), ("", None), (None, None),  # Ray finds the cluster itself
+    ("head", None), ("head:port", None), ("head:70000", None), ("::1", None),  # ray.init says what is wrong
+    ("anyscale://cluster", None),
+])
+def test_ray_endpoint(address, endpoint):
+    assert backends.ray_endpoint(address) == endpoint
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -r requirements-cluster.txt)")
+def test_an_unreachable_ray_address_is_refused_at_once():
+    import socket
+    import time
+
+    import ray  # noqa: F401 - imported before the clock starts
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    t0 = time.monotonic()
+    with pytest.raises(BackendUnavailable) as err:
+        make_backend("ray", address, timeout_s=5)
+    assert time.monotonic() - t0 < 5
+    text = str(err.value)
+    assert text.startswith(f"cannot connect to the Ray cluster at {address!r}: Connection refused; check that")
+    assert "6379" in text and "\n" not in text

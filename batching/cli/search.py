@@ -18,7 +18,8 @@ from batching.sim.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario
 from batching.sim.specs import GPUS, MODELS, PRECISIONS, Deployment, Node, load_json_spec
-from batching.studies.backends import BACKENDS, make_backend
+from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
+                                       worker_cap)
 from batching.studies.capacity import HEADROOM_LIMITS, class_names
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
                                      ROUTER_NOTE, SEARCH_KNOBS, TPS, Grid, parse_knobs, search)
@@ -126,9 +127,16 @@ def add_parser(subparsers):
                      help="local: a process pool over this machine's cores (default); ray: Ray tasks "
                           "(pip install -r requirements-cluster.txt)")
     run.add_argument("--ray-address", default=None, metavar="ADDR",
-                     help="a running Ray cluster (e.g. ray://head:10001 or auto); default: start a local one")
+                     help="with --backend ray: a running Ray cluster (e.g. ray://head:10001, head:6379 or auto); "
+                          "default: start a local one")
+    low, high = RAY_TIMEOUT_LIMITS_S
+    run.add_argument("--ray-timeout-s", type=float_arg(low, high), default=None, metavar="S",
+                     help=f"with --ray-address: give up when the cluster has not answered within S seconds "
+                          f"({low:g} to {high:g}; default {RAY_TIMEOUT_S:g})")
     run.add_argument("--workers", type=int_workers, default=None,
-                     help="tasks at once (default: the cores here, or the Ray cluster's CPUs)")
+                     help="tasks at once (default: the cores here, or the Ray cluster's CPUs); at most the "
+                          f"configurations that fit and {WORKERS_PER_CPU}x this machine's cores ({worker_cap()} "
+                          "here) for the local pool, whose processes start with the first configuration")
     run.add_argument("--prune", action=argparse.BooleanOptionalAction, default=True,
                      help="skip configurations that cannot beat the best cost found (default on)")
     run.add_argument("--warm-start", action=argparse.BooleanOptionalAction, default=True,
@@ -196,6 +204,11 @@ def cmd_search(args) -> int:
     if split:
         raise CliError(f"{split[0]}: the search tries aggregated nodes only (its grid has no prefill/decode splits); "
                        "compare a split with `capacity` and its split flags")
+    if args.backend != "ray":
+        for flag, value in (("--ray-address", args.ray_address), ("--ray-timeout-s", args.ray_timeout_s)):
+            if value is not None:
+                raise CliError(f"{flag}: only with --backend ray (the backend is {args.backend}); give --backend "
+                               f"ray or leave {flag} out")
     if args.nodes != 1:
         raise CliError("--nodes: the search finds the nodes needed itself (from --target-rate); leave --nodes out")
     for tp in args.tps:
@@ -215,14 +228,18 @@ def cmd_search(args) -> int:
     except ValueError as exc:
         raise CliError(f"the grid: {exc}") from None
     check_output_file("--json", args.json)
-    backend = make_backend(args.backend, args.ray_address, args.workers)
-    print(f"searching {grid.size():,} configurations on {backend.describe()}", file=sys.stderr)
-    try:
-        res = search(base, slo, args.target_rate, prices, grid, backend=backend, prune=args.prune,
-                     warm=args.warm_start, headroom=args.headroom, custom_gpus=custom, progress=_progress,
-                     router=args.router, fleet_top=args.fleet_top)
-    finally:
-        backend.close()
+
+    def open_backend(tasks: int):
+        """The backend, made once the configurations that fit are known (none: never made, so an unreachable
+        Ray address is not tried); ``search`` closes it."""
+        timeout = RAY_TIMEOUT_S if args.ray_timeout_s is None else args.ray_timeout_s
+        backend = make_backend(args.backend, args.ray_address, args.workers, tasks=tasks, timeout_s=timeout)
+        print(f"searching {tasks:,} of {grid.size():,} configurations on {backend.describe()}", file=sys.stderr)
+        return backend
+
+    res = search(base, slo, args.target_rate, prices, grid, backend=open_backend, prune=args.prune,
+                 warm=args.warm_start, headroom=args.headroom, custom_gpus=custom, progress=_progress,
+                 router=args.router, fleet_top=args.fleet_top)
     _print(res, slo.describe(class_names(base)))
     write_json(args.json, res)
     if res["failed"]:

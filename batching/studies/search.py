@@ -482,11 +482,13 @@ def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Map
            progress: Callable[[int, int, str], None] | None = None, router: str = ROUTER_DEFAULT,
            fleet_top: int = FLEET_TOP) -> dict:
     """Search the grid on ``base``'s model and workload (its rate is what each capacity search varies); see the
-    module's docstring. ``backend``: a ``studies.backends`` backend (default: a local process pool, closed at the
-    end; one given is left open). ``router``: the router the fleet checks run behind (``sim.fleet.ROUTERS``);
-    ``fleet_top``: how many of the top configurations to check as a fleet (0: none, every row keeps the
-    perfect-balance estimate). ``base``'s own nodes and router are not read. Returns a plain dict (JSON-ready)."""
-    from batching.studies.backends import make_backend, run_tasks
+    module's docstring. ``backend``: a ``studies.backends`` backend (left open), or a function of the number of
+    configurations to run that makes one (called only when some configuration fits, so a grid where every one is
+    skipped starts nothing; closed at the end), default a local process pool. ``router``: the router the fleet
+    checks run behind (``sim.fleet.ROUTERS``); ``fleet_top``: how many of the top configurations to check as a
+    fleet (0: none, every row keeps the perfect-balance estimate). ``base``'s own nodes and router are not read.
+    Returns a plain dict (JSON-ready)."""
+    from batching.studies.backends import NothingToRun, make_backend, run_tasks
 
     started = time.perf_counter()
     if router not in ROUTERS:
@@ -535,11 +537,10 @@ def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Map
             continue
         scenarios[cfg] = sc
 
-    own = backend is None
+    own = not hasattr(backend, "submit")  # None or a factory: the backend is made here, for what fits
     if own:
-        from batching.studies.backends import default_workers
-
-        backend = make_backend("local", workers=max(1, min(len(scenarios), default_workers())))
+        make = backend or (lambda tasks: make_backend("local", tasks=tasks))
+        backend = make(len(scenarios)) if scenarios else NothingToRun()
     simulations = 0
     done_count = [0]
     total = 2 * len(scenarios)

@@ -98,3 +98,24 @@ def test_bad_knob_values_are_a_message():
     at = run_page(PAGE, **(QUERY | {"s_seqs": "0"}))
     assert not at.exception
     assert any("max_num_seqs=0 is out of range" in e.value for e in at.error)
+
+
+def test_an_unreachable_ray_cluster_falls_back_to_the_server(monkeypatch):
+    """BATCHING_RAY_ADDRESS names a port nothing listens on: the search runs on the server's own threads, with a
+    notice naming the address (it hung in Ray's connection retries)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("BATCHING_RAY_ADDRESS", address)
+    monkeypatch.setenv("BATCHING_RAY_MIN_CONFIGS", "1")
+    # 4 configurations (searched on open, sent to Ray: at least 1), a target no other test searches (not cached)
+    at = run_page(PAGE, **(QUERY | {"target": "23"}))
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    from batching.ui.safe import unescape
+
+    notes = [unescape(w.value) for w in at.warning if "Ray cluster" in unescape(w.value)]
+    assert len(notes) == 1 and address in notes[0] and "searching on this server" in notes[0], notes
+    res = at.session_state["search_last"][1]
+    assert res["grid_size"] == 4 and "in this process" in res["backend"] and res["configs"][0]["meets_slo"]
