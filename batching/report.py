@@ -26,10 +26,10 @@ from batching.charts import planning as cp
 from batching.charts import policy as charts
 from batching.charts.export import caption_of, scenario_caption, with_caption
 from batching.charts.formatting import change_frame, class_frame, report_frame
-from batching.sim.fleet import ROUTER_HELP, ROUTERS
+from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult
-from batching.sim.workload import SyntheticWorkload, TraceWorkload
+from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
 from batching.studies.capacity import class_names
 from batching.studies.compare import Comparison, verdict
 from batching.studies.planning import CapacityPlan, SweepStudy

@@ -14,13 +14,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batching.sim import engine as eng  # noqa: E402
-from batching.sim.costmodel import cost_model  # noqa: E402
+from batching.sim.engine import kernel as eng  # noqa: E402
+from batching.sim.hardware.costmodel import cost_model  # noqa: E402
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, with_knobs  # noqa: E402
 from batching.sim.simulate import Scenario, simulate  # noqa: E402
-from batching.sim.speculative import spec_for, spec_kv_blocks  # noqa: E402
-from batching.sim.specs import GIB  # noqa: E402
-from batching.sim.workload import workload_preset  # noqa: E402
+from batching.sim.engine.speculative import spec_for, spec_kv_blocks  # noqa: E402
+from batching.sim.hardware.specs import GIB  # noqa: E402
+from batching.sim.workload.requests import workload_preset  # noqa: E402
 
 
 def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
@@ -109,9 +109,9 @@ def main() -> None:
     # disaggregation (1 prefill TP 4 + 1 decode TP 4) and a fleet behind a state-reading router, beside plain
     # continuous on the same requests (best of 3, the Python set-up of their runs included)
     print(f"\ndisaggregation and fleets, continuous, {args.requests:,} requests of the default scenario:")
-    from batching.sim.costmodel import cost_model as _cm
-    from batching.sim.disagg import Disagg, run_disagg
-    from batching.sim.fleet import run_fleet
+    from batching.sim.hardware.costmodel import cost_model as _cm
+    from batching.sim.topology.disagg import Disagg, run_disagg
+    from batching.sim.topology.fleet import run_fleet
 
     reqs = mixed.generate()
     pol = PRESETS["continuous"]
@@ -130,7 +130,7 @@ def main() -> None:
     # speed-up over the interpreted kernel on 500 requests
     code = ("import sys,time; sys.path.insert(0, %r)\n"
             "from benchmarks.bench_engine import engine_seconds\n"
-            "from batching.sim.simulate import Scenario; from batching.sim.workload import workload_preset\n"
+            "from batching.sim.simulate import Scenario; from batching.sim.workload.requests import workload_preset\n"
             "print(engine_seconds(Scenario(workload=workload_preset('mixed', %r, 500, 0)), repeats=1)[0])"
             % (str(ROOT), args.rate))
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
@@ -140,7 +140,7 @@ def main() -> None:
     print(f"\n500 requests, continuous: interpreted {slow:.3f} s, jitted {fast:.5f} s, speed-up {slow / fast:,.0f}x")
     # cold process: import + load the cached kernel + first small simulation
     code = ("import time; t=time.perf_counter(); import sys; sys.path.insert(0, %r)\n"
-            "from batching.sim.simulate import Scenario, simulate; from batching.sim.workload import workload_preset\n"
+            "from batching.sim.simulate import Scenario, simulate; from batching.sim.workload.requests import workload_preset\n"
             "simulate(Scenario(workload=workload_preset('mixed', 3.0, 50, 0)))\n"
             "print(time.perf_counter()-t)" % str(ROOT))
     cold = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -63,7 +63,7 @@ def main() -> None:
     if a.child:
         child(int(a.child[0]), float(a.child[1]))
         return
-    from batching.sim.workload import MAX_NUM_REQUESTS
+    from batching.sim.workload.requests import MAX_NUM_REQUESTS
 
     cases = list(CASES) + ([] if a.quick else [("default load, the cap", MAX_NUM_REQUESTS, 3.0)])
     print(f"{'case':24s} {'requests':>10s} {'rate':>7s} {'steps/req':>10s} {'peak RSS':>10s} {'above warm':>11s} "

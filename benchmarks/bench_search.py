@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from batching.sim.simulate import Scenario, simulate  # noqa: E402
-from batching.sim.specs import GPUS, MODELS, Deployment, Node  # noqa: E402
-from batching.sim.workload import workload_preset  # noqa: E402
+from batching.sim.hardware.specs import GPUS, MODELS, Deployment, Node  # noqa: E402
+from batching.sim.workload.requests import workload_preset  # noqa: E402
 from batching.studies.backends import default_workers, make_backend  # noqa: E402
 from batching.studies.capacity import default_slo  # noqa: E402
 from batching.studies.search import Grid, parse_knobs, search  # noqa: E402

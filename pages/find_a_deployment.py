@@ -12,7 +12,7 @@ from batching.charts import policy as charts
 from batching.charts.search import pareto_chart
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.sim.specs import GPUS, PRECISIONS
+from batching.sim.hardware.specs import GPUS, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.search import COST_NOTE, TPS, Grid, parse_knobs, router_note, search

@@ -6,11 +6,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from batching.sim import calibration as cal
+from batching.sim.hardware import calibration as cal
+from batching.studies import end_to_end as e2e_check
 from batching.charts import costmodel as ccm
-from batching.sim import costmodel as cm
+from batching.sim.hardware import costmodel as cm
 from batching.sim.simulate import Scenario
-from batching.sim.specs import (KV_BLOCK_TOKENS, Deployment, GPU_ARCHS, deployment, deployment_figures, gpu_from_dict,
+from batching.sim.hardware.specs import (KV_BLOCK_TOKENS, Deployment, GPU_ARCHS, deployment, deployment_figures, gpu_from_dict,
                                 gpu_to_dict, model_from_dict, model_to_dict)
 from batching.ui import cache, nav, page, widgets
 from batching.ui.safe import plain
@@ -45,7 +46,7 @@ def allreduce_frame(impl: str) -> pd.DataFrame:
 
 @st.cache_data(max_entries=2, show_spinner=False)
 def end_to_end_frame() -> pd.DataFrame:
-    return cal.end_to_end_frame()
+    return e2e_check.end_to_end_frame()
 
 
 @st.cache_data(max_entries=2, show_spinner=False)
@@ -337,7 +338,7 @@ def calibration_sections(sc: Scenario) -> None:
                           "whiskers mark ±20 % of each published value.", "calibration_end_to_end", key="cal_e2e",
                           scenario_line="")
             st.dataframe(e2e, hide_index=True, column_config=_pct_columns(e2e))
-            st.caption(f"Source: {cal.PUBLISHED_SOURCE}. Continuous batching (vLLM V0 defaults), ShareGPT-like lengths "
+            st.caption(f"Source: {e2e_check.PUBLISHED_SOURCE}. Continuous batching (vLLM V0 defaults), ShareGPT-like lengths "
                        "(prompts mean ≈ 231 tokens, outputs ≈ 195); see docs/CALIBRATION.md for why.")
 
     st.subheader("Constants and sources", divider="gray")

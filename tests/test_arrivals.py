@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from batching.sim.workload import ARRIVAL_KINDS, ArrivalProcess, SyntheticWorkload, workload_preset
+from batching.sim.workload.requests import ARRIVAL_KINDS, ArrivalProcess, SyntheticWorkload, workload_preset
 
 N = 100_000
 

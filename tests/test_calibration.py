@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batching.sim import calibration as cal
+from batching.sim.hardware import calibration as cal
+from batching.studies import end_to_end as e2e_check
 from batching.cli import args as cli_args
 from batching.cli import calibrate as cli_calibrate
-from batching.sim import costmodel as cm
-from batching.sim.specs import GPUS, MODELS, gpu_to_dict, model_to_dict
+from batching.sim.hardware import costmodel as cm
+from batching.sim.hardware.specs import GPUS, MODELS, gpu_to_dict, model_to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "batching" / "data" / "raw"  # the published measurements (batching/data/README.md)
@@ -117,7 +118,7 @@ def test_allreduce_default_is_vllm_custom_allreduce_under_cuda_graphs():
 # --- end to end: Llama-3.1-70B BF16, 4xH100 TP4, ShareGPT-like ---------------------------
 @pytest.fixture(scope="module")
 def e2e():
-    return cal.end_to_end()
+    return e2e_check.end_to_end()
 
 
 def test_end_to_end_within_20_percent_of_a_published_engine(e2e):
@@ -135,7 +136,7 @@ def test_end_to_end_moves_the_right_way(e2e):
 
 
 def test_sharegpt_preset_matches_the_published_lengths():
-    from batching.sim.workload import workload_preset
+    from batching.sim.workload.requests import workload_preset
 
     reqs = workload_preset("sharegpt", 4.0, 5000, 0).generate()
     assert 215 < reqs.prompt_tokens.mean() < 240  # published runs of the sampler: 224-230
@@ -167,7 +168,7 @@ def test_report_writes_every_table(tmp_path, capsys):
 def test_committed_calibration_doc_is_current(e2e):
     doc = ROOT / "docs" / "CALIBRATION.md"
     ar = {impl: cal.allreduce_comparison(impl) for impl in cm.ALLREDUCE_IMPLS}
-    expected = cli_calibrate.report_markdown(cal.end_to_end_frame(e2e), ar)
+    expected = cli_calibrate.report_markdown(e2e_check.end_to_end_frame(e2e), ar)
     assert doc.read_text() == expected, "docs/CALIBRATION.md is stale: run python -m batching calibrate --report"
 
 
@@ -226,7 +227,7 @@ def test_calibrate_parser_registers(capsys):
 # --- the page's figures -------------------------------------------------------------------
 def test_breakdown_charts_stack_the_step_time():
     from batching.charts import costmodel as ccm
-    from batching.sim.specs import deployment
+    from batching.sim.hardware.specs import deployment
 
     costs = cm.cost_model(deployment(model="llama-3.1-70b", tp=4, num_gpus=4))
     df = ccm.decode_breakdown(costs, 400, [1, 64, 256])

@@ -20,12 +20,12 @@ from batching.charts import costmodel as ccm
 from batching.charts import planning as cp
 from batching.charts import policy as charts
 from batching.charts.colors import EXTRA_COLORS, POLICY_COLORS
-from batching.sim import costmodel as cm
+from batching.sim.hardware import costmodel as cm
 from batching.studies.compare import Comparison
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import deployment
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import deployment
+from batching.sim.workload.requests import workload_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
 from uihelpers import chart_specs  # noqa: E402

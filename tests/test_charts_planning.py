@@ -15,7 +15,7 @@ from batching.charts.policy import TEMPLATE
 from batching.studies.capacity import SLO, capacity
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.sim.workload import workload_preset
+from batching.sim.workload.requests import workload_preset
 
 
 def sweep_frame(knob: str = "max_num_seqs", values=(8, 16, 32, 64, 128, 256)) -> pd.DataFrame:

@@ -290,7 +290,7 @@ def test_output_path_errors_from_the_shell(tmp_path):
 
 
 def test_readme_states_the_request_cap_and_memory_per_request():
-    from batching.sim.workload import MAX_NUM_REQUESTS
+    from batching.sim.workload.requests import MAX_NUM_REQUESTS
 
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Command line")[1].split("\n## ")[0]
@@ -309,7 +309,7 @@ def test_capacity_takes_an_slo_per_class(tmp_path):
 
     from batching.sim.policy import PRESETS
     from batching.sim.simulate import Scenario
-    from batching.sim.workload import workload_preset
+    from batching.sim.workload.requests import workload_preset
     from batching.studies.capacity import SLO, capacity
 
     out = tmp_path / "c.json"

@@ -10,7 +10,7 @@ import pytest
 from batching.cli import args as cli_args
 from batching.cli.main import main, make_parser
 from batching.sim.policy import PRESETS
-from batching.sim.workload import SyntheticWorkload
+from batching.sim.workload.requests import SyntheticWorkload
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--requests", "40", "--rate", "2"]

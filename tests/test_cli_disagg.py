@@ -12,8 +12,8 @@ import pytest
 
 from batching.cli.args import DISAGG_KEYS, build_scenario
 from batching.cli.main import main, make_parser
-from batching.sim.disagg import CROSS_NODE_GBPS, Disagg
-from batching.sim.specs import GPUS
+from batching.sim.topology.disagg import CROSS_NODE_GBPS, Disagg
+from batching.sim.hardware.specs import GPUS
 
 ROOT = Path(__file__).resolve().parents[1]
 SPLIT = ["--prefill-instances", "1", "--prefill-tp", "4", "--decode-instances", "1", "--decode-tp", "4"]

@@ -18,8 +18,8 @@ from batching import report
 from batching.cli.args import SUMMARY_KEYS, Parser, dispatch
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import deployment
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import deployment
+from batching.sim.workload.requests import workload_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
 from uihelpers import chart_specs  # noqa: E402

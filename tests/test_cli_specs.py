@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from batching.cli.main import main
-from batching.sim.specs import MODELS
+from batching.sim.hardware.specs import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["model", "gpu", "num_gpus", "tp", "replicas", "precision", "kv_dtype", "attention", "parameters",

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from batching.sim import calibration as cal
-from batching.sim import costmodel as cm
-from batching.sim.specs import MODELS, deployment
+from batching.sim.hardware import calibration as cal
+from batching.sim.hardware import costmodel as cm
+from batching.sim.hardware.specs import MODELS, deployment
 
 
 @pytest.fixture(scope="module")

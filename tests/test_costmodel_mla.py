@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from batching.sim import costmodel as cm
+from batching.sim.hardware import costmodel as cm
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import GPUS, MODELS, Deployment, Node, deployment
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import GPUS, MODELS, Deployment, Node, deployment
+from batching.sim.workload.requests import workload_preset
 
 V3 = MODELS["deepseek-v3"]
 

@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation (batching/sim/disagg.py): requests, tokens and transfers are conserved, every
+"""Prefill/decode disaggregation (batching/sim/topology/disagg.py): requests, tokens and transfers are conserved, every
 instance keeps its KV within its own capacity, a transfer takes the prompt's KV bytes over the link, runs repeat,
 and the DistServe/Splitwise findings of issue 13 hold on a prefill-heavy workload."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batching.sim.disagg import CROSS_NODE_GBPS, Disagg
+from batching.sim.topology.disagg import CROSS_NODE_GBPS, Disagg
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import Deployment
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import Deployment
+from batching.sim.workload.requests import workload_preset
 from batching.studies.capacity import SLO, capacity
 
 SPLIT = Disagg(1, 4, 1, 4)
@@ -158,7 +158,7 @@ def test_finding_a_tight_tpot_slo_favours_disaggregation_a_loose_one_aggregation
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from batching.sim.specs import MODELS, deployment  # noqa: E402
+from batching.sim.hardware.specs import MODELS, deployment  # noqa: E402
 
 SMALL = deployment(model="llama-3.1-8b")  # fits TP 1, so every split of 8 GPUs is valid
 

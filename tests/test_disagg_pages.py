@@ -18,10 +18,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
 from uihelpers import FAST, assert_clean, chart_specs, chart_titles, run_page  # noqa: E402
 
-from batching.sim.disagg import Disagg  # noqa: E402
+from batching.sim.topology.disagg import Disagg  # noqa: E402
 from batching.sim.policy import PRESETS  # noqa: E402
 from batching.sim.simulate import Scenario  # noqa: E402
-from batching.sim.workload import workload_preset  # noqa: E402
+from batching.sim.workload.requests import workload_preset  # noqa: E402
 from batching.studies import disagg_capacity as dc  # noqa: E402
 from batching.studies.capacity import SLO, capacity, default_slo  # noqa: E402
 from batching.ui import cache, sidebar  # noqa: E402

@@ -18,10 +18,10 @@ from uihelpers import FAST, assert_clean, chart, data_traces, drawn_charts, metr
 
 from batching.charts import fleet as fleet_charts  # noqa: E402
 from batching.charts import policy as charts  # noqa: E402
-from batching.sim.disagg import Disagg  # noqa: E402
+from batching.sim.topology.disagg import Disagg  # noqa: E402
 from batching.sim.simulate import Scenario, simulate  # noqa: E402
-from batching.sim.specs import deployment  # noqa: E402
-from batching.sim.workload import workload_preset  # noqa: E402
+from batching.sim.hardware.specs import deployment  # noqa: E402
+from batching.sim.workload.requests import workload_preset  # noqa: E402
 from batching.ui import sidebar  # noqa: E402
 from batching.ui.safe import unescape  # noqa: E402
 

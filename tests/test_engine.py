@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from batching.sim import costmodel as cmod
-from batching.sim import engine as eng
+from batching.sim.hardware import costmodel as cmod
+from batching.sim.engine import kernel as eng
 
 
 def const_cost(step_s=1.0, swap_tokens_per_s=32.0):

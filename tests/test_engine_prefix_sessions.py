@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batching.sim import engine as eng
-from batching.sim.costmodel import cost_model
+from batching.sim.engine import kernel as eng
+from batching.sim.hardware.costmodel import cost_model
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import KV_BLOCK_TOKENS, deployment
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS, deployment
+from batching.sim.workload.requests import workload_preset
 from tests.test_engine import const_cost
 
 CM = cost_model(deployment())

@@ -5,11 +5,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batching.sim import engine as eng
-from batching.sim import engine_state
-from batching.sim.costmodel import cost_model
+from batching.sim.engine import kernel as eng
+from batching.sim.engine import state as engine_state
+from batching.sim.hardware.costmodel import cost_model
 from batching.sim.policy import MODE_CODE, MODES, PREEMPTION_CODE, PREEMPTION_MODES
-from batching.sim.specs import KV_BLOCK_TOKENS, deployment
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS, deployment
 
 CM = cost_model(deployment())
 EXAMPLES = int(os.environ.get("ENGINE_PROPERTY_EXAMPLES", "300"))

@@ -12,8 +12,8 @@ import pytest
 
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, SimResult, simulate
-from batching.sim.specs import KV_BLOCK_TOKENS, deployment
-from batching.sim.workload import LengthDist, SyntheticWorkload, workload_preset
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS, deployment
+from batching.sim.workload.requests import LengthDist, SyntheticWorkload, workload_preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ui"))
 from uihelpers import drawn_charts, run_page  # noqa: E402

@@ -5,7 +5,7 @@ import pytest
 from batching.studies.capacity import SLO, capacity, slo_point
 from batching.studies.compare import compare, verdict
 from batching.sim.simulate import Scenario
-from batching.sim.workload import workload_preset
+from batching.sim.workload.requests import workload_preset
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_article_capacity_order_and_ratio(article_runs):
 
 def test_article_rate_is_carried_by_every_policy(article_runs):
     """The documented rate (4 req/s, ~73 % of static's capacity) overloads no policy of the article's table."""
-    from batching.sim.workload import ARTICLE_RATE_REQ_S
+    from batching.sim.workload.requests import ARTICLE_RATE_REQ_S
     for name, s in article_runs.items():
         assert s.get("overloaded") in (None, False), name
         assert s["throughput_req_s"] >= 0.95 * ARTICLE_RATE_REQ_S, (name, s["throughput_req_s"])

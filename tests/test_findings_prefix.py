@@ -5,14 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batching.sim import engine as eng
-from batching.sim.costmodel import cost_model
+from batching.sim.engine import kernel as eng
+from batching.sim.hardware.costmodel import cost_model
 from batching.sim.policy import PRESETS, with_knobs
-from batching.sim.prefixes import ideal_hit_tokens, trace_hit_rate_512
+from batching.sim.workload.prefixes import ideal_hit_tokens, trace_hit_rate_512
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import deployment
-from batching.sim.traces import load_trace
-from batching.sim.workload import TraceWorkload, workload_preset
+from batching.sim.hardware.specs import deployment
+from batching.sim.workload.traces import load_trace
+from batching.sim.workload.requests import TraceWorkload, workload_preset
 
 MOONCAKE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake" / "conversation_trace.jsonl"
 CONTINUOUS = ("continuous", "chunked", "priority")

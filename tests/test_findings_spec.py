@@ -12,9 +12,9 @@ import pytest
 
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.speculative import spec_kv_blocks
-from batching.sim.specs import deployment
-from batching.sim.workload import ArrivalProcess, LengthDist, PriorityClass, SyntheticWorkload, workload_preset
+from batching.sim.engine.speculative import spec_kv_blocks
+from batching.sim.hardware.specs import deployment
+from batching.sim.workload.requests import ArrivalProcess, LengthDist, PriorityClass, SyntheticWorkload, workload_preset
 
 BASE = with_knobs(PRESETS["continuous"], max_num_batched_tokens=16384)
 EAGLE = with_knobs(BASE, spec_decode="eagle", spec_tokens=3, spec_acceptance=0.8)

@@ -1,4 +1,4 @@
-"""Fleets: nodes x replicas behind a router that reads the replicas' state at each arrival (batching/sim/fleet.py).
+"""Fleets: nodes x replicas behind a router that reads the replicas' state at each arrival (batching/sim/topology/fleet.py).
 The co-simulation is exact where it can be checked (round-robin through the fleet kernel = the replicas run alone),
 conserves requests and tokens, keeps every replica's KV within its capacity, repeats for a seed, and the issue's
 finding holds: on bursty, heavy-tailed traffic at 80 % of fleet capacity, least-outstanding beats round-robin."""
@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 
 from batching.cli.main import main as cli_main
-from batching.sim import fleet
-from batching.sim.costmodel import cost_model
+from batching.sim.topology import fleet
+from batching.sim.hardware.costmodel import cost_model
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, run_requests, simulate
-from batching.sim.specs import GIB, GPUS, Deployment, Node
-from batching.sim.speculative import spec_kv_blocks
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import GIB, GPUS, Deployment, Node
+from batching.sim.engine.speculative import spec_kv_blocks
+from batching.sim.workload.requests import workload_preset
 
 TP2 = Deployment(node=Node(GPUS["h100-sxm"], tp=2))  # 4 replicas per node
 ROUTED = [r for r in fleet.ROUTERS if r != "round-robin"]
@@ -205,7 +205,7 @@ def test_cli_fleet_errors_are_one_line(argv, msg, capsys) -> None:
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from batching.sim.specs import deployment  # noqa: E402
+from batching.sim.hardware.specs import deployment  # noqa: E402
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

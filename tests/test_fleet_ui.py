@@ -12,10 +12,10 @@ from streamlit.testing.v1 import AppTest
 
 from batching import report
 from batching.charts import fleet as fleet_charts
-from batching.sim.fleet import MAX_NODES, ROUTERS
+from batching.sim.topology.fleet import MAX_NODES, ROUTERS
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import KV_BLOCK_TOKENS
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
+from batching.sim.workload.requests import workload_preset
 from batching.ui import sidebar
 from batching.ui.safe import unescape
 

@@ -23,11 +23,11 @@ from markup import (CLASS_LINK, FILE_LINK, HOSTILE_CLASSES, hostile_trace, live_
 
 from batching import report
 
-from batching.sim import workload
+from batching.sim.workload import requests as workload
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import deployment
-from batching.sim.traces import MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
-from batching.sim.workload import MAX_SPEEDUP, TraceWorkload
+from batching.sim.hardware.specs import deployment
+from batching.sim.workload.traces import MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
+from batching.sim.workload.requests import MAX_SPEEDUP, TraceWorkload
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE = b"arrival_s,prompt_tokens,output_tokens\n"
@@ -385,7 +385,7 @@ def test_a_bad_row_at_the_end_of_a_million_rows_is_named() -> None:
 # ---------------------------------------------------------------- data only
 
 
-PARSING_PATH = ["batching/sim/traces.py", "batching/sim/workload.py", "batching/ui/sidebar.py", "batching/ui/cache.py",
+PARSING_PATH = ["batching/sim/workload/traces.py", "batching/sim/workload/requests.py", "batching/ui/sidebar.py", "batching/ui/cache.py",
                 "batching/sim/simulate.py", "batching/report.py"]
 UNSAFE_MODULES = {"pickle", "cPickle", "dill", "marshal", "shelve", "yaml", "joblib"}
 UNSAFE_CALLS = {"eval", "exec", "compile", "read_pickle", "__import__", "literal_eval", "query", "import_module"}

@@ -29,6 +29,19 @@ LAYERS: tuple[tuple[str, int], ...] = (
 ROOT_PACKAGE = ("batching", 0)
 APART = (("batching.cli", "batching.ui"), ("batching.__main__", "batching.ui"))  # front ends on one floor
 STREAMLIT_ALLOWED = ("batching.ui", "app", "pages")
+# floors inside batching.sim: what a request stream is and what a step costs know nothing of the engine; one
+# engine knows nothing of many (topology); none of them knows the entry that ties them together (simulate)
+SIM_FLOORS: tuple[tuple[str, int], ...] = (
+    ("batching.sim.hardware", 0), ("batching.sim.workload", 0),
+    ("batching.sim.engine", 1), ("batching.sim.topology", 2), ("batching.sim.simulate", 3),
+)
+
+
+def sim_floor(name: str) -> int | None:
+    for prefix, level in SIM_FLOORS:
+        if _within(name, prefix):
+            return level
+    return None
 
 
 def _within(name: str, prefix: str) -> bool:
@@ -145,6 +158,9 @@ def problems(root: Path) -> list[str]:
             dst = layer(target)
             if dst is not None and dst > src:
                 out.append(f"{where}:{line}: {name} (layer {src}) imports {target} (layer {dst}): upward")
+            f_src, f_dst = sim_floor(name), sim_floor(target)
+            if f_src is not None and f_dst is not None and f_dst > f_src:
+                out.append(f"{where}:{line}: {name} (sim floor {f_src}) imports {target} (sim floor {f_dst}): upward")
             for a, b in APART:
                 if (_within(name, a) and _within(target, b)) or (_within(name, b) and _within(target, a)):
                     out.append(f"{where}:{line}: {name} imports {target}: the CLI and the dashboard stay apart")
@@ -172,7 +188,7 @@ def test_the_tree_imports_only_downward_without_cycles():
 
 def test_every_module_is_seen_and_has_a_layer():
     mods = modules(ROOT)
-    for name in ("batching.sim.engine", "batching.studies.planning", "batching.charts.planning", "batching.report",
+    for name in ("batching.sim.engine.kernel", "batching.studies.planning", "batching.charts.planning", "batching.report",
                  "batching.ui.planning", "batching.ui.nav", "app", "pages.tune", "pages.capacity"):
         assert name in mods
     assert all(layer(m) is not None for m in mods)
@@ -210,6 +226,16 @@ def test_a_planted_upward_import_fails(tree: Path):
     assert any("batching.sim.metrics (layer 0) imports batching.ui.cache (layer 3): upward" in p for p in found), found
     # through Streamlit too: sim now reaches it by way of the dashboard's cache
     assert any(p.startswith("batching.sim.metrics reaches Streamlit through batching.ui.cache") for p in found)
+
+
+def test_a_planted_import_up_the_sim_floors_fails(tree: Path):
+    found = plant(tree, "batching/sim/engine/stages.py", "def _planted():\n    from batching.sim.topology import fleet\n"
+                                                          "    return fleet")
+    assert any("batching.sim.engine.stages (sim floor 1) imports batching.sim.topology.fleet (sim floor 2): upward" in p
+               for p in found), found
+    found = plant(tree, "batching/sim/workload/traces.py", "from batching.sim import simulate")
+    assert any("batching.sim.workload.traces (sim floor 0) imports batching.sim.simulate (sim floor 3)" in p
+               for p in found), found
 
 
 def test_a_planted_relative_upward_import_fails(tree: Path):

@@ -8,7 +8,7 @@ from batching.charts.colors import POLICY_COLORS
 from batching.charts.load import latency_vs_load
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.workload import workload_preset
+from batching.sim.workload.requests import workload_preset
 from batching.studies.load_curve import COLUMNS, HIGH, LOW, POINTS, load_curve, load_grid, slo_targets
 
 POLICIES = {k: PRESETS[k] for k in ("static", "continuous")}

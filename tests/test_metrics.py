@@ -15,8 +15,8 @@ from batching.charts.formatting import MISSING, cell_text, change_frame, report_
 from batching.sim.metrics import DEFINITIONS, useful_share
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import KV_BLOCK_TOKENS
-from batching.sim.workload import TraceWorkload, workload_preset
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
+from batching.sim.workload.requests import TraceWorkload, workload_preset
 from batching.studies.compare import compare, verdict
 
 ROOT = Path(__file__).resolve().parents[1]

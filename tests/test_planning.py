@@ -9,8 +9,8 @@ import pytest
 
 from batching.sim.policy import KNOB_LIMITS, PRESETS, with_knobs
 from batching.sim.simulate import Scenario
-from batching.sim.specs import KV_BLOCK_TOKENS
-from batching.sim.workload import DEFAULT_RATE_REQ_S, MAX_RATE_REQ_S, workload_preset
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
+from batching.sim.workload.requests import DEFAULT_RATE_REQ_S, MAX_RATE_REQ_S, workload_preset
 from batching.studies import planning as sp
 from batching.studies.capacity import SLO, CapacityResult, default_slo
 from batching.studies.knee import sweep_knee

@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from batching.sim.prefixes import ideal_hit_tokens, split_chains
-from batching.sim.workload import (
+from batching.sim.workload.prefixes import ideal_hit_tokens, split_chains
+from batching.sim.workload.requests import (
     DEFAULT_CLASSES,
     Requests,
     SyntheticWorkload,

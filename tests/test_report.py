@@ -20,8 +20,8 @@ from batching.charts.export import CAPTION_LEGEND, caption_of, scenario_caption,
 from batching import report
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import deployment
-from batching.sim.workload import LengthDist, TraceWorkload, workload_preset
+from batching.sim.hardware.specs import deployment
+from batching.sim.workload.requests import LengthDist, TraceWorkload, workload_preset
 from batching.studies.capacity import SLO, capacity
 from batching.studies.compare import compare
 from batching.studies.planning import plan_capacity, sweep_study

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from batching.sim.simulate import Scenario
-from batching.sim.specs import GPUS, MODELS, Deployment, Node
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import GPUS, MODELS, Deployment, Node
+from batching.sim.workload.requests import workload_preset
 from batching.studies.backends import make_backend
 from batching.studies.capacity import capacity, default_slo
 from batching.studies.search import Grid, config_scenario, pareto, parse_knobs, search

@@ -14,8 +14,8 @@ import batching.studies.search as s
 from batching.cli.main import main
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import GPUS, MODELS, Deployment, Node
-from batching.sim.workload import workload_preset
+from batching.sim.hardware.specs import GPUS, MODELS, Deployment, Node
+from batching.sim.workload.requests import workload_preset
 from batching.studies.backends import make_backend
 from batching.studies.capacity import default_slo, meets_slo, slo_reading
 from batching.studies.search import Grid, config_scenario, fleet_router, fleet_task, search

@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from batching.sim.prefixes import ideal_hit_tokens, split_chains
-from batching.sim.sessions import SESSION_CONTEXT_CAP_TOKENS, SessionSpec
-from batching.sim.workload import (
+from batching.sim.workload.prefixes import ideal_hit_tokens, split_chains
+from batching.sim.workload.sessions import SESSION_CONTEXT_CAP_TOKENS, SessionSpec
+from batching.sim.workload.requests import (
     DEFAULT_CLASSES,
     WORKLOAD_PRESETS,
     WORKLOAD_SESSIONS,

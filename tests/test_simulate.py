@@ -12,8 +12,8 @@ import pytest
 from batching.sim.metrics import node_summary
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.specs import deployment
-from batching.sim.workload import LengthDist, workload_preset
+from batching.sim.hardware.specs import deployment
+from batching.sim.workload.requests import LengthDist, workload_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = {"num_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
@@ -100,7 +100,7 @@ def test_same_results_without_jit():
     """The kernel interpreted by Python (NUMBA_DISABLE_JIT=1) gives the same answer."""
     code = (
         "import json,sys; from batching.sim.simulate import Scenario, simulate; from batching.sim.policy import PRESETS;"
-        "from batching.sim.workload import workload_preset; from batching.sim.specs import deployment;"
+        "from batching.sim.workload.requests import workload_preset; from batching.sim.hardware.specs import deployment;"
         "out={};\n"
         "for name in ('dynamic','priority'):\n"
         "    r=simulate(Scenario(deployment(kv_cache_tokens=8000), workload_preset('mixed',5.0,25,3), PRESETS[name]))\n"
@@ -173,8 +173,8 @@ def test_a_run_past_the_step_ceiling_is_a_clear_error_not_an_oom(monkeypatch):
     """A lightly loaded run takes many steps per request; the step tables stop at MAX_STEPS with a
     ValueError naming the requests and their span (the CLI prints it as one line) instead of
     doubling until the host runs out of memory."""
-    from batching.sim import engine as eng
-    from batching.sim.workload import workload_preset
+    from batching.sim.engine import kernel as eng
+    from batching.sim.workload.requests import workload_preset
 
     monkeypatch.setattr(eng, "MAX_STEPS", 5_000)
     sc = Scenario(workload=workload_preset("chat", rate_req_s=0.05, num_requests=60, seed=0))

@@ -11,7 +11,7 @@ import pytest
 from batching.charts.spec import TITLE, WITH, WITHOUT, crossover_chart
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.speculative import expected_tokens_per_step
+from batching.sim.engine.speculative import expected_tokens_per_step
 from batching.studies import spec_crossover as sx
 
 BASE = Scenario()  # the dashboard's default scenario: 2,000 requests, continuous batching, no speculation

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batching.sim import engine as eng
-from batching.sim.costmodel import cost_model, step_time
+from batching.sim.engine import kernel as eng
+from batching.sim.hardware.costmodel import cost_model, step_time
 from batching.sim.policy import BatchingPolicy, PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.speculative import expected_tokens_per_step, spec_for, spec_kv_blocks
-from batching.sim.specs import KV_BLOCK_TOKENS, deployment
-from batching.sim.workload import workload_preset
+from batching.sim.engine.speculative import expected_tokens_per_step, spec_for, spec_kv_blocks
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS, deployment
+from batching.sim.workload.requests import workload_preset
 from tests.test_engine_properties import scenarios
 
 DEP = deployment()

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from batching.sim.specs import (GIB, GPUS, KV_BLOCK_TOKENS, MODELS, Deployment, Model, Node, deployment, gpu_from_dict,
+from batching.sim.hardware.specs import (GIB, GPUS, KV_BLOCK_TOKENS, MODELS, Deployment, Model, Node, deployment, gpu_from_dict,
                             gpu_to_dict, load_json_spec, model_from_dict, model_to_dict)
 
 

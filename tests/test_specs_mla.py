@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from batching.sim.specs import (GIB, MODELS, Deployment, Node, GPUS, attention_kind, deployment, deployment_figures,
+from batching.sim.hardware.specs import (GIB, MODELS, Deployment, Node, GPUS, attention_kind, deployment, deployment_figures,
                                 model_from_dict, model_to_dict, parse_json_spec)
 
 V3, K2 = MODELS["deepseek-v3"], MODELS["kimi-k2"]

@@ -13,7 +13,7 @@ from batching.studies.sweeps import apply_knob, sweep
 from batching.studies.knee import capacity_knee, find_knee, sweep_knee
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario
-from batching.sim.workload import workload_preset
+from batching.sim.workload.requests import workload_preset
 
 
 def scenario(policy="chunked", rate=3.0, n=400):
@@ -299,7 +299,7 @@ def test_headroom_multiplies_nodes_and_cost():
 def test_a_fleet_or_a_split_is_planned_in_copies_of_itself_counted_in_nodes():
     """The rate a 2-node fleet carries is the fleet's: nodes needed = copies x 2; a 4-GPU prefill/decode split's
     is its own: copies x 4 GPUs, in 8-GPU nodes; $ per million tokens over the GPUs that carried the rate."""
-    from batching.sim.disagg import Disagg
+    from batching.sim.topology.disagg import Disagg
     from batching.studies.capacity import plan_for
 
     sc = scenario(n=300)
@@ -311,7 +311,7 @@ def test_a_fleet_or_a_split_is_planned_in_copies_of_itself_counted_in_nodes():
 
 def test_headroom_range_is_the_end_to_end_check():
     """HEADROOM_RANGE comes from the documented TPOT error (docs/CALIBRATION.md): recompute that error."""
-    from batching.sim.calibration import end_to_end
+    from batching.studies.end_to_end import end_to_end
 
     tpot = [r for r in end_to_end() if r.metric.startswith("median TPOT")]
     under = [-e for r in tpot for e in (r.error_sglang, r.error_vllm)]

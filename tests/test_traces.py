@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batching.sim.traces import load_trace
-from batching.sim.workload import LengthDist, TraceWorkload, workload_preset
+from batching.sim.workload.traces import load_trace
+from batching.sim.workload.requests import LengthDist, TraceWorkload, workload_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "data" / "traces"  # shipped with the project (data/README.md)
@@ -397,7 +397,7 @@ def test_random_rows_give_valid_traces_or_value_error(
 
 def test_arrival_times_beyond_millisecond_resolution_are_refused_with_the_limit() -> None:
     """At 1e15 s float64's spacing is 0.125 s: two arrivals 1 ms apart would merge and latencies read 0."""
-    from batching.sim.traces import MAX_ABS_TIME_S
+    from batching.sim.workload.traces import MAX_ABS_TIME_S
 
     below = np.nextafter(MAX_ABS_TIME_S, 0)
     assert MAX_ABS_TIME_S == 2.0**43 and np.spacing(below) < 1e-3 <= np.spacing(MAX_ABS_TIME_S)

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batching.sim.prefixes import ideal_hit_tokens, split_chains, trace_hit_rate_512
-from batching.sim.traces import FORMATS, TraceData, load_trace
-from batching.sim.workload import Requests, TraceWorkload
+from batching.sim.workload.prefixes import ideal_hit_tokens, split_chains, trace_hit_rate_512
+from batching.sim.workload.traces import FORMATS, TraceData, load_trace
+from batching.sim.workload.requests import Requests, TraceWorkload
 
 MOONCAKE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake"
 CONVERSATION = MOONCAKE / "conversation_trace.jsonl"

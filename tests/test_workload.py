@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from batching.sim.workload import (
+from batching.sim.workload.requests import (
     DEFAULT_CLASSES,
     WORKLOAD_PRESETS,
     ArrivalProcess,

@@ -13,7 +13,7 @@ Writes (all small, all derived; batching/data/README.md says where each comes fr
                                   element-wise ops (2 RMSNorms, RoPE, SiLU-and-mul, add), ms
   h100_allreduce.csv              NVIDIA aiconfigurator's measured all-reduce rows, as shipped
   h100_allreduce_vidur.csv        Vidur's NCCL all-reduce: median per half-octave of message size
-  linear_fit.json                 batching.sim.calibration.fit_ops() on the linear-ops table
+  linear_fit.json                 batching.sim.hardware.calibration.fit_ops() on the linear-ops table
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batching.sim import calibration  # noqa: E402
+from batching.sim.hardware import calibration  # noqa: E402
 
 DATA = ROOT / "batching" / "data"
 RAW = DATA / "raw"  # the measured tables as published (batching/data/README.md)

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from batching.sim.workload import workload_preset  # noqa: E402
+from batching.sim.workload.requests import workload_preset  # noqa: E402
 
 OUT = ROOT / "assets" / "sample_trace.csv"
 

@@ -13,10 +13,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from batching.sim import costmodel as cm
+from batching.sim.hardware import costmodel as cm
 from batching.charts.policy import SERIES_COLORS, TEMPLATE, TOP_MARGIN_SUBPLOTS, _title, log_axis
 from batching.charts.text import literal
-from batching.sim.specs import GIB, Deployment
+from batching.sim.hardware.specs import GIB, Deployment
 
 # the stacked parts, in drawing order: step_breakdown's names grouped for reading
 PART_GROUPS = {

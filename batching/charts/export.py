@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from batching.charts.text import literal, unliteral
 from batching.sim.simulate import Scenario
-from batching.sim.workload import WORKLOAD_PRESETS, WORKLOAD_SESSIONS, SyntheticWorkload, TraceWorkload
+from batching.sim.workload.requests import WORKLOAD_PRESETS, WORKLOAD_SESSIONS, SyntheticWorkload, TraceWorkload
 
 CAPTION_LEGEND = "legend9"  # a legend no builder uses for its series
 CAPTION_NAME = "scenario caption"  # the name of the invisible entry

@@ -22,7 +22,7 @@ from batching.charts.colors import DISAGG_COLORS, shade
 from batching.charts.formatting import MISSING, shown
 from batching.charts.policy import (SERIES_COLORS, SUBTITLE_FONT, TEMPLATE, TOP_MARGIN_SUBPLOTS, f32, line_trace,
                                     time_average)
-from batching.sim.specs import KV_BLOCK_TOKENS
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 
 MAX_LINES = 16  # replicas drawn as lines (each in both panels); the table has them all
 MAX_POINTS = 2000  # time bins per line at most: about a wide screen's width in pixels
@@ -55,7 +55,7 @@ _ROLE_DASHES = ("solid", "dash", "dot", "dashdot")
 
 def disagg_roles(dis, dep) -> dict[int, tuple[str, int]]:
     """replica -> (its line's name, its KV capacity in blocks) for a disaggregated run of ``dep`` split by ``dis``
-    (a ``batching.sim.disagg.Disagg``): "prefill 0".."prefill P-1", then "decode P".."decode P+D-1", each role's
+    (a ``batching.sim.topology.disagg.Disagg``): "prefill 0".."prefill P-1", then "decode P".."decode P+D-1", each role's
     capacity that of one instance at its own TP (``Disagg.deployment(dep, role).kv_capacity_blocks``)."""
     out = {}
     base = 0

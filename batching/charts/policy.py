@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 from batching.charts.colors import DISAGG_COLORS, SPEC_COLORS, alpha, policy_colors
 from batching.charts.text import class_label, literal
 from batching.sim.metrics import hist_percentile
-from batching.sim.specs import KV_BLOCK_TOKENS
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 
 TEMPLATE = "batching"
 FONT = "Inter, 'Source Sans Pro', 'Helvetica Neue', Arial, sans-serif"
@@ -384,7 +384,7 @@ def _ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
-# prefill/decode disaggregation (batching/sim/disagg.py): the request table's columns of a disaggregated run and,
+# prefill/decode disaggregation (batching/sim/topology/disagg.py): the request table's columns of a disaggregated run and,
 # on the timeline, the two segments between a request's first token (its prefill instance) and its decode
 DISAGG_COLUMNS = ("decode_arrival_s", "kv_transfer_s", "decode_queue_s")
 DISAGG_TRANSFER = "KV transfer"

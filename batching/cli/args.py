@@ -18,15 +18,15 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from batching.sim import costmodel as cm
-from batching.sim.disagg import MAX_INSTANCES, Disagg, check_requests
-from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
+from batching.sim.hardware import costmodel as cm
+from batching.sim.topology.disagg import MAX_INSTANCES, Disagg, check_requests
+from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
 from batching.sim.simulate import Scenario
-from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
+from batching.sim.hardware.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
                                 load_json_spec)
-from batching.sim.traces import MAX_TOKENS
-from batching.sim.workload import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
+from batching.sim.workload.traces import MAX_TOKENS
+from batching.sim.workload.requests import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
                                    MAX_NUM_REQUESTS, MAX_PEAK_TO_TROUGH, MAX_PERIOD_S, MAX_RATE_REQ_S,
                                    WORKLOAD_PRESETS, LengthDist, SyntheticWorkload, TraceWorkload, workload_preset)
 from batching.studies.capacity import ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, class_names, per_class_values

@@ -14,10 +14,11 @@ from pathlib import Path
 import pandas as pd
 
 from batching.cli.args import Parser, check_output_folder, dispatch
-from batching.sim import calibration as cal
-from batching.sim import costmodel as cm
-from batching.sim.specs import GPUS
-from batching.sim.workload import WORKLOAD_PRESETS
+from batching.sim.hardware import calibration as cal
+from batching.studies import end_to_end as e2e_check
+from batching.sim.hardware import costmodel as cm
+from batching.sim.hardware.specs import GPUS
+from batching.sim.workload.requests import WORKLOAD_PRESETS
 
 __all__ = ["add_parser", "cmd_calibrate", "write_report", "report_markdown", "main"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +58,7 @@ def cmd_calibrate(args) -> int:
         print(f"  {r.allreduce:11s} {r.num_gpus} GPUs: {r.max_abs_error:.1%}; hold-out {r.holdout_max_abs_error:.1%}")
     e2e = None
     if not args.no_end_to_end:
-        e2e = cal.end_to_end()
+        e2e = e2e_check.end_to_end()
         print("End to end (Llama-3.1-70B BF16, 4xH100 TP4, ShareGPT-like, continuous batching):")
         for r in e2e:
             f = (1e3, "ms") if "(s)" in r.metric else (1.0, "tok/s")
@@ -121,8 +122,8 @@ def write_report(out_dir: Path = DOCS, figures: bool = True, e2e: list | None = 
     fig_dir = out_dir / FIG_DIR
     fig_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    e2e = cal.end_to_end() if e2e is None else e2e
-    e2e_frame = cal.end_to_end_frame(e2e)
+    e2e = e2e_check.end_to_end() if e2e is None else e2e
+    e2e_frame = e2e_check.end_to_end_frame(e2e)
     lin_frames = {tp: cal.op_comparison(tp, "linear") for tp in cal.CALIBRATION_TPS}
     el_frames = {tp: cal.op_comparison(tp, "elementwise") for tp in cal.CALIBRATION_TPS}
     ar_frames = {impl: cal.allreduce_comparison(impl) for impl in cm.ALLREDUCE_IMPLS}
@@ -179,7 +180,7 @@ and regenerate. Full comparison tables are in `docs/{FIG_DIR}/*.csv`.
 ## The model
 
 A forward pass (one step) over n tokens costs, per GPU of a tensor-parallel group
-(`batching/sim/costmodel.py`):
+(`batching/sim/hardware/costmodel.py`):
 
     T = T_fixed
       + L · [ linear(n) + elementwise(n) + 2 · allreduce(n · hidden · 2 B) ]
@@ -208,7 +209,7 @@ the KV capacity.
 Ground truth: Vidur's per-layer, per-GPU medians of Llama-2-70B's QKV, O, gate+up and down
 projections on H100 SXM, 1–4,096 tokens, TP 1/2/4/8 (`batching/data/h100_llama2_70b_linear_ops.csv`).
 
-Fit (`batching.sim.calibration.fit_ops`), per TP degree:
+Fit (`batching.sim.hardware.calibration.fit_ops`), per TP degree:
 1. a smooth roofline `(Tc^p + Tm^p)^(1/p)` with `e_c`, `e_m` and `p` fitted by least squares on
    log(model/measured), each octave of token counts weighted equally (so decode batches of
    1–256 tokens count as much as long prefills);
@@ -290,12 +291,12 @@ scheduling (used in the reference runs) hides most of its larger CPU overhead.
 
 ## End to end
 
-Reference: {cal.PUBLISHED_SOURCE}: Llama-3.1-70B-Instruct BF16 on 4×H100 (TP 4) with
+Reference: {e2e_check.PUBLISHED_SOURCE}: Llama-3.1-70B-Instruct BF16 on 4×H100 (TP 4) with
 `sglang.bench_serving --dataset-name sharegpt`, 1,200 requests at 4 req/s, 2,400 at 8 req/s
 (Poisson), and 5,000 prompts at once (offline).
 
 Simulation: `deployment(model="llama-3.1-70b", tp=4, num_gpus=4)`, all-reduce `vllm_graph`,
-policy `PRESETS["{cal.E2E_POLICY}"]` (vLLM V0: whole-prompt prefill steps that pause decodes, 256
+policy `PRESETS["{e2e_check.E2E_POLICY}"]` (vLLM V0: whole-prompt prefill steps that pause decodes, 256
 sequences, 8,192-token budget). That is what both engines ran: vLLM v0.6.0 with
 `--max_model_len 4096` leaves chunked prefill off (it turns it on by default only above 32k
 context) and schedules 256 sequences; SGLang v0.3.0 runs prefill batches and decode batches

@@ -14,10 +14,10 @@ from pathlib import Path
 from batching.cli.args import (DISAGG_FLAGS, CliError, add_prefix_caching_arg, add_scenario_args, add_slo_args,
                                check_output_file, float_arg, fmt, shown, slo_from_args, workload_from_args,
                                write_json)
-from batching.sim.fleet import ROUTER_HELP, ROUTERS
+from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario
-from batching.sim.specs import GPUS, MODELS, PRECISIONS, Deployment, Node, load_json_spec
+from batching.sim.hardware.specs import GPUS, MODELS, PRECISIONS, Deployment, Node, load_json_spec
 from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
                                        worker_cap)
 from batching.studies.capacity import HEADROOM_LIMITS, class_names

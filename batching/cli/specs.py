@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from batching.cli.args import add_spec_arguments, check_output_file, deployment_from_args, int_arg
-from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, MODELS, PRECISIONS, PUBLISHED_PRECISION,
+from batching.sim.hardware.specs import (GPUS, KV_BLOCK_TOKENS, MODELS, PRECISIONS, PUBLISHED_PRECISION,
                                 deployment_figures)
 
 STDOUT = "-"

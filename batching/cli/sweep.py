@@ -8,8 +8,8 @@ from pathlib import Path
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
                                check_output_file, float_arg, fmt, progress, slo_from_args, values_arg, write_json)
 from batching.sim.policy import KNOB_LIMITS
-from batching.sim.specs import KV_BLOCK_TOKENS
-from batching.sim.workload import MAX_RATE_REQ_S
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
+from batching.sim.workload.requests import MAX_RATE_REQ_S
 from batching.studies.capacity import DEFAULT_LOWER_TTFT_S, DEFAULT_TOP_TTFT_S, DEFAULT_TPOT_S
 from batching.studies.knee import DEFAULT_SHARE, SHARE_LIMITS, check_share, knee_basis
 from batching.studies.planning import read_sweeps, study_slo, with_readings

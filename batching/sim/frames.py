@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from batching.sim import engine as eng
-from batching.sim.costmodel import CostModel, useful_flops_bytes
+from batching.sim.engine import kernel as eng
+from batching.sim.hardware.costmodel import CostModel, useful_flops_bytes
 
 
 def steps_frame(out: eng.EngineOutput, replica: int, cm: CostModel) -> pd.DataFrame:

@@ -3,17 +3,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from batching.sim.engine_state import (
+from batching.sim.engine.state import (
     MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP,
 )
-from batching.sim.specs import MODELS
+from batching.sim.hardware.specs import MODELS
 
-# names -> the engine's integer codes (engine_state holds the enums)
+# names -> the engine's integer codes (engine.state holds the enums)
 MODE_CODE = {"static": MODE_STATIC, "dynamic": MODE_DYNAMIC, "continuous": MODE_CONTINUOUS}
 PREEMPTION_CODE = {"off": PREEMPT_OFF, "recompute": PREEMPT_RECOMPUTE, "swap": PREEMPT_SWAP}
 MODES = tuple(MODE_CODE)
 PREEMPTION_MODES = tuple(PREEMPTION_CODE)
-# speculative decoding methods (batching/sim/speculative.py prices them)
+# speculative decoding methods (batching/sim/engine/speculative.py prices them)
 SPEC_METHODS = ("off", "draft", "eagle", "ngram", "mtp")
 DEFAULT_DRAFT_MODEL = "qwen2.5-7b"  # the default target's family (Qwen2.5-72B)
 # knob -> (lowest, highest) value a policy accepts: validate() checks them, the CLI's options, the dashboard's

@@ -7,17 +7,17 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from batching.sim import engine as eng
-from batching.sim.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model
-from batching.sim import disagg as dg
-from batching.sim.fleet import check_fleet, run_fleet
+from batching.sim.engine import kernel as eng
+from batching.sim.hardware.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model
+from batching.sim.topology import disagg as dg
+from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
                                   spec_summary, wall_time)
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
-from batching.sim.speculative import spec_for, spec_kv_blocks
-from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
-from batching.sim.workload import MAX_NUM_REQUESTS as MAX_REQUESTS, Requests, SyntheticWorkload, TraceWorkload
+from batching.sim.engine.speculative import spec_for, spec_kv_blocks
+from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment
+from batching.sim.workload.requests import MAX_NUM_REQUESTS as MAX_REQUESTS, Requests, SyntheticWorkload, TraceWorkload
 
 
 

@@ -4,7 +4,7 @@ same setting, and one sentence per row, read from the simulator's numbers, on wh
 Source: the seed blog post on batching strategies, "your GPU is slacking" (static, dynamic and continuous
 batching, chunked prefill, priority scheduling), its results table in §3: Qwen 72B on 8xH100. Its rows below are a
 cited measurement, copied as published; the simulator's come from runs of the ``article`` workload
-(``batching.sim.workload.ARTICLE_CLASSES``) on the default node at ``ARTICLE_RATE_REQ_S``.
+(``batching.sim.workload.requests.ARTICLE_CLASSES``) on the default node at ``ARTICLE_RATE_REQ_S``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pandas as pd
 
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.sim.workload import ARTICLE_OUTPUT, ARTICLE_PROMPT, ARTICLE_RATE_REQ_S, workload_preset
+from batching.sim.workload.requests import ARTICLE_OUTPUT, ARTICLE_PROMPT, ARTICLE_RATE_REQ_S, workload_preset
 
 SOURCE = ('the seed blog post on batching strategies, "your GPU is slacking", results table (§3): Qwen 72B on '
           '8xH100')

@@ -103,7 +103,7 @@ def _warm() -> None:
     """Pool initializer: load the compiled kernel once per worker (from the on-disk cache; inherited when forked)."""
     try:
         from batching.sim.simulate import Scenario, simulate
-        from batching.sim.workload import workload_preset
+        from batching.sim.workload.requests import workload_preset
 
         simulate(Scenario(workload=workload_preset("chat", 1.0, 4, 0)))
     except Exception:  # a broken worker shows up as task failures, with their own messages

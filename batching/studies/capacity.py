@@ -15,8 +15,8 @@ import pandas as pd
 
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.traces import MAX_PRIORITY_LEVELS
-from batching.sim.workload import INTERACTIVE_CHAT
+from batching.sim.workload.traces import MAX_PRIORITY_LEVELS
+from batching.sim.workload.requests import INTERACTIVE_CHAT
 from batching.studies.compare import QUEUE_GROWTH_TOLERANCE, Progress
 
 SLO_MAX_S = 3600.0  # the longest latency an SLO may set (the CLI's and the dashboard's inputs read it)

@@ -1,6 +1,6 @@
 """Aggregated against disaggregated serving on the same GPUs (issue 13 §2): the capacity within the SLOs of the
 scenario served aggregated (``Scenario.disagg = None``) and split into prefill and decode instances
-(``batching.sim.disagg.Disagg``), one capacity search (``studies.capacity.capacity``) per configuration.
+(``batching.sim.topology.disagg.Disagg``), one capacity search (``studies.capacity.capacity``) per configuration.
 
 Also the rule every page that runs several policies applies to a disaggregated scenario: request-level batching
 (static, dynamic) runs each batch as a whole and cannot be split into a prefill and a decode phase, and
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from batching.sim.disagg import Disagg
+from batching.sim.topology.disagg import Disagg
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario
 from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, capacity

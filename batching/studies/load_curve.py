@@ -20,7 +20,7 @@ import pandas as pd
 
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.workload import MAX_RATE_REQ_S, SyntheticWorkload
+from batching.sim.workload.requests import MAX_RATE_REQ_S, SyntheticWorkload
 
 Summarize = Callable[[Scenario, bool], dict]
 

@@ -17,8 +17,8 @@ import pandas as pd
 
 from batching.sim.policy import KNOB_LIMITS, BatchingPolicy
 from batching.sim.simulate import Scenario
-from batching.sim.specs import KV_BLOCK_TOKENS
-from batching.sim.workload import MAX_RATE_REQ_S, SyntheticWorkload
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
+from batching.sim.workload.requests import MAX_RATE_REQ_S, SyntheticWorkload
 from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, class_names, default_slo
 from batching.studies.compare import Progress
 from batching.studies.knee import DEFAULT_SHARE, check_share, knee_basis, knee_series, sweep_knee

@@ -62,10 +62,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from batching.sim.fleet import MAX_NODES, ROUTERS
+from batching.sim.topology.fleet import MAX_NODES, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, PRESETS, BatchingPolicy, with_knobs
 from batching.sim.simulate import MAX_REQUESTS, Scenario, simulate
-from batching.sim.specs import GPU, GPUS, KV_BLOCK_TOKENS, PRECISIONS, Deployment, Node
+from batching.sim.hardware.specs import GPU, GPUS, KV_BLOCK_TOKENS, PRECISIONS, Deployment, Node
 from batching.studies.capacity import (SLO, binding_of, capacity, check_headroom, meets_slo, plan_costs, slo_point,
                                        sustained)
 

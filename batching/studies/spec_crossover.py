@@ -25,7 +25,7 @@ import pandas as pd
 
 from batching.sim.policy import BatchingPolicy, with_knobs
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.workload import SyntheticWorkload, TraceWorkload
+from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
 from batching.studies.compare import Progress
 from batching.studies.load_curve import capacity_req_s, load_grid
 

@@ -26,7 +26,7 @@ from batching.studies import disagg_capacity
 from batching.studies.compare import with_capacity
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult, simulate
-from batching.sim.workload import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
+from batching.sim.workload.requests import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ import streamlit as st
 
 from batching.sim.policy import PREEMPTION_MODES, PRESETS, SPEC_METHODS, BatchingPolicy, with_knobs
 from batching.sim.simulate import Scenario
-from batching.sim.specs import KV_BLOCK_TOKENS, MODELS
-from batching.sim.workload import SyntheticWorkload
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS, MODELS
+from batching.sim.workload.requests import SyntheticWorkload
 from batching.ui import state
 from batching.ui.params import Param
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from batching.sim.disagg import MAX_INSTANCES, Disagg
-from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
+from batching.sim.topology.disagg import MAX_INSTANCES, Disagg
+from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
 from batching.sim.simulate import Scenario
-from batching.sim.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
-from batching.sim.workload import (DEFAULT_RATE_REQ_S, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
+from batching.sim.hardware.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
+from batching.sim.workload.requests import (DEFAULT_RATE_REQ_S, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
                                    WORKLOAD_PRESETS, TraceWorkload, workload_preset)
 from batching.ui import nav, state
 from batching.ui.params import Param
@@ -44,7 +44,7 @@ ARRIVALS = {
 CV_CHOICES = tuple(x / 2 for x in range(2, 17))  # 1, 1.5, ..., 8: the burstiness slider's stops
 MAX_SHARED_PREFIX_TOKENS = 16_384
 _UPLOAD = "trace_upload"  # session: (file name, bytes) of the uploaded trace
-# serving: one engine per replica (aggregated), or prefill/decode disaggregation (batching/sim/disagg.py)
+# serving: one engine per replica (aggregated), or prefill/decode disaggregation (batching/sim/topology/disagg.py)
 SERVING = {"aggregated": "Aggregated", "disaggregated": "Disaggregated"}
 DISAGG_TP = (1, 2, 4, 8)
 _DISAGG_DEFAULT = Disagg()

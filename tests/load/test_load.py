@@ -248,7 +248,7 @@ def result_mib(query: str) -> float:
 
     from batching.sim.policy import PRESETS
     from batching.sim.simulate import Scenario, simulate
-    from batching.sim.workload import workload_preset
+    from batching.sim.workload.requests import workload_preset
     from batching.ui.cache import result_bytes
 
     q = {k: v[0] for k, v in parse_qs(query).items()}

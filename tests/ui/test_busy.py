@@ -12,9 +12,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from batching.sim.simulate import Scenario
-from batching.sim.specs import deployment
+from batching.sim.hardware.specs import deployment
 from batching.ui import cache
-from batching.sim.workload import workload_preset
+from batching.sim.workload.requests import workload_preset
 
 
 def _scenario(seed: int) -> Scenario:
@@ -113,9 +113,9 @@ def _page() -> None:
     import streamlit as st
 
     from batching.sim.simulate import Scenario
-    from batching.sim.specs import deployment
+    from batching.sim.hardware.specs import deployment
     from batching.ui import cache, widgets
-    from batching.sim.workload import workload_preset
+    from batching.sim.workload.requests import workload_preset
 
     sc = Scenario(deployment=deployment(), workload=workload_preset("chat", 2.0, 40, 4))
     summary = widgets.guarded(lambda: cache.summary_cached(sc), "The simulation")

@@ -12,9 +12,9 @@ from uihelpers import FAST, ROOT, assert_clean, open_page
 
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, SimResult, simulate
-from batching.sim.specs import deployment
+from batching.sim.hardware.specs import deployment
 from batching.ui import cache
-from batching.sim.workload import TraceWorkload, workload_preset
+from batching.sim.workload.requests import TraceWorkload, workload_preset
 
 
 @pytest.fixture

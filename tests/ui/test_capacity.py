@@ -11,7 +11,7 @@ from uihelpers import FAST, assert_clean, chart_titles, drawn_charts, run_page
 
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.sim.workload import workload_preset
+from batching.sim.workload.requests import workload_preset
 from batching.studies.capacity import HEADROOM_SUGGESTED, SLO, CapacityResult, capacity, default_slo
 from batching.studies.planning import CapacityPlan
 from batching.ui import cache

@@ -8,7 +8,7 @@ from uihelpers import FAST, assert_clean, chart, chart_specs, run_page, trace_ty
 from batching.charts.formatting import metric_spec
 from batching.studies.compare import COMPARE_COLUMNS
 from batching.sim.policy import PRESETS
-from batching.sim.workload import DEFAULT_RATE_REQ_S
+from batching.sim.workload.requests import DEFAULT_RATE_REQ_S
 
 
 def _class_table(at):

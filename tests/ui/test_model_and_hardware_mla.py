@@ -10,7 +10,7 @@ V3_H200 = {"n": "200", "model": "deepseek-v3", "gpu": "h200-sxm", "precision": "
 
 
 def test_deepseek_v3_figures_match_the_specs_command():
-    from batching.sim.specs import deployment, deployment_figures
+    from batching.sim.hardware.specs import deployment, deployment_figures
 
     at = run_page(PAGE, **V3_H200)
     assert_clean(at)

@@ -7,7 +7,7 @@ import pytest
 from uihelpers import FAST, assert_clean, chart, data_traces, run_page
 
 from batching.charts import policy as charts
-from batching.sim.workload import WORKLOAD_PRESETS
+from batching.sim.workload.requests import WORKLOAD_PRESETS
 from batching.ui import sidebar
 
 EXPLORE, COMPARE = "pages/explore.py", "pages/compare.py"

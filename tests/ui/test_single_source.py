@@ -9,7 +9,7 @@ import pytest
 from uihelpers import FAST, ROOT, assert_clean, run_page
 
 from batching.sim.policy import KNOB_LIMITS, PRESETS, with_knobs
-from batching.sim.workload import DEFAULT_RATE_REQ_S, MAX_RATE_REQ_S, workload_preset
+from batching.sim.workload.requests import DEFAULT_RATE_REQ_S, MAX_RATE_REQ_S, workload_preset
 from batching.studies import planning as sp
 from batching.studies.capacity import SLO, SLO_MAX_S
 from batching.studies.knee import SHARE_LIMITS, check_share

@@ -13,7 +13,7 @@ from uihelpers import FAST, assert_clean, chart, chart_titles, drawn_charts, run
 
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.sim.workload import DEFAULT_RATE_REQ_S, workload_preset
+from batching.sim.workload.requests import DEFAULT_RATE_REQ_S, workload_preset
 from batching.studies import planning as sp
 from batching.studies.capacity import SLO, capacity, default_slo
 from batching.studies.knee import capacity_knee, sweep_knee

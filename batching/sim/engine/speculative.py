@@ -6,7 +6,7 @@ at most k) and emits accepted + 1 tokens. The expected tokens per verification i
 (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding", ICML, eq. 1, with
 A the per-token acceptance rate α).
 
-What a step costs (engine.py prices it; nothing here is a new constant of the target's cost model):
+What a step costs (engine/kernel.py prices it; nothing here is a new constant of the target's cost model):
 
 - Verification is the target's forward pass over the k + 1 tokens of each speculating sequence: they count
   as tokens of the step for the linear layers, element-wise ops, all-reduces and the LM head, so a small
@@ -51,13 +51,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from batching.sim.costmodel import (
+from batching.sim.hardware.costmodel import (
     C_FIXED, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LIN_BW, C_LIN_FLOPS_RATE, C_LM_BYTES, C_LM_FLOPS_SEQ,
     CostModel, cost_model, token_time_table_nb,
 )
-from batching.sim.engine_state import NUM_SPF, NUM_SPI, Spec
+from batching.sim.engine.state import NUM_SPF, NUM_SPI, Spec
 from batching.sim.policy import SPEC_METHODS  # noqa: F401  (the methods, named once)
-from batching.sim.specs import KV_BLOCK_TOKENS, MODELS, Deployment
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS, MODELS, Deployment
 
 # methods whose proposals cost GPU passes, and which of them are one-layer heads on the target
 DRAFTING_METHODS = ("draft", "eagle", "mtp")

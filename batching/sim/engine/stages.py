@@ -1,5 +1,5 @@
 """Stage helpers of the token-step engine (DESIGN §2), ``*_nb`` functions on the NamedTuples of
-engine_state, changed in place: waiting queues, recording a step, the stages of one
+engine.state, changed in place: waiting queues, recording a step, the stages of one
 continuous-batching step in the order vLLM's scheduler runs them (running decodes, swapped
 sequences coming back, prefill chunks under way, waiting requests), preemption, and applying a
 step once its tokens exist.
@@ -24,14 +24,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from batching.sim.engine_state import (
+from batching.sim.engine.state import (
     B_EVICTABLE, B_FREE, B_LATER, B_RUNNING, B_SWAP_USED, B_SWAPPED, B_WAITING, F_ATTN_WORK, F_DECODE_CTX,
     F_DURATION, F_START, ITL_BINS, ITL_BINS_PER_LOG, ITL_LO_S, ITL_LOG_LO, PREEMPT_OFF, PREEMPT_SWAP, R_ARRIVAL,
     R_FINISH, R_FIRST_SCHED, R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS,
     S_DECODE, S_KV_BLOCKS, S_LM, S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED,
     S_WAITING, SP_ACCEPTED, SP_PROPOSED, SP_SEQS, SPF_CTX,
 )
-from batching.sim.specs import KV_BLOCK_TOKENS
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 
 
 @njit(cache=True, nogil=True, inline="always")

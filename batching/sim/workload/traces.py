@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from batching.sim.prefixes import TRACE_BLOCK_TOKENS, chains_from_trace_hashes, offsets
+from batching.sim.workload.prefixes import TRACE_BLOCK_TOKENS, chains_from_trace_hashes, offsets
 
 MAX_TOKENS = 1_000_000  # longest prompt or output accepted from a trace
 MAX_PRIORITY_LEVELS = 8  # same bound as SyntheticWorkload's classes

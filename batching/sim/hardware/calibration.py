@@ -27,8 +27,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from batching.sim import costmodel as cm
-from batching.sim.specs import GPUS, MODELS, Deployment, Model, Node, deployment
+from batching.sim.hardware import costmodel as cm
+from batching.sim.hardware.specs import GPUS, MODELS, Deployment, Model, Node, deployment
 
 # --- the calibration model: Llama-2-70B as Vidur profiled it ------------------------------
 # Llama-2-70B (meta-llama/Llama-2-70b-hf config.json): 64 heads, 8 KV heads, head dim 128,
@@ -43,15 +43,6 @@ ELEMENTWISE_OPS = ("input_layernorm", "attn_rope", "post_attention_layernorm", "
 SEGMENT_TOLERANCE = 0.08
 P_GRID = np.round(np.arange(1.0, 8.0001, 0.05), 4)  # p-norm exponents tried (1 = sum, large = max)
 H100 = GPUS["h100-sxm"]
-
-# Published end-to-end reference (sgl-project/sglang benchmark/benchmark_vllm_060/README.md):
-# Llama-3.1-70B-Instruct BF16 on 4xH100 TP4, ShareGPT prompts from sglang.bench_serving.
-PUBLISHED = {
-    "sglang": {"tpot_p50_s@4": 25.03e-3, "tpot_p50_s@8": 33.07e-3, "offline_output_tok_s": 3856.01},
-    "vllm": {"tpot_p50_s@4": 23.58e-3, "tpot_p50_s@8": 29.15e-3, "offline_output_tok_s": 3700.64},
-}
-PUBLISHED_SOURCE = "sgl-project/sglang benchmark/benchmark_vllm_060/README.md (SGLang v0.3.0, vLLM v0.6.0)"
-END_TO_END_TOLERANCE = 0.20
 
 
 # --- loading the shipped tables -------------------------------------------------------
@@ -162,7 +153,7 @@ def fit_ops(table: pd.DataFrame | None = None, tol: float = SEGMENT_TOLERANCE) -
     out = {
         "source": "batching/data/h100_llama2_70b_linear_ops.csv (Vidur, microsoft/vidur "
                   "data/profiling/compute/h100/meta-llama/Llama-2-70b-hf/mlp.csv, MIT), fitted by "
-                  "batching.sim.calibration.fit_ops; regenerate with python tools/extract_calibration.py",
+                  "batching.sim.hardware.calibration.fit_ops; regenerate with python tools/extract_calibration.py",
         "calibration_model": {"hidden_size": CALIBRATION_MODEL.hidden_size, "num_heads": CALIBRATION_MODEL.num_heads,
                               "num_kv_heads": CALIBRATION_MODEL.num_kv_heads, "head_dim": CALIBRATION_MODEL.head_dim,
                               "ffn_size": CALIBRATION_MODEL.ffn_size},
@@ -212,7 +203,7 @@ def fit_json(fit: dict | None = None) -> str:
 def calibration_deployment(tp: int, gpu: str = "h100-sxm"):
     """The calibration model on an H100 node at this TP degree (not memory-checked: TP 1 does
     not hold Llama-2-70B, but its per-GPU op times were measured all the same)."""
-    from batching.sim.specs import Deployment, Node
+    from batching.sim.hardware.specs import Deployment, Node
 
     return Deployment(Node(GPUS[gpu], 8, tp), CALIBRATION_MODEL)
 
@@ -309,64 +300,6 @@ def allreduce_error_summary() -> pd.DataFrame:
                          "holdout_max_abs_error": float(g.holdout_error.abs().max()),
                          "holdout_median_abs_error": float(g.holdout_error.abs().median())})
     return pd.DataFrame(rows)
-
-
-# --- end to end --------------------------------------------------------------------------
-E2E_MODEL = "llama-3.1-70b"
-E2E_POLICY = "continuous"
-E2E_WORKLOAD = "sharegpt"
-E2E_RUNS = ((4.0, 1200), (8.0, 2400))  # req/s and prompts of the online runs, as published
-E2E_OFFLINE_PROMPTS = 5000
-
-
-@dataclass(frozen=True)
-class EndToEnd:
-    metric: str
-    model: float
-    sglang: float
-    vllm: float
-
-    @property
-    def error_sglang(self) -> float:
-        return self.model / self.sglang - 1.0
-
-    @property
-    def error_vllm(self) -> float:
-        return self.model / self.vllm - 1.0
-
-    @property
-    def within(self) -> bool:
-        return min(abs(self.error_sglang), abs(self.error_vllm)) <= END_TO_END_TOLERANCE
-
-
-def end_to_end(policy: str = E2E_POLICY, seed: int = 0, allreduce: str = cm.DEFAULT_ALLREDUCE) -> list[EndToEnd]:
-    """Continuous batching of Llama-3.1-70B BF16 on 4xH100 (TP 4) with ShareGPT-like traffic:
-    median TPOT at 4 and 8 req/s (1,200 and 2,400 requests) and offline output throughput
-    (5,000 prompts at t = 0), beside the published SGLang v0.3.0 and vLLM v0.6.0 figures."""
-    from batching.sim.policy import PRESETS
-    from batching.sim.simulate import Scenario, simulate
-    from batching.sim.workload import workload_preset
-
-    dep = deployment(model=E2E_MODEL, tp=4, num_gpus=4)
-    pol = PRESETS[policy]
-    out = []
-    for rate, n in E2E_RUNS:
-        s = simulate(Scenario(dep, workload_preset(E2E_WORKLOAD, rate, n, seed), pol, allreduce)).summary()
-        key = f"tpot_p50_s@{rate:g}"
-        out.append(EndToEnd(f"median TPOT at {rate:g} req/s (s)", s["tpot_p50_s"], PUBLISHED["sglang"][key],
-                            PUBLISHED["vllm"][key]))
-    s = simulate(Scenario(dep, workload_preset(E2E_WORKLOAD, 1.0, E2E_OFFLINE_PROMPTS, seed), pol, allreduce),
-                 saturated=True).summary()
-    out.append(EndToEnd("offline output throughput (tok/s)", s["throughput_output_tok_s"],
-                        PUBLISHED["sglang"]["offline_output_tok_s"], PUBLISHED["vllm"]["offline_output_tok_s"]))
-    return out
-
-
-def end_to_end_frame(results: list[EndToEnd] | None = None) -> pd.DataFrame:
-    results = end_to_end() if results is None else results
-    return pd.DataFrame([{"metric": r.metric, "model": r.model, "sglang_v0.3.0": r.sglang, "vllm_v0.6.0": r.vllm,
-                          "error_vs_sglang": r.error_sglang, "error_vs_vllm": r.error_vllm,
-                          "within_20pct_of_either": r.within} for r in results])
 
 
 # --- constants and their sources ------------------------------------------------------------
@@ -471,7 +404,7 @@ Sources: DeepSeek-V2 paper (arXiv:2405.04434, section 2.1: multi-head latent att
 form), DeepSeek-V3 technical report (arXiv:2412.19437: 671B total, 37B activated, 61 layers, 256 routed
 experts of which 8 per token plus 1 shared, FP8 weights), the `config.json` of `deepseek-ai/DeepSeek-V3`
 and `moonshotai/Kimi-K2-Instruct` (every shape below; the values are quoted beside the presets in
-`batching/sim/specs.py`), DeepSeek-V3's `README_WEIGHTS.md` (36.6B activated parameters counting the output
+`batching/sim/hardware/specs.py`), DeepSeek-V3's `README_WEIGHTS.md` (36.6B activated parameters counting the output
 head but not the input embedding lookup; the MTP module's 11.5B more), and the FlashMLA README
 (deepseek-ai/FlashMLA: 3,000 GB/s memory-bound, 580 TFLOPS compute-bound on H800 SXM5).
 
@@ -530,7 +463,7 @@ modelled. Treat its DeepSeek-V3 and Kimi-K2 figures as a roofline estimate, not 
 
 def spec_markdown() -> str:
     """The "Speculative decoding" section of docs/CALIBRATION.md: where its formulas and costs come from, and
-    what the simulator does not model (batching/sim/speculative.py)."""
+    what the simulator does not model (batching/sim/engine/speculative.py)."""
     return """## Speculative decoding
 
 Sources: Leviathan et al., ICML 2023, "Fast Inference from Transformers via Speculative Decoding" (expected
@@ -566,7 +499,7 @@ context decoding stays memory-bound on KV reads, so speculation keeps paying); v
 
 def disagg_markdown() -> str:
     """The "Prefill/decode disaggregation" section of docs/CALIBRATION.md: its sources and link speeds, and what
-    the simulator does not model (batching/sim/disagg.py)."""
+    the simulator does not model (batching/sim/topology/disagg.py)."""
     return """## Prefill/decode disaggregation
 
 Sources: DistServe (Zhong et al., OSDI 2024, "DistServe: Disaggregating Prefill and Decoding for Goodput-optimized

@@ -2,8 +2,8 @@
 
 Plain ``*_nb`` functions, NumPy arrays and scalars in and out, integer enums, no Python
 objects; all working memory is allocated before the loop. The enums, table columns and the
-NamedTuples that carry the state are in engine_state.py; the stages of a step in
-engine_stages.py. ``run_nb`` dispatches on the mode; ``run`` is the Python entry that
+NamedTuples that carry the state are in state.py; the stages of a step in
+stages.py. ``run_nb`` dispatches on the mode; ``run`` is the Python entry that
 allocates outputs, retries with more step room if a run needs it, and trims.
 """
 from __future__ import annotations
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from batching.sim.costmodel import C_FIXED, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
-from batching.sim.engine_stages import (
+from batching.sim.hardware.costmodel import C_FIXED, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
+from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb, count_decoding_nb, end_step_nb, evict_for_nb,
     itl_record_nb, later_pop_nb, later_push_nb, make_room_nb, next_arrival_nb, pc_trim_nb, schedule_chunks_nb,
     schedule_decodes_nb, schedule_swapped_nb, schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
-from batching.sim.engine_state import (
+from batching.sim.engine.state import (
     B_EVICTABLE, B_FREE, B_LATER, B_RUNNING, B_SWAPPED, B_WAITING, DEADLOCK, F_ATTN_WORK, F_DECODE_CTX, F_DURATION,
     F_START, ITL_BINS, ITL_HI_S, ITL_LO_S, MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, NUM_B, NUM_RF, NUM_SF, NUM_SI,
     OK, OUT_OF_STEPS, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
@@ -29,7 +29,7 @@ from batching.sim.engine_state import (
     Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING,
 )
 
-# the engine's public names: its entry points and the enums, columns and types of engine_state
+# the engine's public names: its entry points and the enums, columns and types of engine.state
 __all__ = [
     "run", "run_nb", "EngineOutput", "itl_bin_edges", "Inputs", "Knobs", "Cost", "Outputs",
     "MODE_STATIC", "MODE_DYNAMIC", "MODE_CONTINUOUS", "PREEMPT_OFF", "PREEMPT_RECOMPUTE", "PREEMPT_SWAP",
@@ -81,7 +81,7 @@ def _arrive_fifo_nb(inp, lat, cnt, a, t, fifo, tail, req_f):
 
 @njit(cache=True, nogil=True)
 def _arrive_fifo_sessions_nb(inp, lat, cnt, a, t, fifo, tail, req_f):
-    """``_arrive_fifo_nb`` with session turns (see engine_stages.arrive_sessions_nb)."""
+    """``_arrive_fifo_nb`` with session turns (see engine.stages.arrive_sessions_nb)."""
     arrival, after = inp.arrival, inp.after
     n = arrival.shape[0]
     while a < n and (after[a] >= 0 or arrival[a] <= t):
@@ -280,13 +280,13 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     (decodes, then prefill chunks under way), the swapped ones, then the waiting queue; without
     chunked prefill (vLLM V0) waiting prompts go first and a step that admits them is
     prefill-only. A step that preempted brings nobody back from host memory and admits nobody.
-    ``spec``: speculative decoding (engine_state.Spec), or None (off; its code is then compiled out).
+    ``spec``: speculative decoding (engine.state.Spec), or None (off; its code is then compiled out).
 
-    ``st`` (engine_state.Run) holds the state between calls. ``view`` None: run until every request is
+    ``st`` (engine.state.Run) holds the state between calls. ``view`` None: run until every request is
     released. Otherwise this is a replica of a fleet (fleet.py): it steps while a step would start before
     ``t_stop`` and it has work (its session turns due before ``t_stop`` included), then returns; ``view`` gets
     what a router reads of it (V_*): its state at the scheduling pass of the step in flight at ``t_stop``, or
-    its state now if no step is in flight then. ``hand`` (engine_state.Handoff, or None): every request released
+    its state now if no step is in flight then. ``hand`` (engine.state.Handoff, or None): every request released
     is logged there with its time (a prefill instance of a disaggregated deployment, disagg.py)."""
     coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
     n = inp.arrival.shape[0]
@@ -483,7 +483,7 @@ def pack(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: in
          budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int, watermark_blocks: int,
          kv_blocks: int, coef, ar_x, ar_y, chain_off=None, chain_ids=None, after=None, think_s=None, ready=None):
     """The kernel's (Inputs, Knobs, Cost) from arrays and scalars (``run`` documents the optional ones; ``ready``:
-    prompt tokens whose KV comes with each request, engine_state.Inputs)."""
+    prompt tokens whose KV comes with each request, engine.state.Inputs)."""
     n = len(arrival)
     if chain_off is None:
         chain_off, chain_ids = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)

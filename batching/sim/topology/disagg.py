@@ -12,7 +12,7 @@ own tensor-parallel degree, in one simulation (DESIGN §2).
   against its cache: a simplification).
 - The decode instance runs continuous batching; the request joins its waiting queue when the transfer ends and
   is admitted when its blocks fit (backpressure: it waits, nothing is dropped). Its first decode step computes
-  the first token's KV and emits the second token; the prompt's KV came with it (engine_state.Inputs.ready).
+  the first token's KV and emits the second token; the prompt's KV came with it (engine.state.Inputs.ready).
 
 TTFT = prefill queue + prefill + first token (on the prefill instance); TPOT and E2E include the transfer and
 the wait for a decode slot (the gap between the first and second token); ``kv_transfer_s`` and
@@ -27,18 +27,18 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from batching.sim import engine as eng
-from batching.sim.engine_stages import later_pop_nb, later_push_nb
-from batching.sim.costmodel import cost_model
-from batching.sim.engine_state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK, ITL_BINS, ITL_BINS_PER_LOG, ITL_LOG_LO,
+from batching.sim.engine import kernel as eng
+from batching.sim.engine.stages import later_pop_nb, later_push_nb
+from batching.sim.hardware.costmodel import cost_model
+from batching.sim.engine.state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK, ITL_BINS, ITL_BINS_PER_LOG, ITL_LOG_LO,
                                        NUM_B, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
                                        R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, V_KV, V_OUTSTANDING, Handoff, Later)
-from batching.sim.fleet import _least_nb, _out_of, _pc_of, join_nb, stacked_outputs, stacked_prefix
+from batching.sim.topology.fleet import _least_nb, _out_of, _pc_of, join_nb, stacked_outputs, stacked_prefix
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (node_summary, percentile, queue_growth, replica_summary, request_latencies,
                                   wall_time)
 from batching.sim.policy import PREEMPTION_CODE
-from batching.sim.specs import GIB, KV_BLOCK_TOKENS, Deployment
+from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment
 
 CROSS_NODE_GBPS = 400.0  # per GPU across nodes: one 400 Gb/s NIC per GPU (ConnectX-7 on DGX/HGX H100)
 MAX_INSTANCES = 64
@@ -265,7 +265,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
 
 
 def _itl_bins(gaps: np.ndarray) -> np.ndarray:
-    """The engine's histogram bin of each gap (engine_stages.itl_record_nb's rule)."""
+    """The engine's histogram bin of each gap (engine.stages.itl_record_nb's rule)."""
     b = np.floor((np.log(np.maximum(gaps, 1e-300)) - ITL_LOG_LO) * ITL_BINS_PER_LOG)
     return np.clip(b, 0, ITL_BINS - 1).astype(np.int64)
 

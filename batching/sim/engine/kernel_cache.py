@@ -1,7 +1,7 @@
 """Where Numba keeps the compiled kernels, keyed by the kernel sources.
 
 Numba checks only the file of the function it caches: the engine's cached code inlines the
-cost model, so an edited costmodel.py would be served stale. The cache therefore lives in a
+cost model, so an edited hardware/costmodel.py would be served stale. The cache therefore lives in a
 directory named after a hash of every module with jitted code; ``NUMBA_CACHE_DIR`` (for a
 read-only install or a hosted server) chooses its parent.
 """
@@ -12,11 +12,13 @@ import os
 import tempfile
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-KERNEL_SOURCES = ("costmodel.py", "engine_state.py", "engine_stages.py", "engine.py", "fleet.py", "disagg.py")  # in this folder (batching/sim/)
+SIM_DIR = Path(__file__).resolve().parents[1]  # batching/sim/
+# every module whose code or constants the kernels compile in, relative to batching/sim/
+KERNEL_SOURCES = ("hardware/costmodel.py", "hardware/specs.py", "engine/state.py", "engine/stages.py", "engine/kernel.py",
+                  "topology/fleet.py", "topology/disagg.py")
 
 
-def sources_digest(package_dir: Path = PACKAGE_DIR) -> str:
+def sources_digest(package_dir: Path = SIM_DIR) -> str:
     h = hashlib.sha256()
     for name in KERNEL_SOURCES:
         h.update(name.encode())
@@ -42,7 +44,7 @@ def cache_dir() -> Path:
     user = os.environ.get("NUMBA_CACHE_DIR")
     if user:
         return Path(user) / digest
-    local = PACKAGE_DIR / "__pycache__" / digest
+    local = SIM_DIR / "__pycache__" / digest
     if _writable(local):
         return local
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batching.sim.prefixes import two_part_chains
-from batching.sim.specs import KV_BLOCK_TOKENS
-from batching.sim.traces import MAX_TOKENS
+from batching.sim.workload.prefixes import two_part_chains
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
+from batching.sim.workload.traces import MAX_TOKENS
 
 SESSION_CONTEXT_CAP_TOKENS = 32_768  # Qwen2.5-72B-Instruct's context length (the default model)
 MAX_MEAN_TURNS = 100.0

@@ -1,7 +1,7 @@
 """The engine's vocabulary (DESIGN §2): its integer enums and table columns, in one place, and
 the NamedTuples its stages share instead of long argument lists.
 
-Everything here is plain data: the jitted code in engine.py and engine_stages.py reads these
+Everything here is plain data: the jitted code in kernel.py and stages.py reads these
 constants at compile time (so this file is one of kernel_cache.KERNEL_SOURCES), and
 policy.py names the mode and preemption codes from them.
 """

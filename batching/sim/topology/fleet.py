@@ -27,11 +27,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from batching.sim import engine as eng
-from batching.sim.engine_state import (B_WAITING, S_WAITING, C_RELEASED, C_STEP, DEADLOCK, NUM_RF, NUM_SF, NUM_SI, NUM_SPF,
+from batching.sim.engine import kernel as eng
+from batching.sim.engine.state import (B_WAITING, S_WAITING, C_RELEASED, C_STEP, DEADLOCK, NUM_RF, NUM_SF, NUM_SI, NUM_SPF,
                                        NUM_SPI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, V_KV, V_OUTSTANDING,
                                        ITL_BINS, Later, Outputs, Prefix, Spec)
-from batching.sim.engine_stages import blocks_for_nb, q_push_back_nb
+from batching.sim.engine.stages import blocks_for_nb, q_push_back_nb
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE
 
 ROUTERS = ("round-robin", "least-outstanding", "least-kv", "prefix-affinity")

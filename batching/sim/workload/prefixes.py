@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from batching.sim.specs import KV_BLOCK_TOKENS
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake's hash_ids: one per 512-token block of the prompt
 ENGINE_BLOCKS_PER_TRACE_BLOCK = TRACE_BLOCK_TOKENS // KV_BLOCK_TOKENS  # 32

@@ -6,7 +6,7 @@ docs/CALIBRATION.md.
 ``cost_model(deployment)`` turns hardware + model + precision into a float64 coefficient
 array and an all-reduce table; ``step_time_nb`` (jitted, called by the engine) and
 ``step_time`` / ``step_breakdown`` (Python, for charts and tests) price a step's
-composition. Each constant below names its source; ``batching.sim.calibration`` fits and checks
+composition. Each constant below names its source; ``batching.sim.hardware.calibration`` fits and checks
 them against the measured tables in ``batching/data``.
 
 Per layer and GPU, for a step of n tokens:
@@ -32,12 +32,12 @@ from importlib import resources
 import numpy as np
 from numba import njit
 
-from batching.sim.specs import BYTES_PER_WEIGHT, Deployment
+from batching.sim.hardware.specs import BYTES_PER_WEIGHT, Deployment
 
 # --- calibrated constants ------------------------------------------------------------
 # Linear layers and element-wise ops: fitted per tensor-parallel degree to Vidur's measured
 # per-layer times of Llama-2-70B on H100 SXM (batching/data/h100_llama2_70b_linear_ops.csv,
-# from batching/data/raw; the fit is batching.sim.calibration.fit_ops, its result ships as
+# from batching/data/raw; the fit is batching.sim.hardware.calibration.fit_ops, its result ships as
 # batching/data/linear_fit.json; python tools/extract_calibration.py regenerates both).
 LINEAR_FIT_FILE = "linear_fit.json"
 # The measured tile/wave factors q(n) describe the H100's cuBLAS kernels on the calibration

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from batching.sim import sessions as _sessions
-from batching.sim.prefixes import offsets, segment_positions, two_part_chains
-from batching.sim.sessions import SessionSpec
-from batching.sim.specs import KV_BLOCK_TOKENS
-from batching.sim.traces import FORMATS, MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
+from batching.sim.workload import sessions as _sessions
+from batching.sim.workload.prefixes import offsets, segment_positions, two_part_chains
+from batching.sim.workload.sessions import SessionSpec
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS
+from batching.sim.workload.traces import FORMATS, MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
 
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical")
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "onoff", "diurnal")

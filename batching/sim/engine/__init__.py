@@ -1,0 +1,1 @@
+"""The Numba token-step kernel: its loop, stages, state, speculation and compile cache."""

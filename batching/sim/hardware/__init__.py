@@ -1,0 +1,1 @@
+"""GPU, node and model presets, the cost model and its calibration."""

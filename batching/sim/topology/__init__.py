@@ -1,0 +1,1 @@
+"""Many engines in one run: fleets behind a router, prefill/decode splits."""

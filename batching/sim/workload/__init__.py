@@ -1,0 +1,1 @@
+"""Request streams: synthetic workloads, sessions, prefix chains and trace import."""
