@@ -62,7 +62,6 @@ from batching.sim.specs import KV_BLOCK_TOKENS, MODELS, Deployment
 # methods whose proposals cost GPU passes, and which of them are one-layer heads on the target
 DRAFTING_METHODS = ("draft", "eagle", "mtp")
 HEAD_METHODS = ("eagle", "mtp")
-NO_LIMIT = 0  # spec_disable_batch_size = 0: speculate at every batch size
 
 
 def expected_tokens_per_step(k: int, a: float) -> float:
