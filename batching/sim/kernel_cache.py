@@ -2,8 +2,9 @@
 
 Numba checks only the file of the function it caches: the engine's cached code inlines the
 cost model, so an edited costmodel.py would be served stale. The cache therefore lives in a
-directory named after a hash of every module with jitted code; ``NUMBA_CACHE_DIR`` (for a
-read-only install or a hosted server) chooses its parent.
+directory named after a hash of every module with jitted code and of the modules whose constants
+Numba freezes into it (engine_state.py; specs.py, whose KV_BLOCK_TOKENS the engine divides by);
+``NUMBA_CACHE_DIR`` (for a read-only install or a hosted server) chooses its parent.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-KERNEL_SOURCES = ("costmodel.py", "engine_state.py", "engine_stages.py", "engine.py", "fleet.py", "disagg.py")  # in this folder (batching/sim/)
+KERNEL_SOURCES = ("costmodel.py", "engine_state.py", "engine_stages.py", "engine.py", "fleet.py", "disagg.py",
+                  "specs.py")  # in this folder (batching/sim/)
 
 
 def sources_digest(package_dir: Path = PACKAGE_DIR) -> str:
