@@ -12,6 +12,7 @@ from batching.charts import policy as charts
 from batching import report
 from batching.charts import planning as cp
 from batching.charts import spec as spec_charts
+from batching.sim.metrics import DEFINITIONS
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.studies import planning as sp
@@ -52,7 +53,7 @@ TABLE = {
     "tpot_p50_s": ("TPOT P50 (ms)", 1e3, "%.1f", "Median time per output token after the first."),
     "tpot_p99_s": ("TPOT P99 (ms)", 1e3, "%.1f", "99th percentile time per output token."),
     "capacity_tpot_p99_s": ("TPOT P99 at capacity (ms)", 1e3, "%.1f", "P99 TPOT in the capacity run (batch full)."),
-    "gpu_util": ("GPU util (%)", 100, "%.1f", "Roofline time of the useful work / wall time."),
+    "gpu_util": ("GPU util (%)", 100, "%.1f", DEFINITIONS["gpu_util"][1]),  # the summary's gpu_util, as it is defined
     "batch_efficiency": ("Batch eff. (%)", 100, "%.1f", "Mean running sequences per step / the batch cap."),
     "kv_pressure": ("Peak KV use (%)", 100, "%.1f", "Most KV blocks in use at once × 16 / KV capacity (tokens)."),
     "preemptions": ("Preemptions", 1, "%d", "Times a running request was evicted."),
@@ -275,9 +276,9 @@ def _results(view: planning.TuneView) -> None:
     widgets.chart(lat, "Left: time to first token, P50 and P99, queueing included. Right: time per output token; "
                   "dotted is P99 TPOT with the batch full, what a larger batch costs every token.", f"{name}_latency")
     use = _figure("utilisation", drawn + (knee, log_x), lambda: cp.sweep_utilisation(df, knob, knee, log_x))
-    widgets.chart(use, "Left: GPU util (roofline time of useful work), batch efficiency (running / cap) and peak KV "
-                  "cache use, in %. Right: preemptions; rising preemptions mean the KV cache is too small for the "
-                  "batch.", f"{name}_utilisation")
+    widgets.chart(use, "Left: GPU util (step time × useful share of its token slots / wall time), batch efficiency "
+                  "(running / cap) and peak KV cache use, in %. Right: preemptions; rising preemptions mean the KV "
+                  "cache is too small for the batch.", f"{name}_utilisation")
     figures += [(lat, "Latency against the knob."), (use, "GPU use, batch fill, KV use and preemptions.")]
 
     st.subheader("Every point", divider="gray")

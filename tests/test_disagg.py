@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batching.sim.topology.disagg import CROSS_NODE_GBPS, Disagg
+from batching.sim.topology.disagg import Disagg
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.hardware.specs import Deployment
@@ -75,12 +75,17 @@ def test_transfer_time_is_the_prompts_kv_over_the_link() -> None:
     res = simulate(Scenario(workload=workload_preset("chat", 2.0, 100, 0), policy=PRESETS["chunked"], disagg=SPLIT))
     dep = res.scenario.deployment
     d = res.requests[res.requests["decode_replica"] >= 0]
-    bw = 4 * dep.node.gpu.nvlink_Bps  # 4 GPU pairs (TP 4 to TP 4) on NVLink
-    np.testing.assert_allclose(d["kv_transfer_s"], d["prompt_tokens"] * dep.kv_bytes_per_token / bw)
-    # 1,000 prompt tokens of Qwen2.5-72B (327,680 B/token in BF16) over 4 x 450 GB/s: 0.18 ms
-    assert 1000 * dep.kv_bytes_per_token / bw == pytest.approx(1.82e-4, rel=0.01)
-    assert Disagg(1, 4, 1, 4, kv_link_gbps=100.0).link_Bps(dep) == pytest.approx(4 * 100e9 / 8)
-    assert Disagg(2, 8, 1, 8).link_Bps(dep) == pytest.approx(8 * CROSS_NODE_GBPS * 1e9 / 8)  # 24 GPUs: across nodes
+    assert len(d) > 90
+    # by hand: Qwen2.5-72B's KV is 2 (K, V) x 80 layers x 8 KV heads x 128 dims x 2 B (BF16) = 327,680 B per token;
+    # TP 4 to TP 4 on one node moves it over 4 GPU pairs x 450 GB/s (H100 NVLink per direction) = 1.8e12 B/s,
+    # so 1.82e-7 s per prompt token (1,000 tokens: 0.18 ms)
+    np.testing.assert_allclose(d["kv_transfer_s"], d["prompt_tokens"] * 327_680 / 1.8e12, rtol=1e-12)
+    # 4 pairs x 100 Gb/s = 4 x 12.5 GB/s = 5e10 B/s
+    assert Disagg(1, 4, 1, 4, kv_link_gbps=100.0).link_Bps(dep) == pytest.approx(5e10, rel=1e-12)
+    # TP 4 to TP 2: 2 pairs (the smaller TP) x 450 GB/s = 9e11 B/s
+    assert Disagg(1, 4, 2, 2).link_Bps(dep) == pytest.approx(9e11, rel=1e-12)
+    # 24 GPUs, more than a node's 8: across nodes, 8 pairs x 400 Gb/s (one NIC per GPU) = 8 x 50 GB/s = 4e11 B/s
+    assert Disagg(2, 8, 1, 8).link_Bps(dep) == pytest.approx(4e11, rel=1e-12)
 
 
 def test_figure_captions_name_the_split_not_the_sidebar_tp() -> None:
@@ -155,36 +160,53 @@ def test_finding_a_tight_tpot_slo_favours_disaggregation_a_loose_one_aggregation
 
 
 # ---------------------------------------------------------------- property tests over random splits and traffic
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from batching.sim.hardware.specs import MODELS, deployment  # noqa: E402
+from batching.sim.hardware.specs import GPUS, Node, deployment, model_from_dict  # noqa: E402
+from tests.test_specs_mla import DEEPSEEK_V2_LITE_HF  # noqa: E402
 
-SMALL = deployment(model="llama-3.1-8b")  # fits TP 1, so every split of 8 GPUs is valid
+SMALL = deployment(model="llama-3.1-8b")  # fits TP 1, so every split of the GPUs is valid
+V2_LITE = model_from_dict(DEEPSEEK_V2_LITE_HF)  # MLA, 16 heads (TP 1 to 8), 31 GB of BF16 weights: fits TP 1
+# KV bytes per token, by hand: Llama-3.1-8B 2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 B = 131,072;
+# DeepSeek-V2-Lite (MLA) (512 latent + 64 RoPE key) x 27 layers x 2 B = 31,104
+KV_BYTES = {"Llama-3.1-8B": 131_072, V2_LITE.name: 31_104}
 
 
 @st.composite
 def splits(draw):
-    tps = (1, 2, 4)
-    p_tp, d_tp = draw(st.sampled_from(tps)), draw(st.sampled_from(tps))
-    p = draw(st.integers(1, max(1, 4 // p_tp)))
-    d = draw(st.integers(1, max(1, (8 - p * p_tp) // d_tp)))
+    """A split of 1 or 2 nodes of 8 H100s (TP 1 to 8 on each side, more than 8 GPUs: across nodes), a GQA or an
+    MLA model, a workload, a policy, a rate, a seed and a KV cache size (None: what memory leaves)."""
+    nodes = draw(st.sampled_from([1, 2]))
+    gpus = 8 * nodes
+    tps = (1, 2, 4, 8)
+    p_tp = draw(st.sampled_from([t for t in tps if t < gpus]))  # room for a decode instance beside it
+    d_tp = draw(st.sampled_from([t for t in tps if p_tp + t <= gpus]))
+    p = draw(st.integers(1, min(4, (gpus - d_tp) // p_tp)))
+    d = draw(st.integers(1, min(8, (gpus - p * p_tp) // d_tp)))
+    model = draw(st.sampled_from([SMALL.model, V2_LITE]))
     kv = draw(st.sampled_from([None, 12_000, 40_000]))
-    return (Disagg(p, p_tp, d, d_tp), draw(st.sampled_from(["chat", "mixed", "code", "sharegpt"])),
+    return (Disagg(p, p_tp, d, d_tp), nodes, model, draw(st.sampled_from(["chat", "mixed", "code", "sharegpt"])),
             draw(st.sampled_from(["continuous", "chunked", "priority"])), draw(st.floats(0.5, 40.0)),
             draw(st.integers(0, 10_000)), kv)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(splits())
+@example((Disagg(1, 8, 1, 8), 2, V2_LITE, "code", "chunked", 20.0, 1, None))  # TP 8, across nodes, MLA
+@example((Disagg(3, 2, 1, 8), 2, SMALL.model, "chat", "priority", 10.0, 2, 12_000))  # 14 GPUs, unequal TP
 def test_property_every_split_conserves_requests_tokens_transfers_and_kv(case) -> None:
-    split, workload, preset, rate, seed, kv = case
-    dep = SMALL if kv is None else Deployment(SMALL.node, SMALL.model, kv_cache_tokens=kv)
-    if split.gpus > 8:
-        return
-    res = simulate(Scenario(dep, workload_preset(workload, rate, 120, seed), PRESETS[preset], disagg=split))
+    split, nodes, model, workload, preset, rate, seed, kv = case
+    dep = Deployment(Node(GPUS["h100-sxm"]), model, kv_cache_tokens=kv)
+    res = simulate(Scenario(dep, workload_preset(workload, rate, 120, seed), PRESETS[preset], nodes=nodes,
+                            disagg=split))
     _check(res)
-    assert MODELS["llama-3.1-8b"].name in res.scenario.deployment.model.name
+    # each transfer: the prompt's KV (KV_BYTES) over min(prefill TP, decode TP) GPU pairs at 450 GB/s (H100 NVLink
+    # per direction) within a node, or at 400 Gb/s = 50 GB/s (a NIC per GPU) when the split spans nodes
+    per_gpu = 450e9 if split.gpus <= 8 else 50e9
+    d = res.requests[res.requests["decode_replica"] >= 0]
+    np.testing.assert_allclose(d["kv_transfer_s"], d["prompt_tokens"] * KV_BYTES[model.name]
+                               / (min(split.prefill_tp, split.decode_tp) * per_gpu), rtol=1e-12)
 
 
 def test_exports_carry_the_per_instance_chart_of_a_split() -> None:

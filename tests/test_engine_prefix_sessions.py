@@ -1,8 +1,7 @@
 """The engine's prefix cache and closed-loop session turns: hand-computed cases (constant 1 s steps) and
 conservation laws over random scenarios (hypothesis)."""
-import json
 import os
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +11,8 @@ from hypothesis import strategies as st
 from batching.sim.engine import kernel as eng
 from batching.sim.hardware.costmodel import cost_model
 from batching.sim.policy import PRESETS, with_knobs
-from batching.sim.simulate import Scenario, simulate
+from batching.sim.workload.prefixes import offsets
+from batching.sim.simulate import run_requests
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS, deployment
 from batching.sim.workload.requests import workload_preset
 from tests.test_engine import const_cost
@@ -151,20 +151,32 @@ def test_a_session_turn_hits_the_history_its_predecessor_cached():
     assert out.req_f[1, eng.R_ARRIVAL] == pytest.approx(out.req_f[0, eng.R_RELEASE] + 2.0)
 
 
-# --- regression: no shared prefixes, today's numbers ---------------------------------------------------
-PINNED = json.loads((Path(__file__).parent / "data" / "pinned_before_prefix_caching.json").read_text())
-
-
-@pytest.mark.parametrize("key", sorted(PINNED))
-@pytest.mark.parametrize("caching", [True, False])
-def test_without_shared_prefixes_results_equal_those_before_prefix_caching(key, caching):
-    # pinned on the tree before prefix caching existed (2b90368): 600 requests, seed 3
-    wl, name = key.split("/")
-    policy = PRESETS[name] if name in ("static", "dynamic") else with_knobs(PRESETS[name], prefix_caching=caching)
-    rate = {"mixed": 2.0, "chat": 6.0}[wl]
-    s = simulate(Scenario(workload=workload_preset(wl, rate, 600, 3), policy=policy)).summary()
-    for k, v in PINNED[key].items():
-        assert s[k] == pytest.approx(v, rel=1e-12, abs=1e-12), k
+# --- prompts that share nothing: the same run with prefix caching on or off -----------------------------
+@pytest.mark.parametrize("wl,rate", [("mixed", 2.0), ("chat", 6.0)])
+@pytest.mark.parametrize("name", ["continuous", "chunked", "priority"])
+def test_prompts_that_share_nothing_run_the_same_with_prefix_caching_on_or_off(wl, rate, name):
+    """Every full prompt block its own id: with caching on the engine looks each chain up, registers its blocks
+    and, as the 600 requests need more blocks than the cache holds, reclaims the unused ones; nothing ever hits,
+    so every request's times and every step equal those of caching off (PRESETS: prefix caching changes nothing
+    without shared prefixes). Only the count of blocks held by the cache alone differs."""
+    reqs = workload_preset(wl, rate, 600, 3).generate()
+    assert reqs.block_off is None  # these presets share no prefix
+    off = offsets(reqs.prompt_tokens // B)
+    unique = replace(reqs, block_off=off, block_ids=np.arange(off[-1]))
+    # a cache of 10,000 blocks: above the runs' peak use (under 5,000 blocks: nobody is preempted, which under
+    # recompute would let a victim find its own blocks) and far below the 42,882 (chat) and 61,902 (mixed)
+    # blocks the prompts register, so the cache fills and its unused blocks are reclaimed
+    dep = deployment(kv_cache_tokens=10_000 * B)
+    assert off[-1] > 4 * dep.kv_capacity_blocks
+    on = run_requests(unique, dep, PRESETS[name], CM)
+    without = run_requests(unique, dep, with_knobs(PRESETS[name], prefix_caching=False), CM)
+    keep = [c for c in range(eng.NUM_SI) if c != eng.S_CACHE_BLOCKS]
+    for (_, _, a), (_, _, b) in zip(on, without, strict=True):
+        assert a.req_cached.sum() == 0 and a.steps_i[:, eng.S_CACHE_BLOCKS].max() > 0
+        np.testing.assert_array_equal(a.req_f, b.req_f)
+        assert a.req_preemptions.sum() == b.req_preemptions.sum() == 0
+        np.testing.assert_array_equal(a.steps_i[:, keep], b.steps_i[:, keep])
+        np.testing.assert_array_equal(a.steps_f, b.steps_f)
 
 
 # --- conservation over random scenarios ---------------------------------------------------------

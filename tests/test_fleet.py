@@ -18,7 +18,7 @@ from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, run_requests, simulate
 from batching.sim.hardware.specs import GIB, GPUS, Deployment, Node
 from batching.sim.engine.speculative import spec_kv_blocks
-from batching.sim.workload.requests import workload_preset
+from batching.sim.workload.requests import ArrivalProcess, LengthDist, PriorityClass, SyntheticWorkload, workload_preset
 
 TP2 = Deployment(node=Node(GPUS["h100-sxm"], tp=2))  # 4 replicas per node
 ROUTED = [r for r in fleet.ROUTERS if r != "round-robin"]
@@ -126,13 +126,22 @@ def test_least_outstanding_sends_each_request_to_the_least_loaded_replica() -> N
     assert counts.tolist() == [50] * 8
 
 
-def test_prefix_affinity_keeps_a_shared_prompt_on_few_replicas_and_raises_the_hit_rate() -> None:
-    """Four classes of traffic, each with its own 2,000-token system prompt: affinity routing sends a class where
-    its prompt is cached, so the fleet computes fewer prompt tokens than least-outstanding does."""
-    wl = workload_preset("mixed", 8.0, 1200, 0).with_shared_prefix(2000)
-    on = simulate(Scenario(TP2, wl, PRESETS["chunked"], nodes=2, router="prefix-affinity")).summary()
-    lo = simulate(Scenario(TP2, wl, PRESETS["chunked"], nodes=2, router="least-outstanding")).summary()
-    assert on["prefix_hit_rate"] > lo["prefix_hit_rate"]
+def test_prefix_affinity_computes_each_system_prompt_once_least_outstanding_once_per_replica() -> None:
+    """Two classes, each with its own 2,000-token system prompt (125 blocks) before 1,000 tokens of its own, one
+    request a second on 8 replicas (2 nodes x 4, TP 2), light enough that nothing queues or is evicted. By hand:
+    prefix-affinity sends a class where its prompt was seen, so each system prompt is computed once (2 misses)
+    and the other 198 requests find 2,000 tokens cached: hit rate 198 x 2,000 / (200 x 3,000) = 0.66.
+    Least-outstanding finds every replica idle and deals the requests in turn, so each class lands on all 8 and
+    its prompt is computed once on each (16 misses): 184 x 2,000 / 600,000 = 0.6133."""
+    classes = tuple(PriorityClass(name, level, 0.5, LengthDist("fixed", 1000), LengthDist("fixed", 20),
+                                  shared_prefix_tokens=2000) for name, level in (("a", 0), ("b", 1)))
+    wl = SyntheticWorkload(ArrivalProcess("constant", 1.0), classes, 200, 0)
+    for router, replicas, hit in (("prefix-affinity", 1, 0.66), ("least-outstanding", 8, 184 * 2000 / 600_000)):
+        res = simulate(Scenario(TP2, wl, PRESETS["chunked"], nodes=2, router=router))
+        req = res.requests
+        assert req.groupby("priority")["replica"].nunique().tolist() == [replicas, replicas]
+        assert sorted(req["cached_prompt_tokens"].unique()) == [0, 2000]
+        assert res.summary()["prefix_hit_rate"] == pytest.approx(hit, rel=1e-12)
 
 
 def test_finding_least_outstanding_beats_round_robin_on_bursty_heavy_tailed_traffic() -> None:

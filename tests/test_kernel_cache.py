@@ -1,3 +1,4 @@
+import ast
 import os
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ def test_digest_follows_the_kernel_sources(tmp_path):
 
 
 def test_every_kernel_module_is_hashed(tmp_path):
-    """Each module with jitted code, and the engine's constants (engine_state: numba freezes them
+    """Each module with jitted code, and the engine's constants (engine/state.py: numba freezes them
     into the compiled code), keys the cache: an edit to any of them must not be served stale."""
     sim = ROOT / "batching" / "sim"
     jitted = {p.relative_to(sim).as_posix() for p in sim.rglob("*.py") if "@njit" in p.read_text()}
@@ -35,12 +36,86 @@ def test_every_kernel_module_is_hashed(tmp_path):
     assert jitted | {"engine/state.py"} <= set(kernel_cache.KERNEL_SOURCES)
     pkg = _copy_sources(tmp_path / "sim")
     before = kernel_cache.sources_digest(pkg)
-    for name in ("engine/state.py", "engine/stages.py"):
+    for name in ("engine/state.py", "engine/stages.py", "hardware/specs.py"):
         text = (pkg / name).read_text()
         (pkg / name).write_text(text + "\n# edited\n")
         assert kernel_cache.sources_digest(pkg) != before
         (pkg / name).write_text(text)
     assert kernel_cache.sources_digest(pkg) == before
+
+
+def _jitted(dec) -> bool:
+    f = dec.func if isinstance(dec, ast.Call) else dec
+    return (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")) in ("njit", "jit")
+
+
+def _local_names(fn: ast.FunctionDef) -> set[str]:
+    args = fn.args
+    names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    names |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    return names | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def compiled_in(sim: Path) -> set[str]:
+    """The files of batching/sim whose source the kernels compile in: every module with a jitted function, and
+    every module that defines something jitted code reads (a function it calls, a class it builds, a constant
+    Numba freezes into the compiled code, or what such a constant is computed from), followed through the
+    imports (``from batching.sim.x import name``, ``from batching.sim import x as alias``)."""
+    modules = {}
+    for path in sim.rglob("*.py"):
+        imports, defs, jitted = {}, {}, []
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[:2] == ["batching", "sim"]:
+                package = "/".join(node.module.split(".")[2:])  # "" or "engine" or "engine/state"
+                for a in node.names:
+                    sub = f"{package}/{a.name}" if package else a.name
+                    if (sim / f"{sub}.py").exists():  # from batching.sim[.pkg] import module [as alias]
+                        imports[a.asname or a.name] = (sub, None)
+                    else:  # from batching.sim.pkg.module import name
+                        imports[a.asname or a.name] = (package, a.name)
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defs[node.name] = node
+                if isinstance(node, ast.FunctionDef) and any(_jitted(d) for d in node.decorator_list):
+                    jitted.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defs.update({n.id: node.value for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)})
+        modules[path.relative_to(sim).with_suffix("").as_posix()] = (imports, defs, jitted)
+    todo = [(m, f) for m, (_, _, jitted) in modules.items() for f in jitted]
+    seen, found = set(), set()
+    while todo:
+        m, name = todo.pop()
+        if (m, name) in seen or m not in modules:
+            continue
+        seen.add((m, name))
+        imports, defs, _ = modules[m]
+        if name in imports:
+            target, obj = imports[name]
+            if obj is not None:
+                todo.append((target, obj))
+            continue
+        if name not in defs:
+            continue  # a builtin, NumPy, Numba
+        found.add(f"{m}.py")
+        node = defs[name]
+        local = _local_names(node) if isinstance(node, ast.FunctionDef) else set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and imports.get(n.value.id, ("", ""))[1] \
+                    is None:
+                todo.append((imports[n.value.id][0], n.attr))
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in local:
+                todo.append((m, n.id))
+    return found
+
+
+def test_every_module_the_kernels_compile_in_keys_the_cache():
+    """Numba freezes module constants into the compiled code (engine/stages.py reads hardware/specs.py's KV_BLOCK_TOKENS) and
+    checks only the file of the function it caches: every module the kernels read, as their imports give it,
+    must be hashed, or an edit to it is served stale."""
+    sim = ROOT / "batching" / "sim"
+    found = compiled_in(sim)
+    assert {"engine/kernel.py", "engine/stages.py", "engine/state.py", "hardware/costmodel.py", "hardware/specs.py"} <= found
+    assert found <= set(kernel_cache.KERNEL_SOURCES), sorted(found - set(kernel_cache.KERNEL_SOURCES))
 
 
 def test_numba_cache_dir_is_honoured(tmp_path):

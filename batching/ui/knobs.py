@@ -48,7 +48,6 @@ MODE_KNOBS = {
     "continuous": ("seqs", "budget", "chunked", "prio", "preempt", "cache", "spec", "spec_k", "spec_a", "spec_model",
                    "spec_off"),
 }
-SPEC_KNOBS = ("spec_k", "spec_a", "spec_model", "spec_off")  # greyed out while speculation is off
 SPEC_HELP = ("Speculative decoding: each step a decoding sequence verifies K proposed tokens + 1 and keeps the "
              "accepted ones (draft: a smaller model of the family; eagle: an EAGLE draft head; ngram: prompt "
              "lookup, no draft compute; mtp: DeepSeek-V3's multi-token-prediction module). It cuts TPOT at low "

@@ -22,4 +22,3 @@ CAPACITY = PageInfo("pages/capacity.py", "Capacity planning", ":material/dns:")
 MODEL_AND_HARDWARE = PageInfo("pages/model_and_hardware.py", "Model and hardware", ":material/memory:")
 FIND_A_DEPLOYMENT = PageInfo("pages/find_a_deployment.py", "Find a deployment", ":material/travel_explore:")
 PAGES: tuple[PageInfo, ...] = (HOME, EXPLORE, COMPARE, TUNE, CAPACITY, FIND_A_DEPLOYMENT, MODEL_AND_HARDWARE)
-BY_PATH: dict[str, PageInfo] = {p.path: p for p in PAGES}

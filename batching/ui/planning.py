@@ -147,10 +147,13 @@ def _frame_key(scenario: Scenario, knob: str, values: tuple[float, ...], slo: SL
 
 def sweeps_cached(jobs: Sequence[tuple[str, Scenario, str, Sequence[float], SLO | None]], text: str
                   ) -> list[pd.DataFrame | str]:
-    """``sweep_cached`` for several sweeps (label, scenario, knob, values, slo) at once, each point cached on its
-    own: a move that changes some values, or only the SLOs, recomputes only what it must. The missing points of
-    every sweep run together on every free simulation slot (the kernel releases the GIL), slowest first, under a
-    progress bar that counts them. The first sweep's ValueError is raised; another's comes back as its text."""
+    """``studies.sweeps.sweep`` (with capacity runs and, with ``slo``, a capacity search within the SLOs per value)
+    for several sweeps (label, scenario, knob, values, slo) at once through bounded caches, with the columns the
+    checks read (``studies.planning.with_readings``: offered load per value and peak KV use). Each point is
+    cached on its own: a move that changes some values, or only the SLOs, recomputes only what it must. The
+    missing points of every sweep run together on every free simulation slot (the kernel releases the GIL),
+    slowest first, under a progress bar that counts them. The first sweep's ValueError is raised; another's
+    comes back as its text."""
     out: list[pd.DataFrame | str | None] = [None] * len(jobs)
     plans = []  # (job index, values, scenarios, per-value search, point keys, search key)
     for j, (_, scenario, knob, values, slo) in enumerate(jobs):
@@ -246,13 +249,6 @@ def _run_points(todo: list, got: dict, errors: dict, text: str) -> None:
         cache.with_slot(lambda: cache.run_in_slot(run))
     finally:
         holder.empty()
-
-
-def sweep_cached(scenario: Scenario, knob: str, values, slo: SLO | None = None) -> pd.DataFrame:
-    """``studies.sweeps.sweep`` (with capacity runs and, with ``slo``, a capacity search within the SLOs per
-    value) through bounded caches, each value on its own, with the columns the checks read
-    (``studies.planning.with_readings``: offered load per value and peak KV use)."""
-    return sweeps_cached([("sweep", scenario, knob, values, slo)], "Sweeping")[0]
 
 
 def capacity_cached(scenario: Scenario, slo: SLO) -> CapacityResult:

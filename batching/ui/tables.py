@@ -13,7 +13,6 @@ from batching.charts.formatting import (  # noqa: F401  (re-exported: pages use 
     SHARES,
     SHORT_HEADERS,
     MetricSpec,
-    _scaled,
     cell_text,
     change_frame,
     class_frame,
@@ -28,14 +27,6 @@ from batching.ui.safe import plain
 # figures beside the classic table, in its "diagnostics" expander
 DIAGNOSTICS = ("sol_util", "offered_req_s", "capacity_req_s", "queue_growth_req_s", "mean_running")
 GREY = "color: #8A8F98; background-color: #F2F3F5"  # an overloaded run's row
-
-
-def summary_frame(summaries: Mapping[str, dict], keys: Sequence[str] = tuple(COMPARE_COLUMNS)) -> pd.DataFrame:
-    """One row per policy, one column per metric (raw keys), values in display units (numbers)."""
-    rows = {}
-    for name, s in summaries.items():
-        rows[name] = {k: _scaled(k, s.get(k)) for k in keys}
-    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def summary_table(summaries: Mapping[str, dict], keys: Sequence[str] = tuple(COMPARE_COLUMNS)) -> pd.DataFrame:

@@ -4,6 +4,7 @@ sweeps and without Streamlit: tests/test_planning.py."""
 from __future__ import annotations
 
 import base64
+import json
 
 import numpy as np
 import pandas as pd
@@ -11,6 +12,7 @@ import pytest
 
 from uihelpers import FAST, assert_clean, chart, chart_titles, drawn_charts, run_page
 
+from batching.sim.metrics import DEFINITIONS
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.sim.workload.requests import DEFAULT_RATE_REQ_S, workload_preset
@@ -73,6 +75,21 @@ def test_default_render():
     assert len(at.info) == 1 and at.info[0].value.startswith(("Knee at", "No knee"))
     # every chart has a caption under it
     assert len([c for c in at.caption if c.value.startswith(("Light:", "Each line", "Left:"))]) == 4
+
+
+def test_the_gpu_util_column_is_defined_as_what_it_shows():
+    """The sweep's GPU util is the summary's gpu_util (step time x useful share of its token slots / wall time);
+    its tooltip and the utilisation chart's caption define that, not sol_util (the roofline time of the useful
+    work)."""
+    at = run_page(PAGE, **FAST)
+    assert_clean(at)
+    study = last(at)
+    table = [d for d in at.dataframe if "GPU util (%)" in d.value.columns][0]
+    np.testing.assert_allclose(table.value["GPU util (%)"], study.frames[study.label]["gpu_util"] * 100)
+    helps = {c.get("label"): c.get("help") for c in json.loads(table.proto.columns).values() if isinstance(c, dict)}
+    assert helps["GPU util (%)"] == DEFINITIONS["gpu_util"][1] != DEFINITIONS["sol_util"][1]
+    caption = [c.value for c in at.caption if c.value.startswith("Left: GPU util")][0]
+    assert "useful share of its token slots" in caption and "roofline" not in caption
 
 
 def test_knee_marker_where_the_sweep_has_a_knee():

@@ -2,8 +2,9 @@
 
 Numba checks only the file of the function it caches: the engine's cached code inlines the
 cost model, so an edited hardware/costmodel.py would be served stale. The cache therefore lives in a
-directory named after a hash of every module with jitted code; ``NUMBA_CACHE_DIR`` (for a
-read-only install or a hosted server) chooses its parent.
+directory named after a hash of every module with jitted code and of the modules whose constants
+Numba freezes into it (engine/state.py; hardware/specs.py, whose KV_BLOCK_TOKENS the engine divides
+by); ``NUMBA_CACHE_DIR`` (for a read-only install or a hosted server) chooses its parent.
 """
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ What a step costs (engine/kernel.py prices it; nothing here is a new constant of
   target's, and the EAGLE/MTP head's one layer likewise: the target's KV capacity shrinks accordingly (vLLM's
   blog above: "the memory manager now handles the KV cache for both the draft and target models").
 - speculative_disable_by_batch_size: vLLM PR #4592 ("[Dynamic Spec Decoding] Auto-disable by the running
-  queue size"): speculation off for the batch while more than N requests run.
+  queue size"). Here a step speculates while at most N sequences run (spec_disable_batch_size = N, 0: at every
+  batch size); vLLM's worker stops at N already (running_queue_size >= N), so this N is vLLM's N - 1.
 
 Simplifications: a draft pass costs no fixed per-step overhead (it runs inside the target's scheduler step,
 under CUDA graphs); the draft's catch-up on the tokens the target accepted is not priced; draft passes carry
@@ -62,7 +63,6 @@ from batching.sim.hardware.specs import KV_BLOCK_TOKENS, MODELS, Deployment
 # methods whose proposals cost GPU passes, and which of them are one-layer heads on the target
 DRAFTING_METHODS = ("draft", "eagle", "mtp")
 HEAD_METHODS = ("eagle", "mtp")
-NO_LIMIT = 0  # spec_disable_batch_size = 0: speculate at every batch size
 
 
 def expected_tokens_per_step(k: int, a: float) -> float:
@@ -79,8 +79,9 @@ def head_layers(dep: Deployment) -> float:
 
 
 def draft_deployment(dep: Deployment, draft_model: str) -> Deployment:
-    """The draft model on the target's GPUs, at the largest TP degree up to the target's that divides its heads
-    (vLLM's speculative_draft_tensor_parallel_size is 1 or the target's)."""
+    """The draft model on the target's GPUs, at the largest TP degree up to the target's that divides its heads,
+    e.g. TP 4 for Qwen2.5-7B's 28 heads beside a TP 8 target. vLLM's speculative_draft_tensor_parallel_size
+    allows only 1 or the target's, so vLLM would run that draft at TP 1."""
     if draft_model not in MODELS:
         raise ValueError(f"spec_draft_model={draft_model!r} is unknown; allowed: {', '.join(MODELS)}")
     m = MODELS[draft_model]

@@ -67,10 +67,12 @@ ATTN_DECODE_MEMORY_EFF = 0.7
 # qk_nope + qk_rope and PV over v_head_dim, at ATTN_PREFILL_EFF.
 MLA_DECODE_COMPUTE_EFF = 0.59
 # Per-step fixed time outside the kernels: scheduling, input preparation, sampling hand-off
-# and the gaps between CUDA-graph launches. vLLM's v0.6.0 release post ("vLLM v0.6.0: 2.7x
-# Throughput Improvement and 5x Latency Reduction", 2024-09-05) measured these CPU overheads
-# at up to ~60 % of the step before multi-step scheduling; with it (--num-scheduler-steps 10,
-# as in the reference benchmark) a step keeps ~1 ms, the figure used here.
+# and the gaps between CUDA-graph launches, 2.0 ms a step. SGLang's v0.4 release post
+# (2024-12-04) gained 1.1x throughput by overlapping v0.3's CPU scheduling with the GPU, i.e.
+# ~9 % of a ~20 ms 70B decode step (~1.8 ms); vLLM's v0.6.0 release post ("vLLM v0.6.0: 2.7x
+# Throughput Improvement and 5x Latency Reduction", 2024-09-05) measured these CPU overheads at
+# up to ~60 % of the step before multi-step scheduling, which (--num-scheduler-steps 10, as in
+# the reference benchmark) hides most of them (docs/CALIBRATION.md, "Per-step overhead").
 STEP_FIXED_S = 2.0e-3
 # All-reduce: measured latencies on H100 SXM, interpolated in log(bytes)-log(time).
 # implementation -> (table in batching/data, implementation label in that table)
