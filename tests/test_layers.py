@@ -32,8 +32,8 @@ STREAMLIT_ALLOWED = ("batching.ui", "app", "pages")
 # floors inside batching.sim: what a request stream is and what a step costs know nothing of the engine; one
 # engine knows nothing of many (topology); none of them knows the entry that ties them together (simulate)
 SIM_FLOORS: tuple[tuple[str, int], ...] = (
-    ("batching.sim.hardware", 0), ("batching.sim.workload.requests", 0),
-    ("batching.sim.engine.kernel", 1), ("batching.sim.topology", 2), ("batching.sim.simulate", 3),
+    ("batching.sim.hardware", 0), ("batching.sim.workload", 0),
+    ("batching.sim.engine", 1), ("batching.sim.topology", 2), ("batching.sim.simulate", 3),
 )
 
 
