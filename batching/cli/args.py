@@ -22,7 +22,8 @@ from batching.sim import costmodel as cm
 from batching.sim.disagg import MAX_INSTANCES, Disagg, check_requests
 from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
-from batching.sim.simulate import Scenario
+from batching.sim.simulate import Scenario, admitted
+from batching.sim.speculative import check_spec, default_draft
 from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
                                 load_json_spec)
 from batching.sim.traces import MAX_TOKENS
@@ -35,7 +36,8 @@ PROG = "python -m batching"
 MAX_SHOWN_CHARS = 200  # of what a user typed, a message quotes at most this much
 MAX_SEED = 2**63 - 1
 DEFAULT_REQUESTS = 2000
-SUMMARY_KEYS = ("num_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+SUMMARY_KEYS = ("num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s",
+                "ttft_p99_s", "tpot_p50_s",
                 "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
                 "preemptions")
 # printed and written beside SUMMARY_KEYS when the policy caches prefixes (issue 12)
@@ -417,8 +419,8 @@ def add_spec_decode_args(g) -> None:
     """--spec-decode and its knobs (speculative decoding; iteration-level batching only)."""
     g.add_argument("--spec-decode", choices=list(SPEC_METHODS), default=None,
                    help="speculative decoding: draft (a smaller model of the family, --spec-draft-model), eagle "
-                        "(EAGLE draft head), ngram (prompt lookup, no draft compute), mtp (DeepSeek-V3 "
-                        "multi-token-prediction module); default off")
+                        "(EAGLE draft head), ngram (prompt lookup, no draft compute), mtp (the model's own "
+                        "multi-token-prediction modules: DeepSeek-V3); default off")
     g.add_argument("--spec-tokens", type=int_arg(*KNOB_LIMITS["spec_tokens"]), default=None, metavar="K",
                    help="draft tokens proposed per sequence and step (default 3)")
     low, high = KNOB_LIMITS["spec_acceptance"]
@@ -426,7 +428,8 @@ def add_spec_decode_args(g) -> None:
                    help="per-token acceptance probability; a verification emits (1 - A^(K+1)) / (1 - A) tokens on "
                         "average (default 0.8)")
     g.add_argument("--spec-draft-model", choices=list(MODELS), default=None,
-                   help="the draft model of --spec-decode draft (default qwen2.5-7b)")
+                   help="the draft model of --spec-decode draft: a smaller model of the target's vocabulary (default: "
+                        "the smallest such preset, qwen2.5-7b for the Qwen2.5 models, llama-3.1-8b for Llama 3.1)")
     g.add_argument("--spec-disable-batch-size", type=int_arg(*KNOB_LIMITS["spec_disable_batch_size"]), default=None,
                    metavar="N", help="speculation off while more than N sequences run (vLLM's "
                                      "speculative_disable_by_batch_size; default 0: never off)")
@@ -598,6 +601,11 @@ def build_scenario(args) -> Scenario:
     if caching is None and args.mode is not None and args.mode != "continuous":
         caching = False  # --mode static/dynamic on a caching preset: request-level modes have no prefix cache
     spec = _spec_knobs(args, args.mode or base.mode)
+    if spec["spec_decode"] == "draft" and spec["spec_draft_model"] is None:  # the target's own family
+        spec["spec_draft_model"] = default_draft(dep.model)
+        if spec["spec_draft_model"] is None:
+            raise CliError(f"--spec-decode draft: no preset model drafts for {dep.model.name}: a draft needs its "
+                           f"vocabulary ({dep.model.vocab_size:,} tokens) and fewer parameters; use eagle or ngram")
     pol = with_knobs(base, mode=args.mode, max_batch_size=args.max_batch_size,
                      max_wait_s=None if args.max_wait_ms is None else args.max_wait_ms / 1e3,
                      max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
@@ -606,15 +614,43 @@ def build_scenario(args) -> Scenario:
     if args.router != "round-robin" and pol.mode != "continuous":
         raise CliError(f"--router {args.router}: reads each replica's state at every arrival and is built for "
                        f"iteration-level batching (mode continuous); {pol.mode} batching runs with --router round-robin")
-    dis = _disagg(args, dep, wl, pol)
+    _check_spec(pol, dep)
+    try:
+        reqs, _ = admitted(wl.generate(), dep.model)  # requests beyond the context are rejected, not all of them
+    except ValueError as exc:
+        raise CliError(f"{_workload_flag(args)}: {exc}") from None
+    dis = _disagg(args, dep, reqs, pol)
     sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router, disagg=dis)
     sc.validate()
     return sc
 
 
-def _disagg(args, dep: Deployment, wl, pol) -> Disagg | None:
+def _workload_flag(args) -> str:
+    """The flag that sets the requests' lengths, for a message about them."""
+    if args.trace is not None:
+        return f"--trace {shown(args.trace)}"
+    if getattr(args, "prompt_tokens", None) or getattr(args, "output_tokens", None):
+        return "--prompt-tokens/--output-tokens"
+    return f"--workload {args.workload}"
+
+
+_SPEC_FIELD = re.compile(r"^(spec_decode|spec_draft_model)='([^']*)':? (.*)$")
+
+
+def _check_spec(pol, dep: Deployment) -> None:
+    """``speculative.check_spec`` with the flag named: '--spec-draft-model qwen2.5-7b: cannot draft for ...'."""
+    try:
+        check_spec(pol, dep)
+    except ValueError as exc:
+        m = _SPEC_FIELD.match(str(exc))
+        if m is None:
+            raise
+        raise CliError(f"--{m.group(1).replace('_', '-')} {m.group(2)}: {m.group(3)}") from None
+
+
+def _disagg(args, dep: Deployment, reqs, pol) -> Disagg | None:
     """The prefill/decode split the flags give (None without them), checked against the deployment, the node count,
-    the policy and the workload's requests; one-line errors naming the flag."""
+    the policy and the requests the model serves; one-line errors naming the flag."""
     given = {flag: getattr(args, field, None) for flag, field in DISAGG_FLAGS.items()}
     link = getattr(args, "kv_link_gbps", None)
     if all(v is None for v in given.values()):
@@ -652,7 +688,7 @@ def _disagg(args, dep: Deployment, wl, pol) -> Disagg | None:
         role = "--prefill-tp" if msg.startswith("the prefill") else "--decode-tp"
         raise CliError(f"{role}: {msg}") from None
     try:
-        check_requests(wl.generate(), dis, dep, pol)
+        check_requests(reqs, dis, dep, pol)
     except ValueError as exc:
         msg = str(exc)
         if "prefill instance" in msg or "decode instance" in msg:
@@ -755,6 +791,8 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
     out = {k: summary[k] for k in keys + (DISAGG_KEYS if split else ()) if k in summary}
     out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}
+    if summary.get("rejected_requests"):  # the context they passed
+        out["max_context_tokens"] = summary["max_context_tokens"]
     if split:
         out.update({k: summary[k] for k in ("disaggregated", "gpus", "nodes", "replicas", "router")})
     elif summary.get("replicas", 1) > 1:  # a fleet: its shape and each replica's share

@@ -9,7 +9,7 @@ import streamlit as st
 
 from batching.sim.disagg import MAX_INSTANCES, Disagg
 from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
-from batching.sim.simulate import Scenario
+from batching.sim.simulate import Scenario, admitted
 from batching.sim.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
 from batching.sim.workload import (DEFAULT_RATE_REQ_S, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
                                    WORKLOAD_PRESETS, TraceWorkload, workload_preset)
@@ -359,6 +359,7 @@ def scenario_sidebar(page_id: str = "") -> Scenario | None:
         st.warning(plain(note), icon=":material/link:")  # quotes the link: plain text
     try:
         scenario = _build()
+        context_note = _context_note(scenario)  # an error when every request passes the model's context
     except (ValueError, RuntimeError) as exc:
         st.error(f"**This scenario cannot run:** {plain(exc)}", icon=":material/error:")
         last = st.session_state.get(_LAST)
@@ -367,5 +368,22 @@ def scenario_sidebar(page_id: str = "") -> Scenario | None:
         return last
     if isinstance(scenario.workload, TraceWorkload):
         st.sidebar.caption(_trace_caption(scenario.workload))
+    if context_note:
+        st.info(plain(context_note), icon=":material/block:")  # quotes class names: plain text
     st.session_state[_LAST] = scenario
     return scenario
+
+
+def _context_note(sc: Scenario) -> str | None:
+    """What the engine rejects of the scenario's requests (prompt + output beyond the model's context), per class;
+    None when it serves them all. Every request rejected is a ValueError."""
+    reqs = sc.workload.generate()
+    _, rejected = admitted(reqs, sc.deployment.model)
+    n = int(rejected.sum())
+    if not n:
+        return None
+    m = sc.deployment.model
+    classes = ", ".join(f"{reqs.class_names[k]}: {int(c):,}" for k, c in enumerate(rejected) if c)
+    return (f"{n:,} of {len(reqs):,} requests are rejected, not simulated ({classes}): their prompt plus output "
+            f"passes {m.name}'s context of {m.max_context_tokens:,} tokens, and an engine (vLLM) rejects such a "
+            "request and serves the rest. Every result on this page is of the requests served.")
