@@ -1,11 +1,16 @@
-"""Messages that say what to change (issue 22, item 11): a draft that cannot fit, or a request beyond the largest
-KV cache, used to say "raise kv_cache_tokens", a fix that could not work."""
+"""Messages that say what to change (issue 22, item 11): each used to point at a fix that could not work (a flag
+at its maximum, a flag the CLI lacks, a file that was fine, an architecture it then listed as supported, a node
+count above the maximum)."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from batching.sim.specs import parse_json_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,3 +79,48 @@ def test_a_mooncake_row_of_a_million_plus_a_million_tokens_is_rejected_by_the_co
     s = json.loads(out.read_text())
     assert s["rejected_requests"] == 1 and s["num_requests"] == 2
     assert "raise kv_cache_tokens" not in capsys.readouterr().err
+
+
+def test_a_tiny_rate_on_a_trace_names_the_rate_flag_not_a_speedup(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(_native([(0.0, 100, 10), (0.5, 200, 20), (1.0, 300, 30)]))
+    line = _error(_cli("run", "--trace", str(trace), "--rate", "1e-300"))
+    assert "speedup" not in line
+    assert "--rate 1e-300:" in line and "use a higher --rate" in line
+    line = _error(_cli("run", "--trace", str(trace), "--rate", "10000"))
+    assert "speedup" not in line and "--rate 10000:" in line and "2,000 req/s" in line  # 1,000 x the recorded 2 req/s
+
+
+def test_dashboard_trace_at_a_rate_it_cannot_replay_does_not_blame_the_file():
+    sys.path.insert(0, str(ROOT / "tests" / "ui"))
+    from uihelpers import run_page
+
+    at = run_page(workload="trace", recorded="false", rate="10000", n="200")
+    assert not at.exception
+    msgs = [e.value for e in at.error]
+    assert len(msgs) == 1, msgs
+    assert "Fix the file" not in msgs[0] and "Skip bad rows" not in msgs[0]
+    assert "request rate" in msgs[0] and "recorded" in msgs[0]
+
+
+def test_a_known_architecture_with_mla_is_not_called_unsupported():
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
+           "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 14336,
+           "vocab_size": 128256, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+           "v_head_dim": 128}
+    with pytest.raises(ValueError) as info:
+        parse_json_spec(json.dumps(cfg).encode(), "model")
+    msg = str(info.value)
+    assert "is not supported" not in msg, msg
+    assert "LlamaForCausalLM has no multi-head latent attention" in msg
+    assert "DeepseekV2ForCausalLM" in msg and "DeepseekV3ForCausalLM" in msg
+
+
+def test_a_split_too_big_for_the_largest_fleet_does_not_suggest_more_nodes_than_allowed():
+    line = _error(_cli("run", "--requests", "10", "--prefill-instances", "64", "--prefill-tp", "8",
+                       "--decode-instances", "64", "--decode-tp", "8"))
+    assert "--num-nodes 128" not in line
+    assert "at most --num-nodes 64 (512 GPUs)" in line
+    line = _error(_cli("run", "--requests", "10", "--prefill-instances", "2", "--prefill-tp", "8",
+                       "--decode-instances", "2", "--decode-tp", "8"))
+    assert "or --num-nodes 4" in line

@@ -279,8 +279,6 @@ SUPPORTED = ("LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2For
       "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 5632,
       "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts": 60,
       "num_experts_per_tok": 4, "vocab_size": 151936}, "not known to match"),
-    ({"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096,
-      **{k: v for k, v in LLAMA_8B_HF.items() if k not in ("architectures", "model_type")}}, "sliding-window"),
     ({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 14336,
       "vocab_size": 32000}, "names neither its architectures nor its model_type"),
 ])
@@ -289,6 +287,16 @@ def test_unknown_architectures_are_refused_with_the_supported_list(config, why):
         model_from_dict(config)
     msg = str(info.value)
     assert why in msg and SUPPORTED in msg, msg
+
+
+def test_a_supported_architecture_with_an_unmodelled_feature_is_not_called_unsupported():
+    mistral = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096,
+               **{k: v for k, v in LLAMA_8B_HF.items() if k not in ("architectures", "model_type")}}
+    with pytest.raises(ValueError) as info:
+        model_from_dict(mistral)
+    msg = str(info.value)
+    assert msg.startswith("architectures=MistralForCausalLM is a supported architecture, but not as this "
+                          "config.json describes it: its sliding-window attention"), msg
 
 
 def test_supported_architectures_read_exactly():

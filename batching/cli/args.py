@@ -508,11 +508,16 @@ def trace_workload(path: Path, max_requests: int | None, rate: float | None) -> 
     """The trace at ``path``, parsed and checked now (before any simulation); errors name the file."""
     wl = TraceWorkload(data=_input_file("--trace", path), filename=path.name, max_requests=max_requests)
     try:
-        if rate is not None:
-            wl = wl.with_rate(rate)
         wl.generate()  # every row, the request cap and the time range checked
     except ValueError as exc:
         raise CliError(f"--trace {shown(path)}: {exc}") from None
+    if rate is not None:  # a rate the file cannot be replayed at is the flag's problem, not the file's
+        try:
+            wl = wl.with_rate(rate)
+            wl.generate()
+        except ValueError as exc:
+            msg = re.sub(r"^rate_req_s=\S+ ", "", str(exc)).replace("rate_req_s", "--rate")
+            raise CliError(f"--rate {rate:g}: {msg} (replaying {shown(path.name)})") from None
     return wl
 
 
@@ -683,8 +688,10 @@ def _disagg(args, dep: Deployment, reqs, pol) -> Disagg | None:
                 raise CliError(f"{flag} {getattr(dis, field)}: {msg.split(' ', 1)[1]}") from None
         if msg.startswith("the split needs"):
             more = -(-dis.gpus // dep.node.num_gpus)
+            fix = (f"or --num-nodes {more}" if more <= MAX_NODES else
+                   f"a fleet has at most --num-nodes {MAX_NODES} ({MAX_NODES * dep.node.num_gpus:,} GPUs)")
             raise CliError(f"--prefill-instances/--prefill-tp/--decode-instances/--decode-tp: {msg}; use fewer or "
-                           f"smaller instances, or --num-nodes {more}") from None
+                           f"smaller instances, {fix}") from None
         role = "--prefill-tp" if msg.startswith("the prefill") else "--decode-tp"
         raise CliError(f"{role}: {msg}") from None
     try:

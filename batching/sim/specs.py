@@ -812,8 +812,16 @@ def _check_architecture(d: dict) -> None:
         not archs and model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"))
     if not archs and model_type == "kimi_k2":
         ok = True
-    if ok and "text_config" not in d and "vision_config" not in d and ("kv_lora_rank" not in d or deepseek):
-        if d.get("use_sliding_window") is True or (
+    if ok:  # a supported architecture, but perhaps not this config of it: say what does not match
+        if "text_config" in d or "vision_config" in d:
+            why = ("this config.json also holds a vision or audio model (text_config, vision_config): give the "
+                   "language model's own config")
+        elif "kv_lora_rank" in d and not deepseek:
+            why = (f"this config.json has kv_lora_rank (multi-head latent attention), and "
+                   f"{_names(archs or [model_type])} has no multi-head latent attention; MLA is modelled for "
+                   f"{' and '.join(HF_MLA_ARCHITECTURES)}: name the architecture the weights are, or leave "
+                   "kv_lora_rank out")
+        elif d.get("use_sliding_window") is True or (
                 "mistral" in names and isinstance(d.get("sliding_window"), int) and d.get("sliding_window")):
             why = "its sliding-window attention caches only the last window of tokens, which is not modelled"
         elif d.get("mlp_only_layers") or d.get("decoder_sparse_step") not in (None, 1):
@@ -824,7 +832,8 @@ def _check_architecture(d: dict) -> None:
             why = "a DeepSeek model without multi-head latent attention (kv_lora_rank) is not modelled"
         else:
             return
-    elif any(w in names for w in ("mamba", "jamba", "zamba", "rwkv", "recurrent", "ssm")) or "state_size" in d \
+        raise ValueError(f"{what} is a supported architecture, but not as this config.json describes it: {why}")
+    if any(w in names for w in ("mamba", "jamba", "zamba", "rwkv", "recurrent", "ssm")) or "state_size" in d \
             or "ssm_cfg" in d:
         why = "a state-space or recurrent model (Mamba, Jamba, RWKV) keeps no per-token KV cache in those layers"
     elif "kv_lora_rank" in d or "deepseekv2" in names or "deepseekv3" in names or "deepseek_v" in names:

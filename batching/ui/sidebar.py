@@ -307,12 +307,17 @@ def _build() -> Scenario:
         try:
             wl.load()
             wl = wl.with_num_requests(int(v("n")))
-            if not v("recorded"):
-                wl = wl.with_rate(float(v("rate")))
             wl.generate()  # the request cap and the time range too, before the caption replays it
         except ValueError as exc:
             raise ValueError(f"trace {name}: {exc}. Fix the file, turn on 'Skip bad rows', or pick a preset "
                              "workload.") from None
+        if not v("recorded"):  # a rate the file cannot be replayed at: the rate is what to change, not the file
+            try:
+                wl = wl.with_rate(float(v("rate")))
+                wl.generate()
+            except ValueError as exc:
+                raise ValueError(f"trace {name} at a request rate of {float(v('rate')):,g} req/s: {exc}. Choose "
+                                 "another request rate, or replay the recorded arrival times.") from None
     else:
         wl = workload_preset(v("workload"), float(v("rate")), int(v("n")), int(v("seed")))
         arrivals = arrival_choice(v)
