@@ -1,23 +1,31 @@
-"""Messages that say what to change (issue 22, item 11): each used to point at a fix that could not work (a flag
-at its maximum, a flag the CLI lacks, a file that was fine, an architecture it then listed as supported, a node
-count above the maximum)."""
+"""Messages that say what to change, and outputs that cannot be misdirected (issue 22, items 11 and 12): each
+message below used to point at a fix that could not work (a flag at its maximum, a flag the CLI lacks, a file that
+was fine, an architecture it then listed as supported, a node count above the maximum); output files are written
+all or nothing, never through a symlink; the URL and the CLI read numbers alike; the README says what the code
+writes and reads."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from batching.sim.specs import parse_json_spec
+from batching.cli.args import float_arg, int_arg
+from batching.sim.specs import HF_ARCHITECTURES, parse_json_spec
+from batching.ui.params import Param
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cli(*argv: str) -> subprocess.CompletedProcess:
+def _cli(*argv: str, preexec=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "batching", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, preexec_fn=preexec)
 
 
 def _error(p: subprocess.CompletedProcess) -> str:
@@ -124,3 +132,108 @@ def test_a_split_too_big_for_the_largest_fleet_does_not_suggest_more_nodes_than_
     line = _error(_cli("run", "--requests", "10", "--prefill-instances", "2", "--prefill-tp", "8",
                        "--decode-instances", "2", "--decode-tp", "8"))
     assert "or --num-nodes 4" in line
+
+
+def _limit_file_size():
+    """A child whose files cannot grow past 2 MB (writes past it fail with EFBIG, as on a full disk)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2 << 20, 2 << 20))
+
+
+def test_report_that_cannot_write_names_the_file_and_leaves_nothing(tmp_path):
+    out = tmp_path / "out"
+    p = _cli("report", "--requests", "30", "--no-png", "--out", str(out), preexec=_limit_file_size)
+    line = _error(p)
+    assert "explore_report.html" in line and "nothing was written" in line, line  # the 5 MB HTML report
+    assert sorted(os.listdir(out)) == []  # no half-written folder, no temporary file left
+
+
+def test_report_checks_its_file_names_before_simulating(tmp_path):
+    out = tmp_path / "out"
+    (out / "explore_summary.json").mkdir(parents=True)
+    p = _cli("report", "--requests", "30", "--no-png", "--out", str(out))
+    line = _error(p)
+    assert "explore_summary.json" in line and "a folder" in line
+    assert "files in" not in p.stderr  # refused before the run
+    assert sorted(os.listdir(out)) == ["explore_summary.json"]
+
+
+# ---------------------------------------------------------------- item 12: symlinks, numbers, README
+
+def test_outputs_replace_a_symlink_in_the_output_folder_never_follow_it(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    csv_dir, out_dir = tmp_path / "csv", tmp_path / "report"
+    csv_dir.mkdir()
+    out_dir.mkdir()
+    links = [csv_dir / "requests.csv", out_dir / "explore_summary.json", tmp_path / "s.json"]
+    for link in links:
+        link.symlink_to(outside)
+    from batching.cli.main import main
+
+    assert main(["run", "--requests", "20", "--csv", str(csv_dir), "--json", str(links[2])]) == 0
+    assert main(["report", "--requests", "20", "--no-png", "--out", str(out_dir)]) == 0
+    assert outside.read_text() == "keep me"
+    for link in links:
+        assert not link.is_symlink() and link.is_file() and link.stat().st_size > 100
+
+
+NUMBER_TEXTS = ["10", "1e3", " 12 ", "1_000", "１０", "1,000", "2.5", "nan", "inf", "-3", "0x10", "", "ten", "١٢"]
+
+
+def test_the_url_and_the_cli_accept_the_same_numbers():
+    """The same texts are numbers to both (a link corrects an out-of-range or fractional count with a notice where
+    the CLI refuses it, as before: that is range, not syntax), and both read them as the same value."""
+    import argparse
+
+    n = Param("n", 2000, 1, 1_000_000, label="number of requests")
+    rate = Param("rate", 1.0, 0.1, 10_000.0, label="request rate")
+    for param, cli in ((n, int_arg(1, 1_000_000)), (rate, float_arg(0.1, 10_000.0))):
+        for text in NUMBER_TEXTS:
+            try:
+                cli_value, cli_syntax = cli(text), True
+            except argparse.ArgumentTypeError as exc:
+                cli_value, cli_syntax = None, "out of range" in str(exc) or "not a whole number" in str(exc)
+            url_value, url_note = param.parse(text)
+            url_syntax = url_note is None or "is not valid" not in url_note
+            assert cli_syntax == url_syntax, (param.key, text, cli_value, url_value, url_note)
+            if cli_value is not None:
+                assert url_value == cli_value and url_note is None, (param.key, text, cli_value, url_value, url_note)
+    # full-width digits: refused by both, and both say why in the same words
+    value, note = n.parse("１０")
+    assert value == 2000 and "has characters other than ASCII (full-width digits?)" in note
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape("has characters other than ASCII (full-width "
+                                                                   "digits?)")):
+        int_arg(1, 10)("１０")
+
+
+def test_readme_names_the_files_report_writes(tmp_path):
+    from batching.cli.main import main
+
+    out = tmp_path / "o"
+    assert main(["report", "--requests", "20", "--no-png", "--out", str(out)]) == 0
+    written = set(os.listdir(out))
+    from batching import report as rep
+    from batching.sim.simulate import Scenario, simulate
+    from batching.sim.workload import workload_preset
+
+    export = rep.explore_export(simulate(Scenario(workload=workload_preset("mixed", 1.0, 20, 0))), "continuous")
+    pngs = set(export.png_names().values())
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Figures for documents", 1)[1].split("\n#", 1)[0]
+    named = set(re.findall(r"`([\w.]+\.(?:png|csv|json|html))`", section))
+    assert named == written | pngs, (named ^ (written | pngs))
+
+
+def test_readme_and_help_name_the_architectures_model_json_reads():
+    readme = (ROOT / "README.md").read_text()
+    para = readme.split("`--model-json` reads", 1)[1].split("\n\n", 1)[0]
+    for arch in HF_ARCHITECTURES:
+        assert f"`{arch}`" in para, arch
+    assert "DeepSeek's MLA" not in para  # it loads DeepSeek-V2/V3 with MLA
+    from batching.cli.main import make_parser
+
+    helptext = " ".join(make_parser()._subparsers._group_actions[0].choices["run"].format_help().split())
+    for arch in HF_ARCHITECTURES:
+        assert arch in helptext, arch
+    assert "max_position_embeddings" in helptext

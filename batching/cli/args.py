@@ -24,8 +24,8 @@ from batching.sim.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
 from batching.sim.simulate import Scenario, admitted
 from batching.sim.speculative import check_spec, default_draft
-from batching.sim.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
-                                load_json_spec)
+from batching.sim.specs import (GPUS, HF_ARCHITECTURES, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, NOT_ASCII, PRECISIONS,
+                                Deployment, deployment, load_json_spec, number_text)
 from batching.sim.traces import MAX_TOKENS
 from batching.sim.workload import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
                                    MAX_NUM_REQUESTS, MAX_PEAK_TO_TROUGH, MAX_PERIOD_S, MAX_RATE_REQ_S,
@@ -92,9 +92,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def _ascii(text: str) -> str:
-    if not text.isascii():
-        raise argparse.ArgumentTypeError(
-            f"{shown(text)} has characters other than ASCII (full-width digits?); write it with 0-9")
+    """The text of a number, refused as a link refuses it when it is not ASCII (specs.number_text: one syntax)."""
+    try:
+        number_text(text)
+    except ValueError as exc:
+        if str(exc) == NOT_ASCII:
+            raise argparse.ArgumentTypeError(f"{shown(text)} {NOT_ASCII}") from None
     return text.strip()
 
 
@@ -311,8 +314,11 @@ def slo_from_args(args, scenario: Scenario) -> SLO | None:
 def add_spec_arguments(group, allreduce: bool = True) -> None:
     """--model-json, --gpu-json, --kv-dtype and (``allreduce``) --allreduce, on the scenario argument group."""
     group.add_argument("--model-json", type=Path, default=None,
-                       help="a custom model: JSON with Model's fields, or a Hugging Face config.json (DeepSeek-V2/V3 "
-                            "and Kimi-K2 configs load with multi-head latent attention; overrides --model)")
+                       help="a custom model (overrides --model): JSON with Model's fields, or a Hugging Face "
+                            f"config.json of {', '.join(HF_ARCHITECTURES)} (DeepSeek-V2/V3 and Kimi-K2 load with "
+                            "multi-head latent attention; other architectures are refused); its context length comes "
+                            "from max_position_embeddings (and the RoPE scaling, as vLLM reads them), its MTP "
+                            "modules from num_nextn_predict_layers")
     group.add_argument("--gpu-json", type=Path, default=None,
                        help="a custom GPU: JSON with name, memory_gib, hbm_bandwidth_tb_s, peak_bf16_tflops "
                             "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch] (overrides --gpu)")
@@ -773,9 +779,59 @@ def check_output_file(flag: str, path: Path | None) -> None:
         raise CliError(f"{flag} {shown(path)}: the file exists and cannot be written (permission denied)")
 
 
-def write_json(path: Path | None, data) -> None:
+def write_files(flag: str, folder: Path, files: dict[str, bytes]) -> list[Path]:
+    """Write ``files`` (name -> bytes) into ``folder``, all or nothing: each goes to a temporary file in the folder,
+    then every one is renamed over its name (os.replace: a file or a symlink of that name is replaced, never
+    followed, so nothing outside the folder is written). A failure names the file, removes the temporary files and
+    leaves the folder as it was (a CliError: one line, exit code 2). Returns the paths written."""
+    folder = Path(folder)
+    for name in files:
+        target = folder / name
+        if target.is_dir() and not target.is_symlink():
+            raise CliError(f"{flag} {shown(folder)}: {name} in it is a folder, and the output has a file of that name; "
+                           "remove it or choose another folder")
+    mask = os.umask(0)
+    os.umask(mask)
+    temps: dict[str, str] = {}
+
+    def discard() -> None:
+        for tmp in temps.values():
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    name = ""
+    try:
+        for name, data in files.items():
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name[:100]}.", suffix=".part")
+            temps[name] = tmp
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o666 & ~mask)  # the permissions a new file gets, not mkstemp's 0600
+    except OSError as exc:
+        discard()
+        raise CliError(f"{flag} {shown(folder)}: cannot write {name} ({exc.strerror or type(exc).__name__}); "
+                       "nothing was written") from None
+    done: list[Path] = []
+    for name, tmp in list(temps.items()):
+        try:
+            os.replace(tmp, folder / name)
+        except OSError as exc:  # the folder changed under us since the check: say what was written
+            discard()
+            raise CliError(f"{flag} {shown(folder)}: cannot write {name} ({exc.strerror or type(exc).__name__}); "
+                           f"{len(done)} of {len(files)} files written") from None
+        del temps[name]
+        done.append(folder / name)
+    return done
+
+
+def write_json(path: Path | None, data, flag: str = "--json") -> None:
+    """``data`` as JSON at ``path`` (written whole or not at all; a symlink there is replaced, not followed)."""
     if path is not None:
-        Path(path).write_text(json.dumps(data, indent=2))
+        path = Path(path)
+        write_files(flag, path.parent if str(path.parent) else Path("."),
+                    {path.name: json.dumps(data, indent=2).encode()})
 
 
 # ---------------------------------------------------------------- printing

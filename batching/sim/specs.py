@@ -57,6 +57,22 @@ def shown(value) -> str:
     return f"<{type(value).__name__}>"
 
 
+NOT_ASCII = "has characters other than ASCII (full-width digits?); write it with 0-9"
+
+
+def number_text(text: str) -> float:
+    """A number as a user types it on the command line or in a link, read one way for both: ASCII only (full-width
+    or other scripts' digits are refused, as trace cells and JSON specs refuse them; Python's float() would take
+    them), then Python's float syntax (``1e3``, ``1_000``, ``inf``, ``nan``; no thousands commas), spaces around
+    ignored. A ValueError says why (NOT_ASCII, or not a number); the caller checks finiteness and range."""
+    if not text.isascii():
+        raise ValueError(NOT_ASCII)
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ValueError("is not a number") from None
+
+
 def _check_range(name: str, value, low, high) -> None:
     if not (low <= value <= high):
         raise ValueError(f"{name}={shown(value)} is out of range; allowed {low} to {high}")
