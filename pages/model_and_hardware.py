@@ -11,8 +11,8 @@ from batching.studies import end_to_end as e2e_check
 from batching.charts import costmodel as ccm
 from batching.sim.hardware import costmodel as cm
 from batching.sim.simulate import Scenario
-from batching.sim.hardware.specs import (KV_BLOCK_TOKENS, Deployment, GPU_ARCHS, deployment, deployment_figures, gpu_from_dict,
-                                gpu_to_dict, model_from_dict, model_to_dict)
+from batching.sim.hardware.specs import (KV_BLOCK_TOKENS, MODEL_LIMITS, Deployment, GPU_ARCHS, deployment, deployment_figures,
+                                gpu_from_dict, gpu_to_dict, model_from_dict, model_to_dict)
 from batching.ui import cache, nav, page, widgets
 from batching.ui.safe import plain
 
@@ -181,6 +181,10 @@ def custom_form(dep: Deployment) -> tuple | None:
                                         help="Leading layers with a dense MLP (DeepSeek's first_k_dense_replace).")
         dense_ffn = f[2].number_input("Dense FFN width (0 = FFN width)", 0, 1 << 20, md["dense_ffn_size"], step=128,
                                       help="Those layers' MLP width (DeepSeek's intermediate_size).")
+        context = f[3].number_input("Context length (tokens, 0 = no limit)", 0, MODEL_LIMITS["max_context_tokens"][1],
+                                    md["max_context_tokens"], step=1024,
+                                    help="The longest prompt + output the model serves (max_position_embeddings): "
+                                         "longer requests are rejected, not simulated, as vLLM rejects them.")
         st.markdown("**Multi-head latent attention** (DeepSeek-V2/V3, Kimi-K2; KV LoRA rank 0 = none; head dim = "
                     "no-RoPE part + RoPE part)")
         g = st.columns(4)
@@ -188,6 +192,9 @@ def custom_form(dep: Deployment) -> tuple | None:
         q_lora = g[1].number_input("Query LoRA rank (0 = none)", 0, 65536, md["q_lora_rank"], step=64)
         rope = g[2].number_input("RoPE head dim", 0, 1024, md["qk_rope_head_dim"], step=16)
         v_dim = g[3].number_input("Value head dim", 0, 1024, md["v_head_dim"], step=16)
+        mtp = st.number_input("Multi-token-prediction modules (0 = none)", 0, MODEL_LIMITS["mtp_layers"][1],
+                              md["mtp_layers"], help="DeepSeek-V3's num_nextn_predict_layers: speculative decoding "
+                                                     "'mtp' runs them, and needs at least one.")
         st.markdown("**GPU** (datasheet figures)")
         d = st.columns(4)
         gname = d[0].text_input("GPU name", gd["name"])
@@ -214,7 +221,8 @@ def custom_form(dep: Deployment) -> tuple | None:
                                  "kv_lora_rank": int(kv_lora), "q_lora_rank": int(q_lora) if kv_lora else 0,
                                  "qk_rope_head_dim": int(rope) if kv_lora else 0,
                                  "qk_nope_head_dim": int(head_dim) - int(rope) if kv_lora else 0,
-                                 "v_head_dim": int(v_dim) if kv_lora else 0})
+                                 "v_head_dim": int(v_dim) if kv_lora else 0,
+                                 "max_context_tokens": int(context), "mtp_layers": int(mtp)})
         gpu = gpu_from_dict({"name": gname, "memory_gib": mem, "hbm_bandwidth_tb_s": bw, "peak_bf16_tflops": bf16,
                              "peak_fp8_tflops": fp8, "nvlink_gb_s": nvl, "pcie_gb_s": pcie, "arch": arch})
     except ValueError as exc:

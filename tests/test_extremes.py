@@ -116,7 +116,10 @@ def test_kv_cache_of_one_block() -> None:
         simulate(Scenario(deployment=one_block, workload=workload_preset("chat", 3.0, 20, 0)))
     msg = str(info.value)
     assert msg.startswith("request ") and "tokens of KV cache" in msg and "but the cache holds 16" in msg
-    assert "raise kv_cache_tokens or use shorter requests" in msg
+    # the override is what keeps it out: raise it, to what the request needs (4,137 tokens: 259 blocks of 16)
+    top = deployment().kv_capacity_tokens_max
+    assert f"raise kv_cache_tokens to at least 4,144 (this deployment holds up to {top:,}) or use shorter requests" \
+        in msg, msg
     # below one block is out of range
     with pytest.raises(ValueError, match=r"kv_cache_tokens=15 is out of range; allowed 16 to "):
         simulate(Scenario(deployment=replace(deployment(), kv_cache_tokens=15),
@@ -143,7 +146,7 @@ def test_dashboard_extremes_from_a_link_clamp_with_notices_and_show_a_clear_erro
     # a 1,024-token cache cannot hold the mixed workload's longest request: one error, what to change
     assert len(at.error) == 1
     msg = at.error[0].value
-    assert "tokens of KV cache" in msg and "raise kv_cache_tokens or use shorter requests" in msg
+    assert "tokens of KV cache" in msg and "raise kv_cache_tokens to at least 8,512 (this deployment holds up to" in msg
 
 
 def test_dashboard_rate_far_above_capacity_and_batch_of_one() -> None:

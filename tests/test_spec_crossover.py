@@ -12,6 +12,7 @@ from batching.charts.spec import TITLE, WITH, WITHOUT, crossover_chart
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.engine.speculative import expected_tokens_per_step
+from batching.sim.hardware.specs import deployment
 from batching.studies import spec_crossover as sx
 
 BASE = Scenario()  # the dashboard's default scenario: 2,000 requests, continuous batching, no speculation
@@ -29,8 +30,11 @@ def eagle() -> sx.SpecCrossover:
 
 @pytest.fixture(scope="module")
 def draft() -> sx.SpecCrossover:
-    """A draft model with K = 4, A = 0.6: its gain turns into a loss before the capacity without it."""
-    return sx.spec_crossover(_speculating(spec_decode="draft", spec_tokens=4, spec_acceptance=0.6))
+    """A draft model with K = 4, A = 0.6: its gain turns into a loss before the capacity without it. Qwen2.5-72B at
+    TP 4 (two replicas on the node), so Qwen2.5-7B drafts at TP 4 too: under TP 8 its 28 heads do not split and
+    vLLM runs it at TP 1 (draft_deployment), too slow to help at any load."""
+    sc = _speculating(spec_decode="draft", spec_tokens=4, spec_acceptance=0.6)
+    return sx.spec_crossover(sc.with_deployment(deployment(tp=4)))
 
 
 # ---------------------------------------------------------------- where a gain crosses 1

@@ -143,11 +143,12 @@ def test_hugging_face_config_json():
     mixtral = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
                "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
                "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
-               "tie_word_embeddings": False, "rope_theta": 1e6}
+               "tie_word_embeddings": False, "rope_theta": 1e6, "max_position_embeddings": 32768}
     m = model_from_dict(mixtral, name="Mixtral-8x7B")
     assert m == MODELS["mixtral-8x7b"]
     qwen = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
-            "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False}
+            "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False,
+            "max_position_embeddings": 32768}
     assert model_from_dict(qwen, name="Qwen2.5-7B") == MODELS["qwen2.5-7b"]
 
 
@@ -169,7 +170,10 @@ def test_json_files(tmp_path):
 
 LLAMA_8B_HF = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
                "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
-               "vocab_size": 128256, "tie_word_embeddings": False, "_name_or_path": "meta-llama/Llama-3.1-8B"}
+               "vocab_size": 128256, "tie_word_embeddings": False, "_name_or_path": "meta-llama/Llama-3.1-8B",
+               "max_position_embeddings": 131072,
+               "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
 
 
 def _spec_error(tmp_path, name: str, data: bytes, kind: str = "model") -> str:
@@ -275,8 +279,6 @@ SUPPORTED = ("LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2For
       "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 5632,
       "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts": 60,
       "num_experts_per_tok": 4, "vocab_size": 151936}, "not known to match"),
-    ({"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096,
-      **{k: v for k, v in LLAMA_8B_HF.items() if k not in ("architectures", "model_type")}}, "sliding-window"),
     ({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 14336,
       "vocab_size": 32000}, "names neither its architectures nor its model_type"),
 ])
@@ -287,6 +289,16 @@ def test_unknown_architectures_are_refused_with_the_supported_list(config, why):
     assert why in msg and SUPPORTED in msg, msg
 
 
+def test_a_supported_architecture_with_an_unmodelled_feature_is_not_called_unsupported():
+    mistral = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 4096,
+               **{k: v for k, v in LLAMA_8B_HF.items() if k not in ("architectures", "model_type")}}
+    with pytest.raises(ValueError) as info:
+        model_from_dict(mistral)
+    msg = str(info.value)
+    assert msg.startswith("architectures=MistralForCausalLM is a supported architecture, but not as this "
+                          "config.json describes it: its sliding-window attention"), msg
+
+
 def test_supported_architectures_read_exactly():
     assert model_from_dict(LLAMA_8B_HF, name="Llama-3.1-8B") == MODELS["llama-3.1-8b"]
     qwen3_moe = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 48,
@@ -294,9 +306,10 @@ def test_supported_architectures_read_exactly():
                  "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
                  "num_experts_per_tok": 8, "vocab_size": 151936, "tie_word_embeddings": False,
                  "attention_bias": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
-                 "sliding_window": None, "use_sliding_window": False}
+                 "sliding_window": None, "use_sliding_window": False, "max_position_embeddings": 40960}
     assert model_from_dict(qwen3_moe, name="Qwen3-30B-A3B") == MODELS["qwen3-30b-a3b"]
     qwen2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8192,
              "intermediate_size": 29568, "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8,
-             "vocab_size": 152064, "tie_word_embeddings": False, "sliding_window": 131072, "use_sliding_window": False}
+             "vocab_size": 152064, "tie_word_embeddings": False, "sliding_window": 131072, "use_sliding_window": False,
+             "max_position_embeddings": 32768}
     assert model_from_dict(qwen2, name="Qwen2.5-72B") == MODELS["qwen2.5-72b"]

@@ -322,7 +322,8 @@ def test_trace_workload_with_rate() -> None:
     assert fast.rate_req_s == pytest.approx(3.0)
     assert w.with_num_requests(4).num_requests == 4 and w.with_seed(9) is w
     with pytest.raises(
-        ValueError, match=r"rate_req_s=1000 needs speedup=2000, which is out of range"
+        ValueError, match=r"rate_req_s=1000 is 2,000x the trace's recorded mean rate of 0.5 req/s; allowed up to "
+                          r"1,000x it, 500 req/s"
     ):
         w.with_rate(1000.0)
     with pytest.raises(ValueError, match="all arrive at once"):

@@ -22,9 +22,10 @@ from batching.sim.hardware import costmodel as cm
 from batching.sim.topology.disagg import MAX_INSTANCES, Disagg, check_requests
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
-from batching.sim.simulate import Scenario
-from batching.sim.hardware.specs import (GPUS, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, PRECISIONS, Deployment, deployment,
-                                load_json_spec)
+from batching.sim.simulate import Scenario, admitted
+from batching.sim.engine.speculative import check_spec, default_draft
+from batching.sim.hardware.specs import (GPUS, HF_ARCHITECTURES, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, NOT_ASCII, PRECISIONS,
+                                Deployment, deployment, load_json_spec, number_text)
 from batching.sim.workload.traces import MAX_TOKENS
 from batching.sim.workload.requests import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
                                    MAX_NUM_REQUESTS, MAX_PEAK_TO_TROUGH, MAX_PERIOD_S, MAX_RATE_REQ_S,
@@ -35,7 +36,8 @@ PROG = "python -m batching"
 MAX_SHOWN_CHARS = 200  # of what a user typed, a message quotes at most this much
 MAX_SEED = 2**63 - 1
 DEFAULT_REQUESTS = 2000
-SUMMARY_KEYS = ("num_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+SUMMARY_KEYS = ("num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s",
+                "ttft_p99_s", "tpot_p50_s",
                 "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
                 "preemptions")
 # printed and written beside SUMMARY_KEYS when the policy caches prefixes (issue 12)
@@ -90,9 +92,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def _ascii(text: str) -> str:
-    if not text.isascii():
-        raise argparse.ArgumentTypeError(
-            f"{shown(text)} has characters other than ASCII (full-width digits?); write it with 0-9")
+    """The text of a number, refused as a link refuses it when it is not ASCII (specs.number_text: one syntax)."""
+    try:
+        number_text(text)
+    except ValueError as exc:
+        if str(exc) == NOT_ASCII:
+            raise argparse.ArgumentTypeError(f"{shown(text)} {NOT_ASCII}") from None
     return text.strip()
 
 
@@ -309,8 +314,11 @@ def slo_from_args(args, scenario: Scenario) -> SLO | None:
 def add_spec_arguments(group, allreduce: bool = True) -> None:
     """--model-json, --gpu-json, --kv-dtype and (``allreduce``) --allreduce, on the scenario argument group."""
     group.add_argument("--model-json", type=Path, default=None,
-                       help="a custom model: JSON with Model's fields, or a Hugging Face config.json (DeepSeek-V2/V3 "
-                            "and Kimi-K2 configs load with multi-head latent attention; overrides --model)")
+                       help="a custom model (overrides --model): JSON with Model's fields, or a Hugging Face "
+                            f"config.json of {', '.join(HF_ARCHITECTURES)} (DeepSeek-V2/V3 and Kimi-K2 load with "
+                            "multi-head latent attention; other architectures are refused); its context length comes "
+                            "from max_position_embeddings (and the RoPE scaling, as vLLM reads them), its MTP "
+                            "modules from num_nextn_predict_layers")
     group.add_argument("--gpu-json", type=Path, default=None,
                        help="a custom GPU: JSON with name, memory_gib, hbm_bandwidth_tb_s, peak_bf16_tflops "
                             "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch] (overrides --gpu)")
@@ -417,8 +425,8 @@ def add_spec_decode_args(g) -> None:
     """--spec-decode and its knobs (speculative decoding; iteration-level batching only)."""
     g.add_argument("--spec-decode", choices=list(SPEC_METHODS), default=None,
                    help="speculative decoding: draft (a smaller model of the family, --spec-draft-model), eagle "
-                        "(EAGLE draft head), ngram (prompt lookup, no draft compute), mtp (DeepSeek-V3 "
-                        "multi-token-prediction module); default off")
+                        "(EAGLE draft head), ngram (prompt lookup, no draft compute), mtp (the model's own "
+                        "multi-token-prediction modules: DeepSeek-V3); default off")
     g.add_argument("--spec-tokens", type=int_arg(*KNOB_LIMITS["spec_tokens"]), default=None, metavar="K",
                    help="draft tokens proposed per sequence and step (default 3)")
     low, high = KNOB_LIMITS["spec_acceptance"]
@@ -426,7 +434,8 @@ def add_spec_decode_args(g) -> None:
                    help="per-token acceptance probability; a verification emits (1 - A^(K+1)) / (1 - A) tokens on "
                         "average (default 0.8)")
     g.add_argument("--spec-draft-model", choices=list(MODELS), default=None,
-                   help="the draft model of --spec-decode draft (default qwen2.5-7b)")
+                   help="the draft model of --spec-decode draft: a smaller model of the target's vocabulary (default: "
+                        "the smallest such preset, qwen2.5-7b for the Qwen2.5 models, llama-3.1-8b for Llama 3.1)")
     g.add_argument("--spec-disable-batch-size", type=int_arg(*KNOB_LIMITS["spec_disable_batch_size"]), default=None,
                    metavar="N", help="speculation off while more than N sequences run (vLLM's "
                                      "speculative_disable_by_batch_size; default 0: never off)")
@@ -505,11 +514,16 @@ def trace_workload(path: Path, max_requests: int | None, rate: float | None) -> 
     """The trace at ``path``, parsed and checked now (before any simulation); errors name the file."""
     wl = TraceWorkload(data=_input_file("--trace", path), filename=path.name, max_requests=max_requests)
     try:
-        if rate is not None:
-            wl = wl.with_rate(rate)
         wl.generate()  # every row, the request cap and the time range checked
     except ValueError as exc:
         raise CliError(f"--trace {shown(path)}: {exc}") from None
+    if rate is not None:  # a rate the file cannot be replayed at is the flag's problem, not the file's
+        try:
+            wl = wl.with_rate(rate)
+            wl.generate()
+        except ValueError as exc:
+            msg = re.sub(r"^rate_req_s=\S+ ", "", str(exc)).replace("rate_req_s", "--rate")
+            raise CliError(f"--rate {rate:g}: {msg} (replaying {shown(path.name)})") from None
     return wl
 
 
@@ -598,6 +612,11 @@ def build_scenario(args) -> Scenario:
     if caching is None and args.mode is not None and args.mode != "continuous":
         caching = False  # --mode static/dynamic on a caching preset: request-level modes have no prefix cache
     spec = _spec_knobs(args, args.mode or base.mode)
+    if spec["spec_decode"] == "draft" and spec["spec_draft_model"] is None:  # the target's own family
+        spec["spec_draft_model"] = default_draft(dep.model)
+        if spec["spec_draft_model"] is None:
+            raise CliError(f"--spec-decode draft: no preset model drafts for {dep.model.name}: a draft needs its "
+                           f"vocabulary ({dep.model.vocab_size:,} tokens) and fewer parameters; use eagle or ngram")
     pol = with_knobs(base, mode=args.mode, max_batch_size=args.max_batch_size,
                      max_wait_s=None if args.max_wait_ms is None else args.max_wait_ms / 1e3,
                      max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
@@ -606,15 +625,43 @@ def build_scenario(args) -> Scenario:
     if args.router != "round-robin" and pol.mode != "continuous":
         raise CliError(f"--router {args.router}: reads each replica's state at every arrival and is built for "
                        f"iteration-level batching (mode continuous); {pol.mode} batching runs with --router round-robin")
-    dis = _disagg(args, dep, wl, pol)
+    _check_spec(pol, dep)
+    try:
+        reqs, _ = admitted(wl.generate(), dep.model)  # requests beyond the context are rejected, not all of them
+    except ValueError as exc:
+        raise CliError(f"{_workload_flag(args)}: {exc}") from None
+    dis = _disagg(args, dep, reqs, pol)
     sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router, disagg=dis)
     sc.validate()
     return sc
 
 
-def _disagg(args, dep: Deployment, wl, pol) -> Disagg | None:
+def _workload_flag(args) -> str:
+    """The flag that sets the requests' lengths, for a message about them."""
+    if args.trace is not None:
+        return f"--trace {shown(args.trace)}"
+    if getattr(args, "prompt_tokens", None) or getattr(args, "output_tokens", None):
+        return "--prompt-tokens/--output-tokens"
+    return f"--workload {args.workload}"
+
+
+_SPEC_FIELD = re.compile(r"^(spec_decode|spec_draft_model)='([^']*)':? (.*)$")
+
+
+def _check_spec(pol, dep: Deployment) -> None:
+    """``speculative.check_spec`` with the flag named: '--spec-draft-model qwen2.5-7b: cannot draft for ...'."""
+    try:
+        check_spec(pol, dep)
+    except ValueError as exc:
+        m = _SPEC_FIELD.match(str(exc))
+        if m is None:
+            raise
+        raise CliError(f"--{m.group(1).replace('_', '-')} {m.group(2)}: {m.group(3)}") from None
+
+
+def _disagg(args, dep: Deployment, reqs, pol) -> Disagg | None:
     """The prefill/decode split the flags give (None without them), checked against the deployment, the node count,
-    the policy and the workload's requests; one-line errors naming the flag."""
+    the policy and the requests the model serves; one-line errors naming the flag."""
     given = {flag: getattr(args, field, None) for flag, field in DISAGG_FLAGS.items()}
     link = getattr(args, "kv_link_gbps", None)
     if all(v is None for v in given.values()):
@@ -647,12 +694,14 @@ def _disagg(args, dep: Deployment, wl, pol) -> Disagg | None:
                 raise CliError(f"{flag} {getattr(dis, field)}: {msg.split(' ', 1)[1]}") from None
         if msg.startswith("the split needs"):
             more = -(-dis.gpus // dep.node.num_gpus)
+            fix = (f"or --num-nodes {more}" if more <= MAX_NODES else
+                   f"a fleet has at most --num-nodes {MAX_NODES} ({MAX_NODES * dep.node.num_gpus:,} GPUs)")
             raise CliError(f"--prefill-instances/--prefill-tp/--decode-instances/--decode-tp: {msg}; use fewer or "
-                           f"smaller instances, or --num-nodes {more}") from None
+                           f"smaller instances, {fix}") from None
         role = "--prefill-tp" if msg.startswith("the prefill") else "--decode-tp"
         raise CliError(f"{role}: {msg}") from None
     try:
-        check_requests(wl.generate(), dis, dep, pol)
+        check_requests(reqs, dis, dep, pol)
     except ValueError as exc:
         msg = str(exc)
         if "prefill instance" in msg or "decode instance" in msg:
@@ -730,9 +779,59 @@ def check_output_file(flag: str, path: Path | None) -> None:
         raise CliError(f"{flag} {shown(path)}: the file exists and cannot be written (permission denied)")
 
 
-def write_json(path: Path | None, data) -> None:
+def write_files(flag: str, folder: Path, files: dict[str, bytes]) -> list[Path]:
+    """Write ``files`` (name -> bytes) into ``folder``, all or nothing: each goes to a temporary file in the folder,
+    then every one is renamed over its name (os.replace: a file or a symlink of that name is replaced, never
+    followed, so nothing outside the folder is written). A failure names the file, removes the temporary files and
+    leaves the folder as it was (a CliError: one line, exit code 2). Returns the paths written."""
+    folder = Path(folder)
+    for name in files:
+        target = folder / name
+        if target.is_dir() and not target.is_symlink():
+            raise CliError(f"{flag} {shown(folder)}: {name} in it is a folder, and the output has a file of that name; "
+                           "remove it or choose another folder")
+    mask = os.umask(0)
+    os.umask(mask)
+    temps: dict[str, str] = {}
+
+    def discard() -> None:
+        for tmp in temps.values():
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    name = ""
+    try:
+        for name, data in files.items():
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name[:100]}.", suffix=".part")
+            temps[name] = tmp
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o666 & ~mask)  # the permissions a new file gets, not mkstemp's 0600
+    except OSError as exc:
+        discard()
+        raise CliError(f"{flag} {shown(folder)}: cannot write {name} ({exc.strerror or type(exc).__name__}); "
+                       "nothing was written") from None
+    done: list[Path] = []
+    for name, tmp in list(temps.items()):
+        try:
+            os.replace(tmp, folder / name)
+        except OSError as exc:  # the folder changed under us since the check: say what was written
+            discard()
+            raise CliError(f"{flag} {shown(folder)}: cannot write {name} ({exc.strerror or type(exc).__name__}); "
+                           f"{len(done)} of {len(files)} files written") from None
+        del temps[name]
+        done.append(folder / name)
+    return done
+
+
+def write_json(path: Path | None, data, flag: str = "--json") -> None:
+    """``data`` as JSON at ``path`` (written whole or not at all; a symlink there is replaced, not followed)."""
     if path is not None:
-        Path(path).write_text(json.dumps(data, indent=2))
+        path = Path(path)
+        write_files(flag, path.parent if str(path.parent) else Path("."),
+                    {path.name: json.dumps(data, indent=2).encode()})
 
 
 # ---------------------------------------------------------------- printing
@@ -755,6 +854,8 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
     out = {k: summary[k] for k in keys + (DISAGG_KEYS if split else ()) if k in summary}
     out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}
+    if summary.get("rejected_requests"):  # the context they passed
+        out["max_context_tokens"] = summary["max_context_tokens"]
     if split:
         out.update({k: summary[k] for k in ("disaggregated", "gpus", "nodes", "replicas", "router")})
     elif summary.get("replicas", 1) > 1:  # a fleet: its shape and each replica's share

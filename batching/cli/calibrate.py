@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from batching.cli.args import Parser, check_output_folder, dispatch
+from batching.cli.args import Parser, check_output_folder, dispatch, write_files
 from batching.sim.hardware import calibration as cal
-from batching.studies import end_to_end as e2e_check
 from batching.sim.hardware import costmodel as cm
 from batching.sim.hardware.specs import GPUS
 from batching.sim.workload.requests import WORKLOAD_PRESETS
@@ -127,14 +126,13 @@ def write_report(out_dir: Path = DOCS, figures: bool = True, e2e: list | None = 
     lin_frames = {tp: cal.op_comparison(tp, "linear") for tp in cal.CALIBRATION_TPS}
     el_frames = {tp: cal.op_comparison(tp, "elementwise") for tp in cal.CALIBRATION_TPS}
     ar_frames = {impl: cal.allreduce_comparison(impl) for impl in cm.ALLREDUCE_IMPLS}
-    # full comparison tables as CSV
+    # full comparison tables as CSV (every file below is written whole, never through a symlink: write_files)
+    files: dict[str, bytes] = {}
     for key, frames in (("linear", lin_frames), ("elementwise", el_frames)):
-        path = fig_dir / f"{key}_comparison.csv"
-        pd.concat([d.assign(tp=tp) for tp, d in frames.items()]).to_csv(path, index=False)
-        written.append(path)
-    path = fig_dir / "allreduce_comparison.csv"
-    pd.concat([d.assign(allreduce=k) for k, d in ar_frames.items()]).to_csv(path, index=False)
-    written.append(path)
+        files[f"{key}_comparison.csv"] = pd.concat([d.assign(tp=tp) for tp, d in frames.items()]).to_csv(
+            index=False).encode()
+    files["allreduce_comparison.csv"] = pd.concat([d.assign(allreduce=k) for k, d in ar_frames.items()]).to_csv(
+        index=False).encode()
     figs = {
         "linear.png": ccm.op_calibration(lin_frames, "Linear layers"),
         "elementwise.png": ccm.op_calibration(el_frames, "Element-wise ops"),
@@ -147,12 +145,10 @@ def write_report(out_dir: Path = DOCS, figures: bool = True, e2e: list | None = 
         from batching.report import figure_png
 
         for name, fig in figs.items():
-            path = fig_dir / name
-            path.write_bytes(figure_png(fig, scale=1, width=1100))
-            written.append(path)
-    md = out_dir / "CALIBRATION.md"
-    md.write_text(report_markdown(e2e_frame, ar_frames, figures_dir=FIG_DIR if figures else None))
-    written.append(md)
+            files[name] = figure_png(fig, scale=1, width=1100)
+    written += write_files("--out", fig_dir, files)
+    md = report_markdown(e2e_frame, ar_frames, figures_dir=FIG_DIR if figures else None)
+    written += write_files("--out", out_dir, {"CALIBRATION.md": md.encode()})
     return written
 
 

@@ -44,8 +44,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
-                               check_output_folder, float_arg, int_arg, presets_with_caching, progress, slo_from_args,
-                               values_arg)
+                               check_output_folder, float_arg, int_arg, presets_with_caching, progress, shown,
+                               slo_from_args, values_arg, write_files)
 from batching.cli.capacity import MAX_GPU_HOUR_USD, MAX_TARGET_RATE_REQ_S
 from batching.sim.policy import PRESETS
 from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_SUGGESTED
@@ -182,10 +182,24 @@ def cmd_report(args) -> int:
         os.environ.setdefault("BROWSER_PATH", chromium)
     scenario = build_scenario(args)
     check_output_folder("--out", args.out)  # created now, before the simulation
+    check_page_names(args.out, args.page)
     written = write_report(args, chromium, scenario)
     for path in written:
         print(path)
     return 0
+
+
+def check_page_names(out: Path, page: str) -> None:
+    """Before anything runs: no folder in ``out`` takes a name the page's files start with (``<page>_``), since
+    a file cannot replace it (the files are written all at the end, all or nothing: ``args.write_files``)."""
+    try:
+        entries = [e for e in Path(out).iterdir() if e.name.startswith(f"{page}_")]
+    except OSError as exc:
+        raise CliError(f"--out {shown(out)}: cannot list the folder ({exc.strerror or type(exc).__name__})") from None
+    for e in entries:
+        if e.is_dir() and not e.is_symlink():
+            raise CliError(f"--out {shown(out)}: {e.name} in it is a folder, and the report's files are named "
+                           f"{page}_*; remove it or choose another folder")
 
 
 def write_report(args, chromium: str | None, scenario=None) -> list[Path]:
@@ -200,13 +214,10 @@ def write_report(args, chromium: str | None, scenario=None) -> list[Path]:
         if len(sys.argv) > 1 and sys.argv[1] == "report" else "python -m batching report"
     note = (f"Made by `{command}` (the figures and tables of the dashboard's {PAGE_TITLES[args.page]} page for "
             "this scenario).")
-    written: list[Path] = []
-    for name, data in export.files(notes=[note]).items():
-        path = out / name
-        path.write_bytes(data)
-        written.append(path)
+    files = dict(export.files(notes=[note]))
     if chromium is not None:
-        written += _write_pngs(export, out, args.scale, args.width, chromium)
+        files.update(_render_pngs(export, args.scale, args.width, chromium))
+    written = write_files("--out", out, files)  # all or nothing, never through a symlink
     print(f"{PROG}: {len(written)} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return written
 
@@ -302,13 +313,14 @@ def _capacity_plan(args, scenario):
     return sp.plan_capacity(scenario, slo, results, target, usd, headroom)
 
 
-def _write_pngs(export, out: Path, scale: float, width: int, chromium: str) -> list[Path]:
-    """One PNG per figure through one kaleido browser (about 0.4 s a figure once it has started)."""
+def _render_pngs(export, scale: float, width: int, chromium: str) -> dict[str, bytes]:
+    """One PNG per figure (file name -> bytes) through one kaleido browser (about 0.4 s a figure once it has
+    started)."""
     import kaleido
 
     from batching.report import figure_png
 
-    written = []
+    pngs: dict[str, bytes] = {}
     names = export.png_names()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # plotly: "kopts is ignored if using a server"
@@ -320,9 +332,7 @@ def _write_pngs(export, out: Path, scale: float, width: int, chromium: str) -> l
                 except Exception as exc:  # kaleido/choreographer raise their own types
                     raise ValueError(f"rendering {names[key]} with Chromium at {chromium} failed: "
                                      f"{type(exc).__name__}: {exc}") from None
-                path = out / names[key]
-                path.write_bytes(png)
-                written.append(path)
+                pngs[names[key]] = png
         finally:
             kaleido.stop_sync_server(silence_warnings=True)
-    return written
+    return pngs

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from batching.cli.args import (add_policy_args, add_scenario_args, arrivals_text, build_scenario, check_output_file,
                                check_output_folder, disagg_line, fleet_lines, fmt, pick, prefix_line, summary_keys,
-                               write_json)
-from batching.sim.simulate import simulate
+                               write_files, write_json)
+from batching.sim.simulate import rejected_line, simulate
 
 
 def add_parser(subparsers):
@@ -41,11 +41,11 @@ def cmd_run(args) -> int:
               f"{v['tpot_p99_s'] * 1e3:.1f} ms, {v['num_requests']} requests" + prefix_line(v, ", "))
     for line in fleet_lines(s):
         print(line)
+    if rejected_line(s):
+        print(f"# {rejected_line(s)}")
     write_json(args.json, s)
     if args.csv:
         from batching.report import requests_csv, steps_csv  # formula-looking text cells get a leading '
 
-        d = Path(args.csv)
-        (d / "requests.csv").write_bytes(requests_csv(res))
-        (d / "steps.csv").write_bytes(steps_csv(res))
+        write_files("--csv", Path(args.csv), {"requests.csv": requests_csv(res), "steps.csv": steps_csv(res)})
     return 0

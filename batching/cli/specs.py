@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from batching.cli.args import add_spec_arguments, check_output_file, deployment_from_args, int_arg
+from batching.cli.args import add_spec_arguments, check_output_file, deployment_from_args, int_arg, write_json
 from batching.sim.hardware.specs import (GPUS, KV_BLOCK_TOKENS, MODELS, PRECISIONS, PUBLISHED_PRECISION,
                                 deployment_figures)
 
@@ -84,6 +84,6 @@ def cmd_specs(args) -> int:
     for k, v in rows:
         print(f"{k:28s} {v}")
     if args.json is not None:
-        Path(args.json).write_text(json.dumps(d, indent=2))
+        write_json(args.json, d)
     return 0
 

@@ -15,8 +15,8 @@ from batching.sim.frames import steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
                                   spec_summary, wall_time)
 from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
-from batching.sim.engine.speculative import spec_for, spec_kv_blocks
-from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment
+from batching.sim.engine.speculative import check_spec, spec_for, spec_kv_blocks
+from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment, Model
 from batching.sim.workload.requests import MAX_NUM_REQUESTS as MAX_REQUESTS, Requests, SyntheticWorkload, TraceWorkload
 
 
@@ -47,6 +47,12 @@ class Scenario:
         if self.disagg is not None:
             self.disagg.validate(self.deployment, self.nodes)
             self.disagg.check_policy(self.policy, self.router)
+        else:
+            check_spec(self.policy, self.deployment)  # MTP without MTP modules, a draft of another family...
+
+    def requests(self) -> tuple[Requests, np.ndarray]:
+        """The workload's requests the model serves, and how many of each class it rejects (``admitted``)."""
+        return admitted(self.workload.generate(), self.deployment.model)
 
     def with_policy(self, policy: BatchingPolicy) -> "Scenario":
         """The scenario with another policy. A request-level policy (static, dynamic) in a fleet behind a router that
@@ -71,6 +77,7 @@ class SimResult:
     itl_edges: np.ndarray  # bin edges, seconds
     class_names: tuple[str, ...]
     saturated: bool = False
+    rejected: tuple[int, ...] = ()  # per class: requests beyond the model's context, rejected and not simulated
 
     @cached_property
     def _summary(self) -> dict:
@@ -90,6 +97,9 @@ def summarize(res: SimResult) -> dict:
     wall = wall_time(req)
     s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
     s["duration_s"] = wall
+    rejected = tuple(res.rejected) + (0,) * (len(res.class_names) - len(res.rejected))
+    s["rejected_requests"] = int(sum(rejected))
+    s["max_context_tokens"] = dep.model.max_context_tokens
     if sc.disagg is not None:
         s.update(dg.summary_parts(res, sc.disagg))
     else:
@@ -107,6 +117,7 @@ def summarize(res: SimResult) -> dict:
             continue
         cls = latency_summary(sub, res.itl_hist[level], res.itl_edges, wall)
         cls["class_name"] = name
+        cls["rejected_requests"] = int(rejected[level])
         by[str(level)] = cls
     s["by_priority"] = by
     s["nodes"], s["replicas"], s["router"] = sc.nodes, sc.replicas, sc.router
@@ -118,14 +129,58 @@ def summarize(res: SimResult) -> dict:
     return s
 
 
-def _check_fits(reqs: Requests, policy: BatchingPolicy, kv_blocks: int) -> None:
+def admitted(reqs: Requests, model: Model) -> tuple[Requests, np.ndarray]:
+    """(the requests ``model`` serves, the rejected count per class). A request whose prompt plus output exceeds the
+    model's context (``max_context_tokens``; 0 = no limit) is rejected as vLLM's OpenAI server rejects it ("This
+    model's maximum context length is ..."; vllm/entrypoints/openai/serving_engine.py, _validate_input: prompt +
+    max_tokens > max_model_len) while it serves the rest; a session's turn after a rejected one is rejected too (its
+    prompt holds the rejected turn). Every request rejected is a ValueError naming the context."""
+    k = max(1, len(reqs.class_names))
+    limit = model.max_context_tokens
+    if limit <= 0 or len(reqs) == 0:
+        return reqs, np.zeros(k, np.int64)
+    over = (reqs.prompt_tokens + reqs.output_tokens) > limit
+    if not over.any():
+        return reqs, np.zeros(k, np.int64)
+    if reqs.after is not None:
+        for r in np.flatnonzero(reqs.after >= 0):  # after[r] < r: its predecessor is decided already
+            over[r] |= over[reqs.after[r]]
+    if over.all():
+        n = len(reqs)
+        longest = int((reqs.prompt_tokens + reqs.output_tokens).max())
+        who = "the request needs" if n == 1 else f"all {n:,} requests need"
+        raise ValueError(f"{who} more than {model.name}'s context of {limit:,} tokens (prompt + output, up to "
+                         f"{longest:,}), and an engine rejects such requests; use shorter requests or a model with a "
+                         "longer context")
+    return reqs.subset(~over), np.bincount(reqs.priority[over], minlength=k).astype(np.int64)
+
+
+def rejected_line(summary: dict) -> str:
+    """"2 requests rejected: prompt + output over Qwen2.5-72B's context of 32,768 tokens" (or "")."""
+    n = int(summary.get("rejected_requests", 0))
+    if not n:
+        return ""
+    return (f"{n:,} request{'s' if n != 1 else ''} rejected (not simulated): prompt + output over the model's context "
+            f"of {int(summary['max_context_tokens']):,} tokens, as vLLM rejects them")
+
+
+def _check_fits(reqs: Requests, policy: BatchingPolicy, dep: Deployment, kv_blocks: int) -> None:
     need = -(-(reqs.prompt_tokens + reqs.output_tokens) // KV_BLOCK_TOKENS)
     worst = int(np.argmax(need))
     if need[worst] > kv_blocks:
+        tokens = int(reqs.prompt_tokens[worst] + reqs.output_tokens[worst])
+        top = spec_kv_blocks(policy, replace(dep, kv_cache_tokens=None)) * KV_BLOCK_TOKENS  # what memory holds
+        beside = " beside the speculative proposer" if policy.spec_decode not in ("off", "ngram") else ""
+        if tokens <= top:  # the user's kv_cache_tokens is what keeps it out
+            fix = (f"raise kv_cache_tokens to at least {need[worst] * KV_BLOCK_TOKENS:,} (this deployment holds up "
+                   f"to {top:,}{beside}) or use shorter requests")
+        else:
+            fix = (f"{top:,} tokens is the most this deployment's memory holds{beside}, so no kv_cache_tokens "
+                   "fits it; use shorter requests, an FP8 KV cache, more GPUs per replica (tp) or a GPU with more "
+                   "memory")
         raise ValueError(
-            f"request {worst} needs {int(reqs.prompt_tokens[worst] + reqs.output_tokens[worst]):,} tokens of KV cache "
-            f"(prompt {int(reqs.prompt_tokens[worst]):,} + output {int(reqs.output_tokens[worst]):,}) but the cache "
-            f"holds {kv_blocks * KV_BLOCK_TOKENS:,}; raise kv_cache_tokens or use shorter requests"
+            f"request {worst} needs {tokens:,} tokens of KV cache (prompt {int(reqs.prompt_tokens[worst]):,} + output "
+            f"{int(reqs.output_tokens[worst]):,}) but the cache holds {kv_blocks * KV_BLOCK_TOKENS:,}; {fix}"
         )
     if policy.mode == "continuous" and not policy.chunked_prefill:
         longest = int(reqs.prompt_tokens.max())
@@ -180,7 +235,7 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
     ``seed``: speculative decoding samples acceptance from it (replica r uses seed + r; a fleet run uses seed)."""
     replicas = nodes * dep.node.replicas
     kv_blocks = spec_kv_blocks(policy, dep)  # the dep's, less a draft model's or head's share with speculation
-    _check_fits(reqs, policy, kv_blocks)
+    _check_fits(reqs, policy, dep, kv_blocks)
     swap_cap = int(policy.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
     if router != "round-robin" and replicas > 1:
         return run_fleet(reqs, replicas, router, policy, swap_cap, kv_blocks, cm, spec_for(policy, dep, cm, seed))
@@ -211,12 +266,15 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         raise ValueError("the workload has no requests; num_requests must be at least 1")
     if len(reqs) > MAX_REQUESTS:
         raise ValueError(f"num_requests={len(reqs)} is out of range; allowed 1 to {MAX_REQUESTS}")
+    dep = scenario.deployment
+    reqs, rejected = admitted(reqs, dep.model)
+    rejected = tuple(int(x) for x in rejected)
     if saturated:
         reqs = reqs.saturated()
-    dep = scenario.deployment
     if scenario.disagg is not None:
         requests, steps, hist = dg.frames(reqs, dep, scenario.disagg, scenario.policy, scenario.allreduce)
-        return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated)
+        return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
+                         rejected)
     cm = cost_model(dep, scenario.allreduce)
     outs = run_requests(reqs, dep, scenario.policy, cm, int(getattr(scenario.workload, "seed", 0)),
                         scenario.nodes, scenario.router)
@@ -258,4 +316,5 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         requests["spec_accepted_tokens"] = spec_acc  # accepted draft tokens (speculative decoding)
     requests = request_latencies(requests)
     steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
-    return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated)
+    return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
+                     rejected)

@@ -60,7 +60,7 @@ READING_COLUMNS = ("offered_req_s", "offered_output_tok_s", "kv_pressure")
 
 def offered_load(scenario: Scenario) -> tuple[float, float]:
     """(requests/s, output tokens/s) the workload offers: its realised mean rate and mean output length."""
-    reqs = scenario.workload.generate()
+    reqs, _ = scenario.requests()  # those the model serves
     rate = reqs.mean_rate_req_s
     if not math.isfinite(rate) or len(reqs) == 0:
         return float("nan"), float("nan")
@@ -165,7 +165,7 @@ def default_range(knob: str, scenario: Scenario, capacity_req_s: float | None = 
         top = int(KNOB_BOUNDS[knob][1])
         if pol.chunked_prefill:
             return 256, 16384, 7, "log"
-        longest = int(scenario.workload.generate().prompt_tokens.max())
+        longest = int(scenario.requests()[0].prompt_tokens.max())
         start = min(_pow2_at_least(longest), top)
         return start, min(8 * start, top), 4, "log"
     if knob == "high_share":
@@ -176,7 +176,7 @@ def default_range(knob: str, scenario: Scenario, capacity_req_s: float | None = 
         low, high = KNOB_BOUNDS[knob]
         return max(low, _round_sig(base / 10)), min(high, _round_sig(1.5 * base)), 10, "linear"
     if knob == "kv_cache_tokens":
-        reqs = scenario.workload.generate()
+        reqs, _ = scenario.requests()
         longest = int((reqs.prompt_tokens + reqs.output_tokens).max())
         top = scenario.deployment.kv_capacity_tokens_max
         start = min(top, int(math.ceil(2 * longest / 1024)) * 1024)

@@ -503,7 +503,7 @@ def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Map
     check_prices(configs, gpu_hour_usd)
     num_gpus = base.deployment.node.num_gpus
     base.workload.validate()
-    reqs = base.workload.generate()
+    reqs, _ = base.requests()  # the requests the model serves (those beyond its context are rejected, never run)
     from batching.studies.capacity import class_names
 
     slo.validate(len(class_names(base)))

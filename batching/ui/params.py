@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from batching.sim.hardware.specs import NOT_ASCII, number_text
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 MAX_SHOWN = 40  # characters of a link value quoted in a notice
@@ -83,19 +85,20 @@ class Param:
                     raise ValueError
                 value: Any = low in _TRUE
             elif self.kind is int:
-                number = float(text.replace(",", ""))
+                number = number_text(text)  # the command line's syntax: ASCII digits, 1e3, no commas
                 if number != number or number in (float("inf"), float("-inf")):
                     raise ValueError
                 value = int(round(number))
                 whole = value == number
             elif self.kind is float:
-                value = float(text.replace(",", ""))
+                value = number_text(text)
                 if value != value or value in (float("inf"), float("-inf")):
                     raise ValueError
             else:
                 value = text
-        except ValueError:
-            return self.default, (f"Link value {self.key}={raw!r} for {name} is not valid (allowed "
+        except ValueError as exc:
+            why = f": it {NOT_ASCII.replace(';', ',')}" if str(exc) == NOT_ASCII else ""
+            return self.default, (f"Link value {self.key}={raw!r} for {name} is not valid{why} (allowed "
                                   f"{self.allowed()}); using {_show(self.default)}.")
         fixed = self.clamp(value)
         if fixed == value and not whole:

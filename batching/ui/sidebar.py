@@ -9,7 +9,7 @@ import streamlit as st
 
 from batching.sim.topology.disagg import MAX_INSTANCES, Disagg
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
-from batching.sim.simulate import Scenario
+from batching.sim.simulate import Scenario, admitted
 from batching.sim.hardware.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
 from batching.sim.workload.requests import (DEFAULT_RATE_REQ_S, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
                                    WORKLOAD_PRESETS, TraceWorkload, workload_preset)
@@ -307,12 +307,17 @@ def _build() -> Scenario:
         try:
             wl.load()
             wl = wl.with_num_requests(int(v("n")))
-            if not v("recorded"):
-                wl = wl.with_rate(float(v("rate")))
             wl.generate()  # the request cap and the time range too, before the caption replays it
         except ValueError as exc:
             raise ValueError(f"trace {name}: {exc}. Fix the file, turn on 'Skip bad rows', or pick a preset "
                              "workload.") from None
+        if not v("recorded"):  # a rate the file cannot be replayed at: the rate is what to change, not the file
+            try:
+                wl = wl.with_rate(float(v("rate")))
+                wl.generate()
+            except ValueError as exc:
+                raise ValueError(f"trace {name} at a request rate of {float(v('rate')):,g} req/s: {exc}. Choose "
+                                 "another request rate, or replay the recorded arrival times.") from None
     else:
         wl = workload_preset(v("workload"), float(v("rate")), int(v("n")), int(v("seed")))
         arrivals = arrival_choice(v)
@@ -359,6 +364,7 @@ def scenario_sidebar(page_id: str = "") -> Scenario | None:
         st.warning(plain(note), icon=":material/link:")  # quotes the link: plain text
     try:
         scenario = _build()
+        context_note = _context_note(scenario)  # an error when every request passes the model's context
     except (ValueError, RuntimeError) as exc:
         st.error(f"**This scenario cannot run:** {plain(exc)}", icon=":material/error:")
         last = st.session_state.get(_LAST)
@@ -367,5 +373,22 @@ def scenario_sidebar(page_id: str = "") -> Scenario | None:
         return last
     if isinstance(scenario.workload, TraceWorkload):
         st.sidebar.caption(_trace_caption(scenario.workload))
+    if context_note:
+        st.info(plain(context_note), icon=":material/block:")  # quotes class names: plain text
     st.session_state[_LAST] = scenario
     return scenario
+
+
+def _context_note(sc: Scenario) -> str | None:
+    """What the engine rejects of the scenario's requests (prompt + output beyond the model's context), per class;
+    None when it serves them all. Every request rejected is a ValueError."""
+    reqs = sc.workload.generate()
+    _, rejected = admitted(reqs, sc.deployment.model)
+    n = int(rejected.sum())
+    if not n:
+        return None
+    m = sc.deployment.model
+    classes = ", ".join(f"{reqs.class_names[k]}: {int(c):,}" for k, c in enumerate(rejected) if c)
+    return (f"{n:,} of {len(reqs):,} requests are rejected, not simulated ({classes}): their prompt plus output "
+            f"passes {m.name}'s context of {m.max_context_tokens:,} tokens, and an engine (vLLM) rejects such a "
+            "request and serves the rest. Every result on this page is of the requests served.")

@@ -58,7 +58,7 @@ from batching.sim.hardware.costmodel import (
 )
 from batching.sim.engine.state import NUM_SPF, NUM_SPI, Spec
 from batching.sim.policy import SPEC_METHODS  # noqa: F401  (the methods, named once)
-from batching.sim.hardware.specs import KV_BLOCK_TOKENS, MODELS, Deployment
+from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, MODELS, Deployment, Model
 
 # methods whose proposals cost GPU passes, and which of them are one-layer heads on the target
 DRAFTING_METHODS = ("draft", "eagle", "mtp")
@@ -79,16 +79,79 @@ def head_layers(dep: Deployment) -> float:
 
 
 def draft_deployment(dep: Deployment, draft_model: str) -> Deployment:
-    """The draft model on the target's GPUs, at the largest TP degree up to the target's that divides its heads,
-    e.g. TP 4 for Qwen2.5-7B's 28 heads beside a TP 8 target. vLLM's speculative_draft_tensor_parallel_size
-    allows only 1 or the target's, so vLLM would run that draft at TP 1."""
+    """The draft model on the target's GPUs: at the target's TP degree when it divides the draft's heads, else at
+    TP 1. vLLM allows a draft only these two degrees (vllm/config/speculative.py, SpeculativeConfig: its
+    draft_tensor_parallel_size "can only be 1 or the same as the target model's tensor parallel size",
+    _verify_and_get_draft_tp; it defaults to the target's), and a degree must divide the heads
+    (ModelConfig.verify_with_parallel_config); Qwen2.5-7B's 28 heads under TP 8 run at TP 1, not 4."""
     if draft_model not in MODELS:
         raise ValueError(f"spec_draft_model={draft_model!r} is unknown; allowed: {', '.join(MODELS)}")
     m = MODELS[draft_model]
-    tp = dep.node.tp
-    while tp > 1 and m.num_heads % tp:
-        tp //= 2
+    tp = dep.node.tp if m.num_heads % dep.node.tp == 0 else 1
     return replace(dep, model=m, node=replace(dep.node, tp=tp), kv_cache_tokens=None)
+
+
+def accepted_drafts(target: Model) -> list[str]:
+    """The presets that can draft for ``target``, smallest first: the target's vocabulary (vLLM refuses a draft
+    whose vocab_size differs from the target's, since token ids of another tokenizer mean other tokens:
+    vllm/config/speculative.py, verify_equal_vocab_size_if_draft_model) and fewer parameters (a draft as large as
+    the target saves nothing)."""
+    ok = [k for k, m in MODELS.items() if m.vocab_size == target.vocab_size and m.num_params < target.num_params]
+    return sorted(ok, key=lambda k: MODELS[k].num_params)
+
+
+def default_draft(target: Model) -> str | None:
+    """The draft of --spec-decode draft when none is named: the smallest accepted preset (None: there is none)."""
+    ok = accepted_drafts(target)
+    return ok[0] if ok else None
+
+
+def _allowed_drafts(target: Model) -> str:
+    ok = accepted_drafts(target)
+    return ", ".join(ok) if ok else "none of the presets (use eagle or ngram)"
+
+
+def check_spec(policy, dep: Deployment) -> None:
+    """Refuse what no engine would run: MTP on a model without MTP modules, a draft model of another vocabulary or
+    not smaller than the target, and a proposer whose weights leave no room for the KV cache. One line naming the
+    field, the value and what is allowed."""
+    method = policy.spec_decode
+    if method == "off" or policy.mode != "continuous":
+        return
+    m = dep.model
+    if method == "mtp" and m.mtp_layers <= 0:
+        have = ", ".join(k for k, x in MODELS.items() if x.mtp_layers > 0)
+        raise ValueError(f"spec_decode='mtp' needs multi-token-prediction modules published with the model, and "
+                         f"{m.name} has no multi-token-prediction module; allowed for models that have them: {have} "
+                         "(or a config.json with num_nextn_predict_layers > 0); use draft, eagle or ngram for "
+                         f"{m.name}")
+    if method == "draft":
+        name = policy.spec_draft_model
+        if name not in MODELS:
+            raise ValueError(f"spec_draft_model={name!r} is unknown; allowed: {', '.join(MODELS)}")
+        d = MODELS[name]
+        why = None
+        if d.vocab_size != m.vocab_size:
+            why = (f"its vocabulary of {d.vocab_size:,} tokens, not {m.name}'s {m.vocab_size:,}, is another "
+                   "tokenizer's (vLLM refuses the pair)")
+        elif d.num_params >= m.num_params:
+            why = (f"{d.name} ({d.num_params / 1e9:.1f}B parameters) is not smaller than {m.name} "
+                   f"({m.num_params / 1e9:.1f}B)")
+        if why:
+            raise ValueError(f"spec_draft_model={name!r} cannot draft for {m.name}: {why}; {m.name} accepts: "
+                             f"{_allowed_drafts(m)}")
+    if method in DRAFTING_METHODS and spec_kv_blocks(policy, replace(dep, kv_cache_tokens=None)) < 1:
+        w, _ = draft_memory_per_gpu(policy, dep)
+        room = max(0.0, dep.kv_bytes_available_per_gpu) / GIB
+        head = "EAGLE head" if method == "eagle" else "MTP module"
+        what = (f"spec_draft_model={policy.spec_draft_model!r}: the draft model {MODELS[policy.spec_draft_model].name}"
+                if method == "draft" else f"spec_decode={method!r}: the {head}")
+        fix = (f"a smaller draft ({m.name} accepts: {_allowed_drafts(m)}), eagle or ngram" if method == "draft"
+               else "ngram, more GPUs per replica (tp) or a GPU with more memory")
+        raise ValueError(f"{what} does not fit beside {m.name} in {dep.precision} on {dep.node.gpu.name} with "
+                         f"tp={dep.node.tp}: it needs {w / GIB:.1f} GiB per GPU and its KV cache, but the target "
+                         f"leaves {room:.1f} GiB per GPU for it and the KV cache together, at any KV cache size; "
+                         f"use {fix}")
 
 
 def _draft_cost(policy, dep: Deployment, allreduce: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -57,6 +57,22 @@ def shown(value) -> str:
     return f"<{type(value).__name__}>"
 
 
+NOT_ASCII = "has characters other than ASCII (full-width digits?); write it with 0-9"
+
+
+def number_text(text: str) -> float:
+    """A number as a user types it on the command line or in a link, read one way for both: ASCII only (full-width
+    or other scripts' digits are refused, as trace cells and JSON specs refuse them; Python's float() would take
+    them), then Python's float syntax (``1e3``, ``1_000``, ``inf``, ``nan``; no thousands commas), spaces around
+    ignored. A ValueError says why (NOT_ASCII, or not a number); the caller checks finiteness and range."""
+    if not text.isascii():
+        raise ValueError(NOT_ASCII)
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ValueError("is not a number") from None
+
+
 def _check_range(name: str, value, low, high) -> None:
     if not (low <= value <= high):
         raise ValueError(f"{name}={shown(value)} is out of range; allowed {low} to {high}")
@@ -140,6 +156,12 @@ class Model:
     qk_rope_head_dim: int = 0  # MLA: RoPE part of each query/key head (one shared RoPE key per token)
     qk_nope_head_dim: int = 0  # MLA: non-RoPE part of each query/key head
     v_head_dim: int = 0  # MLA: value head width
+    # the longest sequence (prompt + output) the model serves: vLLM's max_model_len, derived from config.json's
+    # max_position_embeddings (see ``context_from_hf_config``); 0 = not stated, no limit applied
+    max_context_tokens: int = 0
+    # multi-token-prediction modules published with the weights (DeepSeek-V3's num_nextn_predict_layers): what
+    # speculative decoding 'mtp' runs; 0 = none, so the model cannot speculate with MTP
+    mtp_layers: int = 0
 
     def validate(self) -> None:
         _check_name(self.name)
@@ -183,6 +205,8 @@ class Model:
             if self.head_dim != self.qk_nope_head_dim + self.qk_rope_head_dim:
                 raise ValueError(f"head_dim={self.head_dim} must be qk_nope_head_dim + qk_rope_head_dim = "
                                  f"{self.qk_nope_head_dim + self.qk_rope_head_dim} for multi-head latent attention")
+        for key in ("max_context_tokens", "mtp_layers"):
+            _check_range(key, getattr(self, key), *MODEL_LIMITS[key])
 
     @property
     def is_moe(self) -> bool:
@@ -357,48 +381,56 @@ GPUS: dict[str, GPU] = {
     "a100-80gb": GPU("A100 SXM 80GB", 81920 * 2**20, 2.039e12, 312e12, 0.0, 300e9, 25e9, "ampere"),
 }
 
+# Context lengths (max_context_tokens) are each config.json's max_position_embeddings, as vLLM derives its
+# max_model_len (Llama 3.1's llama3 RoPE scaling leaves it; DeepSeek-V3's YaRN gives 4,096 x 40 = 163,840 =
+# max_position_embeddings; Qwen2.5's 128k needs a YaRN rope_scaling its published configs do not set).
 MODELS: dict[str, Model] = {
     # Qwen/Qwen2.5-72B-Instruct config.json
-    "qwen2.5-72b": Model("Qwen2.5-72B", 80, 8192, 64, 8, 128, 29568, 152064, False, True),
+    "qwen2.5-72b": Model("Qwen2.5-72B", 80, 8192, 64, 8, 128, 29568, 152064, False, True, max_context_tokens=32768),
     # meta-llama/Llama-3.1-70B-Instruct config.json
-    "llama-3.1-70b": Model("Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256),
+    "llama-3.1-70b": Model("Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256, max_context_tokens=131072),
     # meta-llama/Llama-3.1-8B-Instruct config.json
-    "llama-3.1-8b": Model("Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256),
+    "llama-3.1-8b": Model("Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, max_context_tokens=131072),
     # Qwen/Qwen2.5-7B-Instruct config.json (7.62B parameters)
-    "qwen2.5-7b": Model("Qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064, False, True),
+    "qwen2.5-7b": Model("Qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064, False, True, max_context_tokens=32768),
     # Qwen/Qwen2.5-32B-Instruct config.json (32.8B parameters by its shapes)
-    "qwen2.5-32b": Model("Qwen2.5-32B", 64, 5120, 40, 8, 128, 27648, 152064, False, True),
+    "qwen2.5-32b": Model("Qwen2.5-32B", 64, 5120, 40, 8, 128, 27648, 152064, False, True, max_context_tokens=32768),
     # meta-llama/Llama-3.1-405B-Instruct config.json (405.9B parameters): BF16 needs ~95 GiB per
     # GPU at TP 8, so it runs in FP8 on 8xH100 or in either precision on 8xH200.
-    "llama-3.1-405b": Model("Llama-3.1-405B", 126, 16384, 128, 8, 128, 53248, 128256),
+    "llama-3.1-405b": Model("Llama-3.1-405B", 126, 16384, 128, 8, 128, 53248, 128256, max_context_tokens=131072),
     # mistralai/Mixtral-8x7B-Instruct-v0.1 config.json: 8 experts of width 14336, top-2
     # routing; 46.7B parameters in memory, 12.9B active per token.
-    "mixtral-8x7b": Model("Mixtral-8x7B", 32, 4096, 32, 8, 128, 14336, 32000, num_experts=8, experts_per_token=2),
+    "mixtral-8x7b": Model("Mixtral-8x7B", 32, 4096, 32, 8, 128, 14336, 32000, num_experts=8, experts_per_token=2,
+                           max_context_tokens=32768),
     # Qwen/Qwen3-30B-A3B config.json: 128 experts of width 768 (moe_intermediate_size), top-8;
-    # 30.5B parameters in memory, 3.3B active (its q/k RMSNorm weights, 256 per layer, omitted).
+    # 30.5B parameters in memory, 3.3B active (its q/k RMSNorm weights, 256 per layer, omitted);
+    # max_position_embeddings 40960.
     "qwen3-30b-a3b": Model("Qwen3-30B-A3B", 48, 2048, 32, 4, 128, 768, 151936, num_experts=128,
-                           experts_per_token=8),
+                           experts_per_token=8, max_context_tokens=40960),
     # deepseek-ai/DeepSeek-V3 config.json: num_hidden_layers 61, hidden_size 7168, num_attention_heads 128,
     # num_key_value_heads 128, q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64,
     # v_head_dim 128, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1, moe_intermediate_size
     # 2048, first_k_dense_replace 3, intermediate_size 18432, vocab_size 129280, tie_word_embeddings false.
     # 671.0B parameters, 37.5B active (36.6B without the input embedding, as DeepSeek counts: 671B / 37B in the
     # technical report, arXiv:2412.19437; 36.6B in the release's README_WEIGHTS.md); the MTP module
-    # (num_nextn_predict_layers 1, 11.5B more) is left out, as vLLM serves it only for speculative decoding.
+    # (num_nextn_predict_layers 1, 11.5B more) is left out of the weights, as vLLM loads it only for speculative
+    # decoding (mtp_layers=1: what spec_decode 'mtp' runs).
     # Published in FP8 (quantization_config: fp8 e4m3, 128x128 blocks): 78 GiB per GPU at TP 8.
     "deepseek-v3": Model("DeepSeek-V3", 61, 7168, 128, 128, 192, 2048, 129280, num_experts=256,
                          experts_per_token=8, shared_experts=1, first_dense_layers=3, dense_ffn_size=18432,
                          kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128,
-                         v_head_dim=128),
+                         v_head_dim=128, max_context_tokens=163840, mtp_layers=1),
     # moonshotai/Kimi-K2-Instruct config.json (architectures DeepseekV3ForCausalLM, model_type kimi_k2):
     # num_hidden_layers 61, hidden_size 7168, num_attention_heads 64, num_key_value_heads 64, q_lora_rank 1536,
     # kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, n_routed_experts 384,
     # num_experts_per_tok 8, n_shared_experts 1, moe_intermediate_size 2048, first_k_dense_replace 1,
-    # intermediate_size 18432, vocab_size 163840, tie_word_embeddings false. 1.026T parameters (Moonshot: "1T
+    # intermediate_size 18432, vocab_size 163840, tie_word_embeddings false, max_position_embeddings 131072,
+    # num_nextn_predict_layers 0 (no MTP module). 1.026T parameters (Moonshot: "1T
     # total"), 32.9B active (31.7B without the input embedding; Moonshot: "32B activated"). Published in FP8.
     "kimi-k2": Model("Kimi-K2", 61, 7168, 64, 64, 192, 2048, 163840, num_experts=384, experts_per_token=8,
                      shared_experts=1, first_dense_layers=1, dense_ffn_size=18432, kv_lora_rank=512,
-                     q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+                     q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+                     max_context_tokens=131072),
 }
 # The precision each model's weights are published in, where it is not BF16 (the specs command's default)
 PUBLISHED_PRECISION: dict[str, str] = {"deepseek-v3": "fp8", "kimi-k2": "fp8"}
@@ -629,6 +661,8 @@ MODEL_LIMITS: dict[str, tuple[int, int]] = {
     "qk_rope_head_dim": (0, 1024),
     "qk_nope_head_dim": (0, 1024),
     "v_head_dim": (0, 1024),
+    "max_context_tokens": (0, 1 << 24),  # 0 = not stated; up to 16M tokens
+    "mtp_layers": (0, 16),
 }
 MODEL_JSON_FIELDS = {f.name: f for f in fields(Model)}
 # Hugging Face config.json keys -> Model fields (first key found wins)
@@ -650,7 +684,14 @@ HF_KEYS = {
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "qk_nope_head_dim": ("qk_nope_head_dim",),
     "v_head_dim": ("v_head_dim",),
+    "mtp_layers": ("num_nextn_predict_layers",),
 }
+# config.json keys vLLM reads a model's longest sequence from (the smallest found wins; vllm/config.py,
+# _get_and_verify_max_len)
+HF_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                   "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE scalings that leave the context vLLM derives as it is (the rest multiply it by their factor)
+HF_UNSCALED_ROPE = ("su", "longrope", "llama3")
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 HF_QKV_BIAS_TYPES = ("qwen2",)  # architectures whose attention has q/k/v biases
 # Hugging Face architectures whose shapes Model describes exactly (decoder-only, multi-head, grouped-query or
@@ -787,8 +828,16 @@ def _check_architecture(d: dict) -> None:
         not archs and model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2"))
     if not archs and model_type == "kimi_k2":
         ok = True
-    if ok and "text_config" not in d and "vision_config" not in d and ("kv_lora_rank" not in d or deepseek):
-        if d.get("use_sliding_window") is True or (
+    if ok:  # a supported architecture, but perhaps not this config of it: say what does not match
+        if "text_config" in d or "vision_config" in d:
+            why = ("this config.json also holds a vision or audio model (text_config, vision_config): give the "
+                   "language model's own config")
+        elif "kv_lora_rank" in d and not deepseek:
+            why = (f"this config.json has kv_lora_rank (multi-head latent attention), and "
+                   f"{_names(archs or [model_type])} has no multi-head latent attention; MLA is modelled for "
+                   f"{' and '.join(HF_MLA_ARCHITECTURES)}: name the architecture the weights are, or leave "
+                   "kv_lora_rank out")
+        elif d.get("use_sliding_window") is True or (
                 "mistral" in names and isinstance(d.get("sliding_window"), int) and d.get("sliding_window")):
             why = "its sliding-window attention caches only the last window of tokens, which is not modelled"
         elif d.get("mlp_only_layers") or d.get("decoder_sparse_step") not in (None, 1):
@@ -799,7 +848,8 @@ def _check_architecture(d: dict) -> None:
             why = "a DeepSeek model without multi-head latent attention (kv_lora_rank) is not modelled"
         else:
             return
-    elif any(w in names for w in ("mamba", "jamba", "zamba", "rwkv", "recurrent", "ssm")) or "state_size" in d \
+        raise ValueError(f"{what} is a supported architecture, but not as this config.json describes it: {why}")
+    if any(w in names for w in ("mamba", "jamba", "zamba", "rwkv", "recurrent", "ssm")) or "state_size" in d \
             or "ssm_cfg" in d:
         why = "a state-space or recurrent model (Mamba, Jamba, RWKV) keeps no per-token KV cache in those layers"
     elif "kv_lora_rank" in d or "deepseekv2" in names or "deepseekv3" in names or "deepseek_v" in names:
@@ -827,6 +877,31 @@ def _hf_name(d: dict) -> str:
     return "custom model"
 
 
+def context_from_hf_config(d: dict) -> tuple[int, str] | None:
+    """(tokens, where from): the longest sequence a config.json's model serves, as vLLM derives its max_model_len
+    (vllm/config.py, ``_get_and_verify_max_len``): the smallest of HF_CONTEXT_KEYS, times the RoPE scaling's factor
+    unless its type is one of HF_UNSCALED_ROPE (YaRN: its original_max_position_embeddings times the factor). None
+    when the config states none of the keys."""
+    found = [(_number(k, d[k], int, 1, MODEL_LIMITS["max_context_tokens"][1]), k)
+             for k in HF_CONTEXT_KEYS if d.get(k) is not None]
+    if not found:
+        return None
+    tokens, key = min(found)
+    rope = d.get("rope_scaling")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type", rope.get("type"))
+        if kind not in HF_UNSCALED_ROPE:
+            factor = _number("rope_scaling.factor", rope.get("factor", 1.0), float, 1e-3, 1e4)
+            if kind == "yarn" and rope.get("original_max_position_embeddings") is not None:
+                tokens = _number("rope_scaling.original_max_position_embeddings",
+                                 rope["original_max_position_embeddings"], int, *MODEL_LIMITS["max_context_tokens"])
+                key = "rope_scaling.original_max_position_embeddings"
+            tokens = int(tokens * factor)
+            key = f"{key} x rope_scaling.factor"
+            _check_range(key, tokens, 1, MODEL_LIMITS["max_context_tokens"][1])
+    return tokens, key
+
+
 def _from_hf_config(d: dict) -> tuple[dict, dict[str, str]]:
     """Model fields from a Hugging Face config.json, and the config key each came from (for messages)."""
     _check_architecture(d)
@@ -841,7 +916,8 @@ def _from_hf_config(d: dict) -> tuple[dict, dict[str, str]]:
     if missing:
         raise ValueError(f"config.json lacks {', '.join(HF_KEYS[f][0] for f in missing)}")
     for fname in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "vocab_size",
-                  "num_experts", "experts_per_token", "shared_experts", "first_dense_layers") + MLA_FIELDS:
+                  "num_experts", "experts_per_token", "shared_experts", "first_dense_layers",
+                  "mtp_layers") + MLA_FIELDS:
         if fname in v:
             v[fname] = _number(source[fname], v[fname], int, *MODEL_LIMITS[fname])
     if v.get("kv_lora_rank"):
@@ -876,6 +952,9 @@ def _from_hf_config(d: dict) -> tuple[dict, dict[str, str]]:
         if v.get("kv_lora_rank") and d.get("intermediate_size") is not None:  # a dense MLA model: the MLP width
             v["ffn_size"] = _number("intermediate_size", d["intermediate_size"], int, *MODEL_LIMITS["ffn_size"])
             source["ffn_size"] = "intermediate_size"
+    context = context_from_hf_config(d)
+    if context is not None:
+        v["max_context_tokens"], source["max_context_tokens"] = context
     v["name"] = _hf_name(d)
     return v, source
 

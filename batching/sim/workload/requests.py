@@ -932,12 +932,17 @@ class TraceWorkload:
         span = float(trace.arrival_s[m - 1] - trace.arrival_s[0])
         if m < 2 or span <= 0:
             raise ValueError("rate_req_s cannot be set: the trace's requests all arrive at once")
-        speedup = rate_req_s / ((m - 1) / span)
+        recorded = (m - 1) / span
+        speedup = rate_req_s / recorded
         if not 0 < speedup <= MAX_SPEEDUP:
             raise ValueError(
-                f"rate_req_s={_show(rate_req_s)} needs speedup={_show(speedup)}, which is out "
-                f"of range; allowed > 0 to {_show(MAX_SPEEDUP)}"
+                f"rate_req_s={_show(rate_req_s)} is {speedup:,.4g}x the trace's recorded mean rate of "
+                f"{recorded:,.4g} req/s; allowed up to {MAX_SPEEDUP:,.0f}x it, {MAX_SPEEDUP * recorded:,.4g} req/s"
             )
+        kept = replace(self, speedup=speedup)._kept(trace)
+        with np.errstate(over="ignore"):
+            last = trace.arrival_s[kept - 1: kept] / speedup
+        _check_arrivals(last, f"rate_req_s={_show(rate_req_s)}", "use a higher rate_req_s")
         return replace(self, speedup=speedup)
 
     def with_num_requests(self, n: int) -> TraceWorkload:
