@@ -254,8 +254,7 @@ def test_conservation_laws_with_speculation(case):
         assert out.req_preemptions.sum() == 0
     # KV never above capacity; budget and sequence cap respected
     assert si[:, eng.S_KV_BLOCKS].max() <= p["kv_blocks"]
-    if p["chunked"]:
-        assert (si[:, eng.S_PREFILL] + si[:, eng.S_DECODE] + si[:, eng.S_PADDED]).max() <= p["budget"]
+    assert (si[:, eng.S_PREFILL] + si[:, eng.S_DECODE] + si[:, eng.S_PADDED]).max() <= p["budget"]
     assert si[:, eng.S_RUNNING].max() <= p["max_seqs"]
     # time monotone; drafting only with a drafting method, within the step
     start, dur = sf[:, eng.F_START], sf[:, eng.F_DURATION]
