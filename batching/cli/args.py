@@ -428,8 +428,8 @@ def add_spec_decode_args(g) -> None:
     g.add_argument("--spec-draft-model", choices=list(MODELS), default=None,
                    help="the draft model of --spec-decode draft (default qwen2.5-7b)")
     g.add_argument("--spec-disable-batch-size", type=int_arg(*KNOB_LIMITS["spec_disable_batch_size"]), default=None,
-                   metavar="N", help="speculation off while more than N sequences run (vLLM's "
-                                     "speculative_disable_by_batch_size; default 0: never off)")
+                   metavar="N", help="speculation off while N or more sequences run (vLLM's "
+                                     "speculative_disable_by_batch_size; default 0: never off; 1 is refused)")
 
 
 def add_prefix_caching_arg(g, every_preset: bool = False) -> None:

@@ -355,7 +355,14 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             nd, short = 0, 1
             spec_on = False
             if spec is not None:
-                spec_on = b.n[B_RUNNING] <= spec.disable_above  # vLLM's speculative_disable_by_batch_size
+                # vLLM's speculative_disable_by_batch_size (its V0 spec decode worker, vllm/spec_decode/
+                # spec_decode_worker.py, SpecDecodeWorker._should_disable_all_speculation): no speculation in a
+                # step when ``running_queue_size >= disable_by_batch_size``, the running queue's length
+                # (len(scheduler.running)); its --help says "larger than", the code compares >=. vLLM reads the
+                # queue after its scheduler pass; here it is read as the pass begins, as each sequence's draft
+                # tokens count in the token budget when its decode is scheduled (vLLM V1), so the two differ only
+                # in a step that also admits, swaps in or preempts.
+                spec_on = b.n[B_RUNNING] < spec.disable_at
             while short > 0:
                 nd, short = schedule_decodes_nb(nd, inp, seqs, b, pc, knobs, out, step, spec, spec_on)
                 if short > 0:
