@@ -19,7 +19,7 @@ def test_run_with_eagle_prints_and_writes_the_speculation_figures(tmp_path, caps
                "--spec-acceptance", "0.7", "--spec-disable-batch-size", "32", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
-    assert "speculative decoding (eagle, K=4, A=0.7, off above 32 seqs)" in text
+    assert "speculative decoding (eagle, K=4, A=0.7, off at 32+ seqs)" in text
     assert "mean_tokens_per_step" in text
     s = json.loads(out.read_text())
     assert [k for k in s if k in SPEC_KEYS] == list(SPEC_KEYS)

@@ -30,7 +30,11 @@ def scenarios(draw):
     preempt = draw(st.sampled_from([eng.PREEMPT_OFF, eng.PREEMPT_RECOMPUTE, eng.PREEMPT_SWAP]))
     need = int(((prompt + output + KV_BLOCK_TOKENS - 1) // KV_BLOCK_TOKENS).max())
     kv_blocks = draw(st.integers(need, need * 6))
-    budget = draw(st.integers(16, 1024)) if chunked else draw(st.integers(int(prompt.max()), 4096))
+    # without chunked prefill the budget must hold the longest prompt (simulate refuses less); often exactly that,
+    # so that a recompute victim's prompt + generated tokens exceed it
+    longest = int(prompt.max())
+    budget = draw(st.integers(16, 1024)) if chunked else draw(st.one_of(st.integers(longest, longest + 8),
+                                                                          st.integers(longest, 4096)))
     params = dict(
         n_classes=n_classes, mode=mode, max_batch=draw(st.integers(1, 16)), max_wait_s=draw(st.floats(0.0, 1.0)),
         max_seqs=draw(st.integers(1, 32)), budget=budget, chunked=chunked, use_prio=use_prio, preempt=preempt,
@@ -73,8 +77,8 @@ def test_conservation_laws(case):
     # KV never above capacity; token budget respected by iteration-level steps
     assert si[:, eng.S_KV_BLOCKS].max() <= p["kv_blocks"]
     if p["mode"] == eng.MODE_CONTINUOUS:
-        if p["chunked"]:
-            assert (si[:, eng.S_PREFILL] + si[:, eng.S_DECODE]).max() <= p["budget"]
+        # chunked or not (a recompute victim longer than the budget included)
+        assert (si[:, eng.S_PREFILL] + si[:, eng.S_DECODE]).max() <= p["budget"]
         assert si[:, eng.S_RUNNING].max() <= p["max_seqs"]
     else:
         assert si[:, eng.S_RUNNING].max() <= p["max_batch"]
@@ -154,6 +158,67 @@ def test_no_decode_is_skipped_while_a_prefill_chunk_runs(case):
     si = out.steps_i
     assert not ((si[:, eng.S_PREFILL] > 0) & (si[:, eng.S_STALLED] > 0)).any()
     assert si[:, eng.S_LM].sum() == output.sum()
+
+
+def test_recompute_victim_longer_than_the_budget_is_prefilled_within_it():
+    """Without chunked prefill, budget 64, prompts of 64 and 9 KV blocks: request 1 is preempted (recompute)
+    after its first token, so it must prefill 64 + 1 = 65 tokens again. The old engine did that in one step of
+    65 tokens; now it is admitted with the blocks of all 65 and prefilled in prefill-only steps of 64 and 1."""
+    for preempt in (eng.PREEMPT_RECOMPUTE, eng.PREEMPT_SWAP):  # (swap without host space recomputes)
+        p = dict(n_classes=1, mode=eng.MODE_CONTINUOUS, max_batch=1, max_wait_s=0.0, max_seqs=256, budget=64,
+                 chunked=False, use_prio=False, preempt=preempt, swap_cap_tokens=0, watermark_blocks=0, kv_blocks=9)
+        out = simulate(np.zeros(2), np.array([64, 64]), np.array([40, 40]), np.zeros(2, np.int64), p)
+        si = out.steps_i
+        assert (si[:, eng.S_PREFILL] + si[:, eng.S_DECODE]).max() <= 64
+        assert out.req_preemptions.tolist() == [0, 1]
+        # steps 0-1: both prompts; 2: request 0 decodes (its 5th block), request 1 finds none and is preempted;
+        # 2-40: request 0's 39 decodes; 41-42: request 1's 65 tokens; 43-80: its 38 decodes
+        assert si[:, eng.S_PREFILL].tolist() == [64, 64] + [0] * 39 + [64, 1] + [0] * 38
+        assert si[:, eng.S_DECODE].tolist() == [0, 0] + [1] * 39 + [0, 0] + [1] * 38
+        assert si[:, eng.S_PREEMPTED].tolist() == [0, 0, 1] + [0] * 78
+        assert si[:, eng.S_ADMITTED].tolist() == [1, 1] + [0] * 39 + [1, 0] + [0] * 38
+        # its second token comes at the end of its second prefill step; every output token exactly once
+        assert si[:, eng.S_LM].tolist() == [1, 1] + [1] * 39 + [0, 1] + [1] * 38
+        assert out.itl_hist.sum() == 2 * 39
+        assert si[:, eng.S_KV_BLOCKS].max() <= 9
+
+
+@st.composite
+def whole_prompts_pressured(draw):
+    """No chunked prefill under KV pressure: budgets of the longest prompt or a little more, outputs as long as
+    prompts, a cache of one to two of the largest requests: recompute victims' prompt + generated tokens exceed
+    the budget."""
+    n = draw(st.integers(2, 16))
+    arrival = np.cumsum(draw(st.lists(st.floats(0.0, 0.3), min_size=n, max_size=n)))
+    prompt = np.array(draw(st.lists(st.integers(1, 200), min_size=n, max_size=n)), np.int64)
+    output = np.array(draw(st.lists(st.integers(1, 200), min_size=n, max_size=n)), np.int64)
+    n_classes = draw(st.integers(1, 3))
+    prio = np.array(draw(st.lists(st.integers(0, n_classes - 1), min_size=n, max_size=n)), np.int64)
+    need = int(((prompt + output + KV_BLOCK_TOKENS - 1) // KV_BLOCK_TOKENS).max())
+    params = dict(
+        n_classes=n_classes, mode=eng.MODE_CONTINUOUS, max_batch=1, max_wait_s=0.0,
+        max_seqs=draw(st.integers(2, 16)), budget=int(prompt.max()) + draw(st.integers(0, 32)), chunked=False,
+        use_prio=draw(st.booleans()), preempt=draw(st.sampled_from([eng.PREEMPT_RECOMPUTE, eng.PREEMPT_SWAP])),
+        swap_cap_tokens=draw(st.sampled_from([0, 200])), watermark_blocks=draw(st.integers(0, 1)),
+        kv_blocks=draw(st.integers(need, 2 * need)),
+    )
+    return arrival, prompt, output, prio, params
+
+
+@settings(max_examples=max(50, EXAMPLES // 2), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(whole_prompts_pressured())
+def test_whole_prompt_steps_stay_within_the_budget_under_preemption(case):
+    """Every step of a run without chunked prefill computes at most the budget, recompute victims included, and
+    every request still emits its output tokens once (no deadlock, nothing dropped)."""
+    arrival, prompt, output, prio, p = case
+    out = simulate(arrival, prompt, output, prio, p)
+    si = out.steps_i
+    assert (si[:, eng.S_PREFILL] + si[:, eng.S_DECODE]).max() <= p["budget"]
+    assert si[:, eng.S_LM].sum() == output.sum()
+    assert (out.req_f[:, eng.R_FINISH] > 0).all()
+    assert si[:, eng.S_KV_BLOCKS].max() <= p["kv_blocks"]
+    # a step that prefills runs no decode (vLLM V0's prefill-only steps)
+    assert not ((si[:, eng.S_PREFILL] > 0) & (si[:, eng.S_DECODE] > 0)).any()
 
 
 def test_policy_codes_are_the_engine_enums():

@@ -47,6 +47,8 @@ def test_unknown_preset():
     (dict(spec_decode="eagle", spec_acceptance=1.2), "spec_acceptance=1.2 is out of range; allowed 0.0 to 1.0"),
     (dict(spec_decode="eagle", spec_acceptance=float("nan")), "spec_acceptance=nan is out of range"),
     (dict(spec_decode="eagle", spec_disable_batch_size=-1), "spec_disable_batch_size=-1 is out of range"),
+    (dict(spec_decode="eagle", spec_disable_batch_size=1),
+     "spec_disable_batch_size=1 would never speculate; allowed 0 (never off) or 2 to 4096"),
     (dict(spec_decode="draft", spec_draft_model="gpt-5"), "spec_draft_model='gpt-5' is unknown; allowed: qwen2.5-72b"),
 ])
 def test_bad_speculation_knobs_name_field_value_and_range(knobs, needle):
@@ -60,5 +62,5 @@ def test_speculation_needs_continuous_and_is_described():
         BatchingPolicy(mode="static", spec_decode="eagle").validate()
     p = with_knobs(PRESETS["chunked"], spec_decode="draft", spec_tokens=5, spec_acceptance=0.7,
                    spec_disable_batch_size=32)
-    assert "speculative decoding (draft qwen2.5-7b, K=5, A=0.7, off above 32 seqs)" in p.describe()
+    assert "speculative decoding (draft qwen2.5-7b, K=5, A=0.7, off at 32+ seqs)" in p.describe()
     assert PRESETS["continuous"].spec_decode == "off" and "speculative" not in PRESETS["continuous"].describe()

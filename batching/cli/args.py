@@ -437,8 +437,8 @@ def add_spec_decode_args(g) -> None:
                    help="the draft model of --spec-decode draft: a smaller model of the target's vocabulary (default: "
                         "the smallest such preset, qwen2.5-7b for the Qwen2.5 models, llama-3.1-8b for Llama 3.1)")
     g.add_argument("--spec-disable-batch-size", type=int_arg(*KNOB_LIMITS["spec_disable_batch_size"]), default=None,
-                   metavar="N", help="speculation off while more than N sequences run (vLLM's "
-                                     "speculative_disable_by_batch_size; default 0: never off)")
+                   metavar="N", help="speculation off while N or more sequences run (vLLM's "
+                                     "speculative_disable_by_batch_size; default 0: never off; 1 is refused)")
 
 
 def add_prefix_caching_arg(g, every_preset: bool = False) -> None:

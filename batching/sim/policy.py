@@ -58,8 +58,8 @@ class BatchingPolicy:
     # speculative decoding (iteration-level only): off | draft (a smaller model of the family, spec_draft_model)
     # | eagle (EAGLE draft head) | ngram (prompt lookup) | mtp (DeepSeek-V3 multi-token-prediction module). Each
     # step a decoding sequence verifies spec_tokens (K) proposed tokens + 1, each accepted with probability
-    # spec_acceptance (A); speculation is off while more than spec_disable_batch_size sequences run (vLLM's
-    # speculative_disable_by_batch_size; 0 = never off)
+    # spec_acceptance (A); speculation is off while spec_disable_batch_size or more sequences run (vLLM's
+    # speculative_disable_by_batch_size; 0 = never off; 1, never on, is refused as vLLM refuses it)
     spec_decode: str = "off"
     spec_tokens: int = 3
     spec_acceptance: float = 0.8
@@ -88,6 +88,10 @@ class BatchingPolicy:
         if not isinstance(self.spec_disable_batch_size, int) or isinstance(self.spec_disable_batch_size, bool):
             raise ValueError(f"spec_disable_batch_size={self.spec_disable_batch_size!r} must be a whole number; "
                              f"allowed 0 to 4096")
+        if self.spec_decode != "off" and self.spec_disable_batch_size == 1:
+            # vLLM's SpeculativeConfig refuses a threshold below 2 ("Expect the batch size threshold of disabling
+            # speculative decoding is > 1"): with its >= rule, 1 would switch speculation off in every step
+            raise ValueError("spec_disable_batch_size=1 would never speculate; allowed 0 (never off) or 2 to 4096")
         if self.spec_decode == "draft":
             if self.spec_draft_model not in MODELS:
                 raise ValueError(
@@ -112,7 +116,7 @@ class BatchingPolicy:
             parts.append("prefix caching")
         if self.spec_decode != "off":
             what = f"draft {self.spec_draft_model}" if self.spec_decode == "draft" else self.spec_decode
-            limit = f", off above {self.spec_disable_batch_size} seqs" if self.spec_disable_batch_size else ""
+            limit = f", off at {self.spec_disable_batch_size}+ seqs" if self.spec_disable_batch_size else ""
             parts.append(f"speculative decoding ({what}, K={self.spec_tokens}, A={self.spec_acceptance:g}{limit})")
         parts.append(f"preemption {self.preemption}")
         return ", ".join(parts)

@@ -137,7 +137,7 @@ class SpecCrossover:
         name = {"eagle": "EAGLE", "mtp": "MTP", "ngram": "n-gram", "draft": f"draft model {p.spec_draft_model}"}
         text = f"{name.get(p.spec_decode, p.spec_decode)}, K = {p.spec_tokens}, A = {p.spec_acceptance:g}"
         if p.spec_disable_batch_size:
-            text += f", off above {p.spec_disable_batch_size} sequences"
+            text += f", off at {p.spec_disable_batch_size} or more sequences"
         return text
 
     def sentence(self) -> str:

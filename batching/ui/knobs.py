@@ -105,7 +105,7 @@ def knob_params(prefix: str, base: BatchingPolicy) -> list[Param]:
         "spec_a": Param(prefix + "spec_a", d["spec_a"], *SLIDERS["spec_a"][:2], label="acceptance A (%)"),
         "spec_model": Param(prefix + "spec_model", d["spec_model"], choices=tuple(MODELS), label="draft model"),
         "spec_off": Param(prefix + "spec_off", d["spec_off"], *SLIDERS["spec_off"][:2],
-                          label="speculation off above (sequences)"),
+                          label="speculation off from (sequences)"),
     }
     return [every[k] for k in MODE_KNOBS[base.mode]]
 
@@ -218,8 +218,9 @@ def _knob_widget(prefix: str, k: str) -> None:
                          "(speculative decoding 'draft'); it shares the GPUs, so the KV cache shrinks.",
                          disabled=not draft, **kw)
         elif k == "spec_off":
-            st.slider("Speculation off above (sequences)", **_range(k), help="vLLM's "
-                      "speculative_disable_by_batch_size: no speculation while more sequences run; 0: never off.",
+            st.slider("Speculation off from (sequences)", **_range(k), help="vLLM's "
+                      "speculative_disable_by_batch_size: no speculation while this many sequences or more run; "
+                      "0: never off (1 is refused: it would never speculate).",
                       disabled=off, **kw)
 
 

@@ -16,7 +16,7 @@ from numba import njit
 from batching.sim.hardware.costmodel import C_FIXED, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
 from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb, count_decoding_nb, end_step_nb, evict_for_nb,
-    itl_record_nb, later_pop_nb, later_push_nb, make_room_nb, next_arrival_nb, pc_trim_nb, schedule_chunks_nb,
+    continue_prefills_nb, itl_record_nb, later_pop_nb, later_push_nb, make_room_nb, next_arrival_nb, pc_trim_nb, schedule_chunks_nb,
     schedule_decodes_nb, schedule_swapped_nb, schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
 from batching.sim.engine.state import (
@@ -330,23 +330,39 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             spec.steps_i[step, SP_ACCEPTED] = 0
             spec.steps_f[step, SPF_CTX] = 0.0
             spec.steps_f[step, SPF_DRAFT_S] = 0.0
-        if not knobs.chunked and b.n[B_WAITING] > 0:
-            # vLLM V0: whole waiting prompts first; a step that admits them is prefill-only
+        prefills = False  # whether this step is prefill-only (no chunked prefill)
+        if not knobs.chunked:
+            # vLLM V0: whole waiting prompts first; a step that prefills is prefill-only. A sequence longer than the
+            # budget (a recompute victim's prompt + generated tokens) is prefilled in pieces: its next piece first
+            # (prefills under way end the running list, so the last one tells; see continue_prefills_nb)
             nr0 = b.n[B_RUNNING]
-            if pc is None:
-                h, need = schedule_waiting_nb(t, True, inp, seqs, q, b, pc, knobs, out, step, spec)
-            else:
-                h, need = schedule_waiting_pc_nb(t, True, inp, seqs, q, b, pc, knobs, out, step, spec)
-            if h >= 0:
-                evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec)
-            elif si[step, S_ADMITTED] > 0:
-                si[step, S_STALLED] = count_decoding_nb(b, seqs, nr0)
-        if si[step, S_ADMITTED] == 0:
+            if nr0 > 0:
+                last = b.run[nr0 - 1]
+                if seqs.kv[last] < seqs.target[last]:
+                    continue_prefills_nb(inp, seqs, q, b, pc, knobs, out, step, spec)
+            if b.n[B_WAITING] > 0 and si[step, S_PREEMPTED] == 0:
+                if pc is None:
+                    h, need = schedule_waiting_nb(t, True, inp, seqs, q, b, pc, knobs, out, step, spec)
+                else:
+                    h, need = schedule_waiting_pc_nb(t, True, inp, seqs, q, b, pc, knobs, out, step, spec)
+                if h >= 0:
+                    evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec)
+            prefills = si[step, S_ADMITTED] > 0 or si[step, S_PREFILL] > 0
+            if prefills:
+                si[step, S_STALLED] = count_decoding_nb(b, seqs, min(nr0, b.n[B_RUNNING]))
+        if not prefills:
             # (1) decodes of the running sequences; when KV runs out, preempt and go on
             nd, short = 0, 1
             spec_on = False
             if spec is not None:
-                spec_on = b.n[B_RUNNING] <= spec.disable_above  # vLLM's speculative_disable_by_batch_size
+                # vLLM's speculative_disable_by_batch_size (its V0 spec decode worker, vllm/spec_decode/
+                # spec_decode_worker.py, SpecDecodeWorker._should_disable_all_speculation): no speculation in a
+                # step when ``running_queue_size >= disable_by_batch_size``, the running queue's length
+                # (len(scheduler.running)); its --help says "larger than", the code compares >=. vLLM reads the
+                # queue after its scheduler pass; here it is read as the pass begins, as each sequence's draft
+                # tokens count in the token budget when its decode is scheduled (vLLM V1), so the two differ only
+                # in a step that also admits, swaps in or preempts.
+                spec_on = b.n[B_RUNNING] < spec.disable_at
             while short > 0:
                 nd, short = schedule_decodes_nb(nd, inp, seqs, b, pc, knobs, out, step, spec, spec_on)
                 if short > 0:

@@ -38,8 +38,7 @@ What a step costs (engine/kernel.py prices it; nothing here is a new constant of
   target's, and the EAGLE/MTP head's one layer likewise: the target's KV capacity shrinks accordingly (vLLM's
   blog above: "the memory manager now handles the KV cache for both the draft and target models").
 - speculative_disable_by_batch_size: vLLM PR #4592 ("[Dynamic Spec Decoding] Auto-disable by the running
-  queue size"). Here a step speculates while at most N sequences run (spec_disable_batch_size = N, 0: at every
-  batch size); vLLM's worker stops at N already (running_queue_size >= N), so this N is vLLM's N - 1.
+  queue size"): speculation off for the batch while N or more requests run (the engine's comment cites the code).
 
 Simplifications: a draft pass costs no fixed per-step overhead (it runs inside the target's scheduler step,
 under CUDA graphs); the draft's catch-up on the tokens the target accepted is not priced; draft passes carry

@@ -200,11 +200,11 @@ class Prefix(NamedTuple):
 class Spec(NamedTuple):
     """Speculative decoding (speculative.spec_for builds it; None when off, and the kernels are then compiled
     without it). Each step, a decoding sequence proposes k = min(K, tokens it still owes - 1, budget left - 1)
-    draft tokens while at most ``disable_above`` sequences run; acceptance per token with probability A."""
+    draft tokens while fewer than ``disable_at`` sequences run; acceptance per token with probability A."""
 
     k: int  # K, draft tokens proposed per sequence and step
     inv_log_a: float  # 1 / ln A (accepted = floor(ln U / ln A) capped at k, U uniform on (0, 1]: P(>= j) = A^j)
-    disable_above: int  # speculate only while at most this many sequences run (vLLM speculative_disable_by_batch_size)
+    disable_at: int  # speculate only while fewer than this many sequences run (vLLM speculative_disable_by_batch_size)
     seed: int  # np.random.seed of the run: sampled acceptance is deterministic for a seed
     drafts: bool  # whether proposing costs draft passes (draft model, EAGLE head, MTP module; not n-gram lookup)
     draft_tab: np.ndarray  # seconds of one draft pass by the number of speculating sequences: its linear layers,
