@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 from batching.sim.engine import kernel as eng  # noqa: E402
 from batching.sim.hardware.costmodel import cost_model  # noqa: E402
-from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, with_knobs  # noqa: E402
+from batching.sim.policy import PRESETS, with_knobs  # noqa: E402
 from batching.sim.simulate import Scenario, simulate  # noqa: E402
 from batching.sim.engine.speculative import spec_for, spec_kv_blocks  # noqa: E402
 from batching.sim.hardware.specs import GIB  # noqa: E402
@@ -26,24 +26,19 @@ from batching.sim.workload.requests import workload_preset  # noqa: E402
 def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
     """Best-of wall time of the kernel alone (requests already generated), and its step count."""
     reqs = sc.workload.generate()
-    chains = dict(after=reqs.after, think_s=reqs.think_s)  # session turns (None: open loop)
-    if sc.policy.prefix_caching and reqs.block_off is not None:
-        chains.update(prefix_caching=True, chain_off=reqs.block_off, chain_ids=reqs.block_ids)
+    caching = sc.policy.prefix_caching and reqs.block_off is not None
+    inp = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority,
+                     chain_off=reqs.block_off if caching else None, chain_ids=reqs.block_ids if caching else None,
+                     after=reqs.after, think_s=reqs.think_s)  # session turns (None: open loop)
     dep, pol = sc.deployment, sc.policy
     cm = cost_model(dep)
     kv = spec_kv_blocks(pol, dep)
+    knobs = pol.knobs(len(reqs.class_names), kv, int(pol.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu))
     spec = spec_for(pol, dep, cm, 0)
-    if spec is not None:
-        chains["spec"] = spec
-    args = (reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority, len(reqs.class_names),
-            MODE_CODE[pol.mode], pol.max_batch_size, pol.max_wait_s, pol.max_num_seqs, pol.max_num_batched_tokens,
-            pol.chunked_prefill, pol.priority, PREEMPTION_CODE[pol.preemption],
-            int(pol.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu), int(pol.watermark * kv), kv,
-            cm.coef, cm.ar_log_bytes, cm.ar_s)
     best, steps = float("inf"), 0
     for _ in range(repeats):
         t = time.perf_counter()
-        out = eng.run(*args, **chains)
+        out = eng.run(inp, knobs, eng.kernel_cost(cm), prefix_caching=caching, spec=spec)
         best = min(best, time.perf_counter() - t)
         steps = len(out.steps_i)
     return best, steps

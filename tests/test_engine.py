@@ -26,9 +26,11 @@ def run(arrival, prompt, output, prio=None, *, mode=eng.MODE_CONTINUOUS, max_bat
     prio = np.zeros(len(arrival), np.int64) if prio is None else np.asarray(prio)
     n_classes = int(prio.max()) + 1 if n_classes is None else n_classes
     coef, x, y = const_cost()
-    return eng.run(np.asarray(arrival, float), np.asarray(prompt), np.asarray(output), prio, n_classes, mode,
-                   max_batch, max_wait_s, max_seqs, budget, chunked, use_prio, preempt, swap_cap, watermark,
-                   kv_blocks, coef, x, y)
+    knobs = eng.Knobs(mode=mode, n_classes=n_classes, max_batch=max_batch, max_wait_s=max_wait_s, max_seqs=max_seqs,
+                      budget=budget, chunked=chunked, use_prio=use_prio, preempt=preempt, swap_cap_tokens=swap_cap,
+                      watermark_blocks=watermark, kv_blocks=kv_blocks)
+    return eng.run(eng.inputs(np.asarray(arrival, float), np.asarray(prompt), np.asarray(output), prio), knobs,
+                   eng.Cost(coef, x, y))
 
 
 def col(out, c):
@@ -212,7 +214,10 @@ def test_itl_histogram_counts_every_gap():
 def test_out_of_step_room_retries_with_more():
     coef, x, y = const_cost()
     one = np.zeros(1, np.int64)
-    out = eng.run(np.zeros(1), np.ones(1, np.int64), np.array([5000]), one, 1, eng.MODE_CONTINUOUS, 1, 0.0, 256,
-                  8192, False, False, eng.PREEMPT_RECOMPUTE, 0, 0, 1000, coef, x, y, step_room=7)
+    knobs = eng.Knobs(mode=eng.MODE_CONTINUOUS, n_classes=1, max_batch=1, max_wait_s=0.0, max_seqs=256, budget=8192,
+                      chunked=False, use_prio=False, preempt=eng.PREEMPT_RECOMPUTE, swap_cap_tokens=0,
+                      watermark_blocks=0, kv_blocks=1000)
+    out = eng.run(eng.inputs(np.zeros(1), np.ones(1, np.int64), np.array([5000]), one), knobs, eng.Cost(coef, x, y),
+                  step_room=7)
     assert len(out.steps_i) == 5000
     assert col(out, eng.R_FINISH) == [5000.0]

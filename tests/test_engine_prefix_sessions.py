@@ -36,10 +36,13 @@ def run(arrival, prompt, output, *, chain=None, after=None, think=None, prefix_c
     n = len(arrival)
     coef, x, y = const_cost()
     off, ids = chains(chain) if chain is not None else (None, None)
-    return eng.run(np.asarray(arrival, float), np.asarray(prompt), np.asarray(output), np.zeros(n, np.int64), 1,
-                   mode, max_batch, max_wait_s, max_seqs, budget, chunked, False, preempt, 10**9, 0, kv_blocks,
-                   coef, x, y, prefix_caching=prefix_caching, chain_off=off, chain_ids=ids,
-                   after=None if after is None else np.asarray(after), think_s=None if think is None else np.asarray(think, float))
+    inp = eng.inputs(np.asarray(arrival, float), np.asarray(prompt), np.asarray(output), np.zeros(n, np.int64),
+                     chain_off=off, chain_ids=ids, after=None if after is None else np.asarray(after),
+                     think_s=None if think is None else np.asarray(think, float))
+    knobs = eng.Knobs(mode=mode, n_classes=1, max_batch=max_batch, max_wait_s=max_wait_s, max_seqs=max_seqs,
+                      budget=budget, chunked=chunked, use_prio=False, preempt=preempt, swap_cap_tokens=10**9,
+                      watermark_blocks=0, kv_blocks=kv_blocks)
+    return eng.run(inp, knobs, eng.Cost(coef, x, y), prefix_caching=prefix_caching)
 
 
 # --- prefix caching, by hand ---------------------------------------------------------------
@@ -215,9 +218,12 @@ def test_conservation_with_prefix_caching_and_sessions(case):
     coef, ar_x, ar_y = CM.coef, CM.ar_log_bytes, CM.ar_s
     off, ids = chains(chain)
     n = len(arrival)
-    out = eng.run(arrival, prompt, output, np.zeros(n, np.int64), 1, kw["mode"], kw["max_batch"], kw["max_wait_s"],
-                  kw["max_seqs"], kw["budget"], kw["chunked"], False, kw["preempt"], 1000, 0, kw["kv_blocks"],
-                  coef, ar_x, ar_y, prefix_caching=True, chain_off=off, chain_ids=ids, after=after, think_s=think)
+    inp = eng.inputs(arrival, prompt, output, np.zeros(n, np.int64), chain_off=off, chain_ids=ids, after=after,
+                     think_s=think)
+    knobs = eng.Knobs(mode=kw["mode"], n_classes=1, max_batch=kw["max_batch"], max_wait_s=kw["max_wait_s"],
+                      max_seqs=kw["max_seqs"], budget=kw["budget"], chunked=kw["chunked"], use_prio=False,
+                      preempt=kw["preempt"], swap_cap_tokens=1000, watermark_blocks=0, kv_blocks=kw["kv_blocks"])
+    out = eng.run(inp, knobs, eng.Cost(coef, ar_x, ar_y), prefix_caching=True)
     rf, si = out.req_f, out.steps_i
     # every request arrives (a turn: its predecessor's release + think time) and is released once, in order
     turns = after >= 0

@@ -44,9 +44,7 @@ def scenarios(draw):
 
 
 def simulate(arrival, prompt, output, prio, p):
-    return eng.run(arrival, prompt, output, prio, p["n_classes"], p["mode"], p["max_batch"], p["max_wait_s"],
-                   p["max_seqs"], p["budget"], p["chunked"], p["use_prio"], p["preempt"], p["swap_cap_tokens"],
-                   p["watermark_blocks"], p["kv_blocks"], CM.coef, CM.ar_log_bytes, CM.ar_s)
+    return eng.run(eng.inputs(arrival, prompt, output, prio), eng.Knobs(**p), eng.kernel_cost(CM))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

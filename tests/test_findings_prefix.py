@@ -43,10 +43,12 @@ def test_mooncake_hit_rate_with_a_cache_that_never_evicts_equals_the_traces_own(
     cm = cost_model(deployment())
     # a cache of 10^9 blocks (16 G tokens) never evicts on this trace (1.4 M distinct blocks);
     # whole-prompt steps admit in arrival order, as the trace's own count assumes
-    out = eng.run(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority, 1, eng.MODE_CONTINUOUS,
-                  32, 0.0, 256, int(reqs.prompt_tokens.max()), False, False, eng.PREEMPT_RECOMPUTE, 0, 0, 10**9,
-                  cm.coef, cm.ar_log_bytes, cm.ar_s, prefix_caching=True, chain_off=reqs.block_off,
-                  chain_ids=reqs.block_ids)
+    inp = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority,
+                     chain_off=reqs.block_off, chain_ids=reqs.block_ids)
+    knobs = eng.Knobs(mode=eng.MODE_CONTINUOUS, n_classes=1, max_batch=32, max_wait_s=0.0, max_seqs=256,
+                      budget=int(reqs.prompt_tokens.max()), chunked=False, use_prio=False,
+                      preempt=eng.PREEMPT_RECOMPUTE, swap_cap_tokens=0, watermark_blocks=0, kv_blocks=10**9)
+    out = eng.run(inp, knobs, eng.kernel_cost(cm), prefix_caching=True)
     engine_rate = out.req_cached.sum() / reqs.prompt_tokens.sum()
     # exactly what an unbounded cache serves at the engine's granularity (16-token blocks, >= 1 token computed)
     assert np.array_equal(out.req_cached, ideal_hit_tokens(reqs))

@@ -34,9 +34,11 @@ def run(arrival, prompt, output, sp, max_seqs=256, budget=8192, chunked=False, k
         prio=None, n_classes=1, use_prio=False, swap_cap=0):
     n = len(arrival)
     prio = np.zeros(n, np.int64) if prio is None else np.asarray(prio, np.int64)
-    return eng.run(np.asarray(arrival, float), np.asarray(prompt, np.int64), np.asarray(output, np.int64), prio,
-                   n_classes, eng.MODE_CONTINUOUS, 1, 0.0, max_seqs, budget, chunked, use_prio, preempt, swap_cap,
-                   0, kv_blocks, CM.coef, CM.ar_log_bytes, CM.ar_s, spec=sp)
+    knobs = eng.Knobs(mode=eng.MODE_CONTINUOUS, n_classes=n_classes, max_batch=1, max_wait_s=0.0, max_seqs=max_seqs,
+                      budget=budget, chunked=chunked, use_prio=use_prio, preempt=preempt, swap_cap_tokens=swap_cap,
+                      watermark_blocks=0, kv_blocks=kv_blocks)
+    return eng.run(eng.inputs(np.asarray(arrival, float), np.asarray(prompt, np.int64), np.asarray(output, np.int64),
+                              prio), knobs, eng.kernel_cost(CM), spec=sp)
 
 
 def test_perfect_drafts_emit_k_plus_one_tokens_until_the_output_ends():
@@ -232,9 +234,7 @@ def spec_scenarios(draw):
 
 
 def spec_run(arrival, prompt, output, prio, p, sp):
-    return eng.run(arrival, prompt, output, prio, p["n_classes"], p["mode"], p["max_batch"], p["max_wait_s"],
-                   p["max_seqs"], p["budget"], p["chunked"], p["use_prio"], p["preempt"], p["swap_cap_tokens"],
-                   p["watermark_blocks"], p["kv_blocks"], CM.coef, CM.ar_log_bytes, CM.ar_s, spec=sp)
+    return eng.run(eng.inputs(arrival, prompt, output, prio), eng.Knobs(**p), eng.kernel_cost(CM), spec=sp)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from batching.sim.engine.state import (
-    MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP,
+    Knobs, MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP,
 )
 from batching.sim.hardware.specs import MODELS
 
@@ -96,6 +96,18 @@ class BatchingPolicy:
             if self.spec_draft_model not in MODELS:
                 raise ValueError(
                     f"spec_draft_model={self.spec_draft_model!r} is unknown; allowed: {', '.join(MODELS)}")
+
+    def knobs(self, n_classes: int, kv_blocks: int, swap_cap_tokens: int, *, mode: str | None = None,
+              chunked: bool | None = None) -> Knobs:
+        """The engine's Knobs for this policy on a cache of ``kv_blocks`` with ``swap_cap_tokens`` of host swap
+        space. ``mode`` and ``chunked`` override the policy's (a disaggregated decode instance runs continuous,
+        chunked: it only ever takes in one token per request)."""
+        return Knobs(mode=MODE_CODE[self.mode if mode is None else mode], n_classes=int(n_classes),
+                     max_batch=int(self.max_batch_size), max_wait_s=float(self.max_wait_s),
+                     max_seqs=int(self.max_num_seqs), budget=int(self.max_num_batched_tokens),
+                     chunked=bool(self.chunked_prefill if chunked is None else chunked), use_prio=bool(self.priority),
+                     preempt=PREEMPTION_CODE[self.preemption], swap_cap_tokens=int(swap_cap_tokens),
+                     watermark_blocks=int(self.watermark * kv_blocks), kv_blocks=int(kv_blocks))
 
     @property
     def batch_cap(self) -> int:

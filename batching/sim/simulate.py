@@ -14,7 +14,7 @@ from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
                                   spec_summary, wall_time)
-from batching.sim.policy import MODE_CODE, PREEMPTION_CODE, PRESETS, BatchingPolicy
+from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.engine.speculative import check_spec, spec_for, spec_kv_blocks
 from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment, Model
 from batching.sim.workload.requests import MAX_NUM_REQUESTS as MAX_REQUESTS, Requests, SyntheticWorkload, TraceWorkload
@@ -240,6 +240,7 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
     if router != "round-robin" and replicas > 1:
         return run_fleet(reqs, replicas, router, policy, swap_cap, kv_blocks, cm, spec_for(policy, dep, cm, seed))
     rep_of = deal_replicas(reqs, replicas)
+    knobs, cost = policy.knobs(len(reqs.class_names), kv_blocks, swap_cap), eng.kernel_cost(cm)
     outs = []
     for rep in range(replicas):
         idx = np.flatnonzero(rep_of == rep)
@@ -248,12 +249,9 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
         chain_off, chain_ids = _chains(reqs, idx) if policy.prefix_caching else (None, None)
         after, think_s = _sessions(reqs, idx)
         spec = spec_for(policy, dep, cm, seed + rep)
-        out = eng.run(reqs.arrival_s[idx], reqs.prompt_tokens[idx], reqs.output_tokens[idx], reqs.priority[idx],
-                      len(reqs.class_names), MODE_CODE[policy.mode], policy.max_batch_size, policy.max_wait_s,
-                      policy.max_num_seqs, policy.max_num_batched_tokens, policy.chunked_prefill, policy.priority,
-                      PREEMPTION_CODE[policy.preemption], swap_cap, int(policy.watermark * kv_blocks), kv_blocks,
-                      cm.coef, cm.ar_log_bytes, cm.ar_s, prefix_caching=policy.prefix_caching,
-                      chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s, spec=spec)
+        inp = eng.inputs(reqs.arrival_s[idx], reqs.prompt_tokens[idx], reqs.output_tokens[idx], reqs.priority[idx],
+                         chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s)
+        out = eng.run(inp, knobs, cost, prefix_caching=policy.prefix_caching, spec=spec)
         outs.append((rep, idx, out))
     return outs
 

@@ -13,14 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from batching.sim.hardware.costmodel import C_FIXED, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
+from batching.sim.hardware.costmodel import C_FIXED, CostModel, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
 from batching.sim.engine.stages import (
-    apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb, count_decoding_nb, end_step_nb, evict_for_nb,
-    continue_prefills_nb, itl_record_nb, later_pop_nb, later_push_nb, make_room_nb, next_arrival_nb, pc_trim_nb, schedule_chunks_nb,
-    schedule_decodes_nb, schedule_swapped_nb, schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
+    apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb,
+    count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, later_push_nb, make_room_nb,
+    next_arrival_nb, next_due_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
+    schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
 from batching.sim.engine.state import (
-    B_EVICTABLE, B_FREE, B_LATER, B_RUNNING, B_SWAPPED, B_WAITING, DEADLOCK, F_ATTN_WORK, F_DECODE_CTX, F_DURATION,
+    B_EVICTABLE, B_FREE, B_RUNNING, B_SWAPPED, B_WAITING, DEADLOCK, F_ATTN_WORK, F_DECODE_CTX, F_DURATION,
     F_START, ITL_BINS, ITL_HI_S, ITL_LO_S, MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, NUM_B, NUM_RF, NUM_SF, NUM_SI,
     OK, OUT_OF_STEPS, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
     R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS, S_DECODE, S_KV_BLOCKS, S_LM,
@@ -31,7 +32,7 @@ from batching.sim.engine.state import (
 
 # the engine's public names: its entry points and the enums, columns and types of engine.state
 __all__ = [
-    "run", "run_nb", "EngineOutput", "itl_bin_edges", "Inputs", "Knobs", "Cost", "Outputs",
+    "run", "inputs", "kernel_cost", "run_nb", "EngineOutput", "itl_bin_edges", "Inputs", "Knobs", "Cost", "Outputs",
     "MODE_STATIC", "MODE_DYNAMIC", "MODE_CONTINUOUS", "PREEMPT_OFF", "PREEMPT_RECOMPUTE", "PREEMPT_SWAP",
     "OK", "OUT_OF_STEPS", "DEADLOCK", "ITL_BINS", "ITL_LO_S", "ITL_HI_S", "NUM_SI", "NUM_SF", "NUM_RF",
     "S_PREFILL", "S_DECODE", "S_PADDED", "S_RUNNING", "S_WAITING", "S_KV_BLOCKS", "S_SWAPPED", "S_LM",
@@ -81,24 +82,11 @@ def _arrive_fifo_nb(inp, lat, cnt, a, t, fifo, tail, req_f):
 
 @njit(cache=True, nogil=True)
 def _arrive_fifo_sessions_nb(inp, lat, cnt, a, t, fifo, tail, req_f):
-    """``_arrive_fifo_nb`` with session turns (see engine.stages.arrive_sessions_nb)."""
-    arrival, after = inp.arrival, inp.after
-    n = arrival.shape[0]
-    while a < n and (after[a] >= 0 or arrival[a] <= t):
-        if after[a] < 0:
-            while cnt[B_LATER] > 0 and lat.t[0] <= arrival[a]:
-                r = lat.r[0]
-                req_f[r, R_ARRIVAL] = lat.t[0]
-                later_pop_nb(lat, cnt)
-                fifo[tail] = r
-                tail += 1
-            fifo[tail] = a
-            tail += 1
-        a += 1
-    while cnt[B_LATER] > 0 and lat.t[0] <= t:
-        r = lat.r[0]
-        req_f[r, R_ARRIVAL] = lat.t[0]
-        later_pop_nb(lat, cnt)
+    """``_arrive_fifo_nb`` with session turns (stages.next_due_nb: first and later turns in time order)."""
+    while True:
+        r, a = next_due_nb(inp, lat, cnt, a, t, req_f)
+        if r < 0:
+            break
         fifo[tail] = r
         tail += 1
     return a, tail
@@ -495,27 +483,32 @@ class EngineOutput:
 MAX_STEPS = 25_000_000
 
 
-def pack(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float, max_seqs: int,
-         budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int, watermark_blocks: int,
-         kv_blocks: int, coef, ar_x, ar_y, chain_off=None, chain_ids=None, after=None, think_s=None, ready=None):
-    """The kernel's (Inputs, Knobs, Cost) from arrays and scalars (``run`` documents the optional ones; ``ready``:
-    prompt tokens whose KV comes with each request, engine.state.Inputs)."""
+def inputs(arrival, prompt, output, prio, *, chain_off=None, chain_ids=None, after=None, think_s=None,
+           ready=None) -> Inputs:
+    """The kernel's per-request Inputs (contiguous arrays of its dtypes). Optional: block chains (``chain_off``,
+    ``chain_ids``: workload Requests' block_off and block_ids; read when the run caches prefixes), closed-loop
+    session turns (``after``, ``think_s``), and ``ready``: prompt tokens whose KV comes with each request (a
+    disaggregated decode instance's)."""
     n = len(arrival)
     if chain_off is None:
         chain_off, chain_ids = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
     if after is None:
         after, think_s = np.full(n, -1, np.int64), np.zeros(n)
-    inp = Inputs(np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(prompt, np.int64),
-                 np.ascontiguousarray(output, np.int64), np.ascontiguousarray(prio, np.int64),
-                 np.ascontiguousarray(after, np.int64), np.ascontiguousarray(think_s, np.float64),
-                 np.ascontiguousarray(chain_off, np.int64), np.ascontiguousarray(chain_ids, np.int64),
-                 np.zeros(n, np.int64) if ready is None else np.ascontiguousarray(ready, np.int64))
-    knobs = Knobs(int(mode), int(n_classes), int(max_batch), float(max_wait_s), int(max_seqs), int(budget),
-                  bool(chunked), bool(use_prio), int(preempt), int(swap_cap_tokens), int(watermark_blocks),
-                  int(kv_blocks))
-    cost = Cost(np.ascontiguousarray(coef, np.float64), np.ascontiguousarray(ar_x, np.float64),
-                np.ascontiguousarray(ar_y, np.float64))
-    return inp, knobs, cost
+    return Inputs(np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(prompt, np.int64),
+                  np.ascontiguousarray(output, np.int64), np.ascontiguousarray(prio, np.int64),
+                  np.ascontiguousarray(after, np.int64), np.ascontiguousarray(think_s, np.float64),
+                  np.ascontiguousarray(chain_off, np.int64), np.ascontiguousarray(chain_ids, np.int64),
+                  np.zeros(n, np.int64) if ready is None else np.ascontiguousarray(ready, np.int64))
+
+
+# Knobs' field types, in order (numba compiles one version per combination of argument types)
+KNOB_KINDS = (int, int, int, float, int, int, bool, bool, int, int, int, int)
+
+
+def kernel_cost(cm: CostModel) -> Cost:
+    """The cost model's coefficients and all-reduce table as the kernel reads them."""
+    return Cost(np.ascontiguousarray(cm.coef, np.float64), np.ascontiguousarray(cm.ar_log_bytes, np.float64),
+                np.ascontiguousarray(cm.ar_s, np.float64))
 
 
 def room_for(inp: Inputs, budget: int, room: int | None = None, replicas: int = 1) -> int:
@@ -542,19 +535,16 @@ def grow_room(room: int, inp: Inputs) -> int:
     return min(2 * room, MAX_STEPS)
 
 
-def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float,
-        max_seqs: int, budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int,
-        watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None, *,
-        prefix_caching: bool = False, chain_off=None, chain_ids=None, after=None, think_s=None,
+def run(inp: Inputs, knobs: Knobs, cost: Cost, step_room: int | None = None, *, prefix_caching: bool = False,
         spec: Spec | None = None) -> EngineOutput:
-    """Run the engine. Optional: block chains (``chain_off``, ``chain_ids``: workload.Requests' block_off and
-    block_ids) used when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``); speculative
-    decoding (``spec``: speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
-    n = len(arrival)
-    inp, knobs, cost = pack(arrival, prompt, output, prio, n_classes, mode, max_batch, max_wait_s, max_seqs, budget,
-                            chunked, use_prio, preempt, swap_cap_tokens, watermark_blocks, kv_blocks, coef, ar_x,
-                            ar_y, chain_off, chain_ids, after, think_s)
-    est = room_for(inp, budget, step_room)
+    """Run the engine on ``inp`` (``inputs`` builds it) under ``knobs`` (``BatchingPolicy.knobs``) and ``cost``
+    (``kernel_cost``). ``prefix_caching`` reads the inputs' block chains (continuous mode only); ``spec``:
+    speculative decoding (speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
+    n = len(inp.arrival)
+    knobs = Knobs(*(kind(v) for kind, v in zip(KNOB_KINDS, knobs)))  # one compiled signature, whatever the caller
+    cost = Cost(*(np.ascontiguousarray(a, np.float64) for a in cost))
+    n_classes, mode, max_seqs = knobs.n_classes, knobs.mode, knobs.max_seqs
+    est = room_for(inp, knobs.budget, step_room)
     while True:
         req_f = np.full((n, NUM_RF), -1.0)
         req_f[:, R_MAX_ITL] = 0.0

@@ -204,31 +204,37 @@ def arrivals_due_nb(inp, lat, cnt, a, t):
     return cnt[B_LATER] > 0 and lat.t[0] <= t
 
 
-@njit(cache=True, nogil=True)
-def arrive_sessions_nb(inp, seqs, q, b, lat, a, t, req_f):
-    """``arrive_nb`` with session turns: a later turn (after >= 0) is skipped in index order and arrives
-    from the heap once its predecessor is released; the queue gets both kinds in time order."""
-    arrival, after, cls, cnt = inp.arrival, inp.after, seqs.cls, b.n
+@njit(cache=True, nogil=True, inline="always")
+def next_due_nb(inp, lat, cnt, a, t, req_f):
+    """The next request to join the queue by ``t``, in arrival order, merging first turns (request index ``a`` on;
+    a later turn, after >= 0, is skipped in index order) with later turns due from the heap (each arrives once its
+    predecessor is released, and gets its arrival time written then; a tie goes to the heap). Returns (r, a): r is
+    -1 when nothing more is due. The request-level FIFO and the continuous queue both take arrivals this way."""
+    arrival, after = inp.arrival, inp.after
     n = arrival.shape[0]
-    pushed = 0
-    while a < n and (after[a] >= 0 or arrival[a] <= t):
-        if after[a] < 0:
-            while cnt[B_LATER] > 0 and lat.t[0] <= arrival[a]:
-                r = lat.r[0]
-                req_f[r, R_ARRIVAL] = lat.t[0]
-                later_pop_nb(lat, cnt)
-                q_push_back_nb(q, cls[r], r)
-                pushed += 1
-            q_push_back_nb(q, cls[a], a)
-            pushed += 1
+    while a < n and after[a] >= 0:
         a += 1
-    while cnt[B_LATER] > 0 and lat.t[0] <= t:
+    if cnt[B_LATER] > 0 and lat.t[0] <= t and (a >= n or lat.t[0] <= arrival[a]):
         r = lat.r[0]
         req_f[r, R_ARRIVAL] = lat.t[0]
         later_pop_nb(lat, cnt)
-        q_push_back_nb(q, cls[r], r)
+        return r, a
+    if a < n and arrival[a] <= t:
+        return a, a + 1
+    return -1, a
+
+
+@njit(cache=True, nogil=True)
+def arrive_sessions_nb(inp, seqs, q, b, lat, a, t, req_f):
+    """``arrive_nb`` with session turns (``next_due_nb``: first turns and later turns in time order)."""
+    pushed = 0
+    while True:
+        r, a = next_due_nb(inp, lat, b.n, a, t, req_f)
+        if r < 0:
+            break
+        q_push_back_nb(q, seqs.cls[r], r)
         pushed += 1
-    cnt[B_WAITING] += pushed
+    b.n[B_WAITING] += pushed
     return a
 
 
@@ -467,6 +473,22 @@ def evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec):
 
 # --- the scheduling stages of a continuous-batching step ------------------------------------
 @njit(cache=True, nogil=True, inline="always")
+def grow_kv_nb(r, need, tokens, free, inp, seqs, pc):
+    """Sequence r takes ``need`` more KV blocks (need <= free) to hold ``tokens`` computed tokens; with the prefix
+    cache on, the chain blocks those tokens now fill are named (registered) for other requests to hit. Returns
+    the free blocks left. The decode and the chunk stages both grow a sequence this way."""
+    if need > 0:
+        free -= need
+        seqs.blocks[r] += need
+    if pc is not None:
+        # (the cheap test first: a sequence whose chain is all named skips the division)
+        if seqs.pb[r] < seqs.plim[r]:
+            if seqs.pb[r] < tokens // KV_BLOCK_TOKENS:
+                pc_register_nb(r, tokens // KV_BLOCK_TOKENS, inp, seqs, pc)
+    return free
+
+
+@njit(cache=True, nogil=True, inline="always")
 def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
     """(1) Running: one decode token for each sequence past its prefill (they lead the running
     list), from run[i] on, while the token budget lasts.
@@ -515,14 +537,7 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
                 short = need  # KV ran out: the caller makes room
                 going = False
             else:
-                if need > 0:
-                    free -= need
-                    blocks[r] += need
-                if pc is not None:
-                    # (the cheap test first: a sequence whose chain is all named skips the division)
-                    if seqs.pb[r] < seqs.plim[r]:
-                        if seqs.pb[r] < (kv[r] + 1) // KV_BLOCK_TOKENS:
-                            pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc)
+                free = grow_kv_nb(r, need, kv[r] + 1, free, inp, seqs, pc)
                 sched[r] = 1 + kr
                 n_dec += 1 + kr
                 ctx += kv[r] + 1 + kr  # a multi-query kernel reads the context once for its k + 1 queries
@@ -657,14 +672,7 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
                 short = need  # KV ran out: the caller makes room
                 going = False
             else:
-                if need > 0:
-                    free -= need
-                    blocks[r] += need
-                if pc is not None:
-                    # (the cheap test first: a sequence whose chain is all named skips the division)
-                    if seqs.pb[r] < seqs.plim[r]:
-                        if seqs.pb[r] < (kv[r] + c) // KV_BLOCK_TOKENS:
-                            pc_register_nb(r, (kv[r] + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
+                free = grow_kv_nb(r, need, kv[r] + c, free, inp, seqs, pc)
                 sched[r] = c
                 n_pre += c
                 attn += c * (kv[r] + 0.5 * c)

@@ -37,7 +37,6 @@ from batching.sim.topology.fleet import _least_nb, _out_of, _pc_of, join_nb, sta
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (node_summary, percentile, queue_growth, replica_summary, request_latencies,
                                   wall_time)
-from batching.sim.policy import PREEMPTION_CODE
 from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment
 
 CROSS_NODE_GBPS = 400.0  # per GPU across nodes: one 400 Gb/s NIC per GPU (ConnectX-7 on DGX/HGX H100)
@@ -220,23 +219,21 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
     dep_p, dep_d = dis.deployment(dep, "prefill"), dis.deployment(dep, "decode")
     cm_p, cm_d = cost_model(dep_p, allreduce), cost_model(dep_d, allreduce)
     kv_p, kv_d = dep_p.kv_capacity_blocks, dep_d.kv_capacity_blocks
-    pre = PREEMPTION_CODE[policy.preemption]
 
     def swap(d: Deployment) -> int:
         return int(policy.swap_space_gib * GIB // d.kv_bytes_per_token_per_gpu)
 
     chains = policy.prefix_caching and reqs.block_off is not None
     ones = np.ones(n, np.int64)
-    inp_p, knobs_p, cost_p = eng.pack(
-        reqs.arrival_s, reqs.prompt_tokens, ones, reqs.priority, classes, 2, 1, 0.0, policy.max_num_seqs,
-        policy.max_num_batched_tokens, policy.chunked_prefill, policy.priority, pre, swap(dep_p),
-        int(policy.watermark * kv_p), kv_p, cm_p.coef, cm_p.ar_log_bytes, cm_p.ar_s,
-        reqs.block_off if chains else None, reqs.block_ids if chains else None)
+    # the prefill side: the prompt, and one token out (the first, sent with the KV)
+    inp_p = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, ones, reqs.priority,
+                       chain_off=reqs.block_off if chains else None, chain_ids=reqs.block_ids if chains else None)
+    knobs_p, cost_p = policy.knobs(classes, kv_p, swap(dep_p), mode="continuous"), eng.kernel_cost(cm_p)
     # the decode side: the prompt and the first token to take in (its KV is computed there), the rest to produce
-    inp_d, knobs_d, cost_d = eng.pack(
-        reqs.arrival_s, reqs.prompt_tokens + 1, reqs.output_tokens - 1, reqs.priority, classes, 2, 1, 0.0,
-        policy.max_num_seqs, policy.max_num_batched_tokens, True, policy.priority, pre, swap(dep_d),
-        int(policy.watermark * kv_d), kv_d, cm_d.coef, cm_d.ar_log_bytes, cm_d.ar_s, ready=reqs.prompt_tokens)
+    inp_d = eng.inputs(reqs.arrival_s, reqs.prompt_tokens + 1, reqs.output_tokens - 1, reqs.priority,
+                       ready=reqs.prompt_tokens)
+    knobs_d = policy.knobs(classes, kv_d, swap(dep_d), mode="continuous", chunked=True)
+    cost_d = eng.kernel_cost(cm_d)
     xfer = reqs.prompt_tokens * dep.kv_bytes_per_token / dis.link_Bps(dep)
     room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances))
     while True:

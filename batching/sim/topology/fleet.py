@@ -32,7 +32,6 @@ from batching.sim.engine.state import (B_WAITING, S_WAITING, C_RELEASED, C_STEP,
                                        NUM_SPI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, V_KV, V_OUTSTANDING,
                                        ITL_BINS, Later, Outputs, Prefix, Spec)
 from batching.sim.engine.stages import blocks_for_nb, q_push_back_nb
-from batching.sim.policy import MODE_CODE, PREEMPTION_CODE
 
 ROUTERS = ("round-robin", "least-outstanding", "least-kv", "prefix-affinity")
 ROUTER_HELP = {
@@ -216,12 +215,9 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
     n = len(reqs)
     chains = reqs.block_off is not None
     pc_off = reqs.block_off if chains and policy.prefix_caching else None
-    inp, knobs, cost = eng.pack(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority,
-                                len(reqs.class_names), MODE_CODE[policy.mode], policy.max_batch_size,
-                                policy.max_wait_s, policy.max_num_seqs, policy.max_num_batched_tokens,
-                                policy.chunked_prefill, policy.priority, PREEMPTION_CODE[policy.preemption], swap_cap,
-                                int(policy.watermark * kv_blocks), kv_blocks, cm.coef, cm.ar_log_bytes, cm.ar_s,
-                                pc_off, reqs.block_ids if pc_off is not None else None, reqs.after, reqs.think_s)
+    inp = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority, chain_off=pc_off,
+                     chain_ids=reqs.block_ids if pc_off is not None else None, after=reqs.after, think_s=reqs.think_s)
+    knobs, cost = policy.knobs(len(reqs.class_names), kv_blocks, swap_cap), eng.kernel_cost(cm)
     off = reqs.block_off if chains else np.zeros(n + 1, np.int64)
     ids = reqs.block_ids if chains else np.zeros(0, np.int64)
     n_ids = int(ids.max()) + 1 if len(ids) else 1
