@@ -44,7 +44,7 @@ def test_unknown_preset():
     (dict(spec_decode="medusa"), "spec_decode='medusa' is not allowed; allowed: off, draft, eagle, ngram, mtp"),
     (dict(spec_decode="eagle", spec_tokens=0), "spec_tokens=0 is out of range; allowed 1 to 16"),
     (dict(spec_decode="eagle", spec_tokens=2.5), "spec_tokens=2.5"),
-    (dict(spec_decode="eagle", spec_acceptance=1.2), "spec_acceptance=1.2 is out of range; allowed 0.0 to 1.0"),
+    (dict(spec_decode="eagle", spec_acceptance=1.2), "spec_acceptance=1.2 is out of range; allowed 0 to 1"),
     (dict(spec_decode="eagle", spec_acceptance=float("nan")), "spec_acceptance=nan is out of range"),
     (dict(spec_decode="eagle", spec_disable_batch_size=-1), "spec_disable_batch_size=-1 is out of range"),
     (dict(spec_decode="eagle", spec_disable_batch_size=1),

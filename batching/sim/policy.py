@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from batching.sim.checks import check_int, check_range
 from batching.sim.engine.state import (
     Knobs, MODE_CONTINUOUS, MODE_DYNAMIC, MODE_STATIC, PREEMPT_OFF, PREEMPT_RECOMPUTE, PREEMPT_SWAP,
 )
@@ -29,11 +30,8 @@ KNOB_LIMITS: dict[str, tuple[float, float]] = {
     "spec_acceptance": (0.0, 1.0),  # A, per-token acceptance probability
     "spec_disable_batch_size": (0, 4096),  # 0: speculate at every batch size
 }
-
-
-def _check(name: str, value, low, high) -> None:
-    if not (low <= value <= high):
-        raise ValueError(f"{name}={value!r} is out of range; allowed {low} to {high}")
+# knobs validate() refuses unless whole numbers (the others are range-checked only)
+_WHOLE_KNOBS = ("spec_tokens", "spec_disable_batch_size")
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class BatchingPolicy:
                 f"preemption={self.preemption!r} is not allowed; allowed: {', '.join(PREEMPTION_MODES)}"
             )
         for name, (low, high) in KNOB_LIMITS.items():
-            _check(name, getattr(self, name), low, high)
+            (check_int if name in _WHOLE_KNOBS else check_range)(name, getattr(self, name), low, high)
         if self.mode != "continuous" and (self.chunked_prefill or self.priority or self.prefix_caching):
             raise ValueError(
                 f"chunked_prefill, priority and prefix_caching need mode='continuous' (mode={self.mode!r})"
@@ -83,11 +81,6 @@ class BatchingPolicy:
             raise ValueError(f"spec_decode={self.spec_decode!r} is not allowed; allowed: {', '.join(SPEC_METHODS)}")
         if self.spec_decode != "off" and self.mode != "continuous":
             raise ValueError(f"spec_decode={self.spec_decode!r} needs mode='continuous' (mode={self.mode!r})")
-        if not isinstance(self.spec_tokens, int) or isinstance(self.spec_tokens, bool):
-            raise ValueError(f"spec_tokens={self.spec_tokens!r} must be a whole number; allowed 1 to 16")
-        if not isinstance(self.spec_disable_batch_size, int) or isinstance(self.spec_disable_batch_size, bool):
-            raise ValueError(f"spec_disable_batch_size={self.spec_disable_batch_size!r} must be a whole number; "
-                             f"allowed 0 to 4096")
         if self.spec_decode != "off" and self.spec_disable_batch_size == 1:
             # vLLM's SpeculativeConfig refuses a threshold below 2 ("Expect the batch size threshold of disabling
             # speculative decoding is > 1"): with its >= rule, 1 would switch speculation off in every step

@@ -14,6 +14,8 @@ import sys
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
+from batching.sim.checks import check_range
+
 GIB = 1024**3
 KV_BLOCK_TOKENS = 16  # vLLM's default paged-attention block size
 
@@ -73,11 +75,6 @@ def number_text(text: str) -> float:
         raise ValueError("is not a number") from None
 
 
-def _check_range(name: str, value, low, high) -> None:
-    if not (low <= value <= high):
-        raise ValueError(f"{name}={shown(value)} is out of range; allowed {low} to {high}")
-
-
 def _check_name(name) -> None:
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
         raise ValueError(f"name={shown(name)} is not allowed; allowed 1 to {MAX_NAME_CHARS} characters")
@@ -107,13 +104,13 @@ class GPU:
 
     def validate(self) -> None:
         _check_name(self.name)
-        _check_range("memory_bytes", self.memory_bytes, 1 * GIB, 1024 * GIB)
-        _check_range("hbm_bw_Bps", self.hbm_bw_Bps, 1e11, 1e14)
-        _check_range("peak_bf16_flops", self.peak_bf16_flops, 1e12, 1e17)
+        check_range("memory_bytes", self.memory_bytes, 1 * GIB, 1024 * GIB)
+        check_range("hbm_bw_Bps", self.hbm_bw_Bps, 1e11, 1e14)
+        check_range("peak_bf16_flops", self.peak_bf16_flops, 1e12, 1e17)
         if self.peak_fp8_flops != 0:
-            _check_range("peak_fp8_flops", self.peak_fp8_flops, 1e12, 1e17)
-        _check_range("nvlink_Bps", self.nvlink_Bps, 1e9, 1e13)
-        _check_range("pcie_Bps", self.pcie_Bps, 1e8, 1e12)
+            check_range("peak_fp8_flops", self.peak_fp8_flops, 1e12, 1e17)
+        check_range("nvlink_Bps", self.nvlink_Bps, 1e9, 1e13)
+        check_range("pcie_Bps", self.pcie_Bps, 1e8, 1e12)
 
 
 @dataclass(frozen=True)
@@ -165,13 +162,13 @@ class Model:
 
     def validate(self) -> None:
         _check_name(self.name)
-        _check_range("num_layers", self.num_layers, 1, 1000)
-        _check_range("hidden_size", self.hidden_size, 64, 65536)
-        _check_range("num_heads", self.num_heads, 1, 1024)
-        _check_range("num_kv_heads", self.num_kv_heads, 1, self.num_heads)
-        _check_range("head_dim", self.head_dim, 16, 1024)
-        _check_range("ffn_size", self.ffn_size, 64, 1 << 20)
-        _check_range("vocab_size", self.vocab_size, 1, 1 << 22)
+        check_range("num_layers", self.num_layers, 1, 1000)
+        check_range("hidden_size", self.hidden_size, 64, 65536)
+        check_range("num_heads", self.num_heads, 1, 1024)
+        check_range("num_kv_heads", self.num_kv_heads, 1, self.num_heads)
+        check_range("head_dim", self.head_dim, 16, 1024)
+        check_range("ffn_size", self.ffn_size, 64, 1 << 20)
+        check_range("vocab_size", self.vocab_size, 1, 1 << 22)
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
@@ -184,29 +181,29 @@ class Model:
                 if getattr(self, key) != 0:
                     raise ValueError(f"{key}={getattr(self, key)} needs num_experts > 0; allowed 0 for a dense model")
         else:
-            _check_range("num_experts", self.num_experts, 2, 1024)
-            _check_range("experts_per_token", self.experts_per_token, 1, self.num_experts)
-            _check_range("shared_experts", self.shared_experts, 0, MODEL_LIMITS["shared_experts"][1])
-            _check_range("first_dense_layers", self.first_dense_layers, 0, self.num_layers - 1)
+            check_range("num_experts", self.num_experts, 2, 1024)
+            check_range("experts_per_token", self.experts_per_token, 1, self.num_experts)
+            check_range("shared_experts", self.shared_experts, 0, MODEL_LIMITS["shared_experts"][1])
+            check_range("first_dense_layers", self.first_dense_layers, 0, self.num_layers - 1)
         if self.dense_ffn_size != 0:
-            _check_range("dense_ffn_size", self.dense_ffn_size, 64, 1 << 20)
+            check_range("dense_ffn_size", self.dense_ffn_size, 64, 1 << 20)
         if self.kv_lora_rank == 0:
             for key in ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
                 if getattr(self, key) != 0:
                     raise ValueError(f"{key}={getattr(self, key)} needs kv_lora_rank > 0 (multi-head latent "
                                      "attention); allowed 0 for multi-head or grouped-query attention")
         else:
-            _check_range("kv_lora_rank", self.kv_lora_rank, 16, MODEL_LIMITS["kv_lora_rank"][1])
+            check_range("kv_lora_rank", self.kv_lora_rank, 16, MODEL_LIMITS["kv_lora_rank"][1])
             if self.q_lora_rank != 0:
-                _check_range("q_lora_rank", self.q_lora_rank, 16, MODEL_LIMITS["q_lora_rank"][1])
-            _check_range("qk_rope_head_dim", self.qk_rope_head_dim, 0, 1024)
-            _check_range("qk_nope_head_dim", self.qk_nope_head_dim, 1, 1024)
-            _check_range("v_head_dim", self.v_head_dim, 1, 1024)
+                check_range("q_lora_rank", self.q_lora_rank, 16, MODEL_LIMITS["q_lora_rank"][1])
+            check_range("qk_rope_head_dim", self.qk_rope_head_dim, 0, 1024)
+            check_range("qk_nope_head_dim", self.qk_nope_head_dim, 1, 1024)
+            check_range("v_head_dim", self.v_head_dim, 1, 1024)
             if self.head_dim != self.qk_nope_head_dim + self.qk_rope_head_dim:
                 raise ValueError(f"head_dim={self.head_dim} must be qk_nope_head_dim + qk_rope_head_dim = "
                                  f"{self.qk_nope_head_dim + self.qk_rope_head_dim} for multi-head latent attention")
         for key in ("max_context_tokens", "mtp_layers"):
-            _check_range(key, getattr(self, key), *MODEL_LIMITS[key])
+            check_range(key, getattr(self, key), *MODEL_LIMITS[key])
 
     @property
     def is_moe(self) -> bool:
@@ -349,7 +346,7 @@ class Node:
 
     def validate(self) -> None:
         self.gpu.validate()
-        _check_range("num_gpus", self.num_gpus, 1, 8)
+        check_range("num_gpus", self.num_gpus, 1, 8)
         if self.tp not in (1, 2, 4, 8):
             raise ValueError(f"tp={self.tp!r} is not allowed; allowed: 1, 2, 4, 8")
         if self.tp > self.num_gpus or self.num_gpus % self.tp:
@@ -475,7 +472,7 @@ class Deployment:
         self.node.gpu.peak_flops(self.precision)
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype={self.kv_dtype!r} is not allowed; allowed: {', '.join(KV_DTYPES)}")
-        _check_range("gpu_memory_utilization", self.gpu_memory_utilization, 0.1, 1.0)
+        check_range("gpu_memory_utilization", self.gpu_memory_utilization, 0.1, 1.0)
         if self.model.num_heads % self.node.tp:
             ok = [t for t in (1, 2, 4, 8) if self.model.num_heads % t == 0 and t <= self.node.num_gpus]
             raise ValueError(
@@ -492,7 +489,7 @@ class Deployment:
                 f"activations but {have:.1f} GiB are usable; {self._fit_hint()}"
             )
         if self.kv_cache_tokens is not None:
-            _check_range("kv_cache_tokens", self.kv_cache_tokens, KV_BLOCK_TOKENS, self.kv_capacity_tokens_max)
+            check_range("kv_cache_tokens", self.kv_cache_tokens, KV_BLOCK_TOKENS, self.kv_capacity_tokens_max)
 
     def _fit_hint(self) -> str:
         """What would make the model fit: more GPUs per replica, FP8, or a larger GPU."""
@@ -898,7 +895,7 @@ def context_from_hf_config(d: dict) -> tuple[int, str] | None:
                 key = "rope_scaling.original_max_position_embeddings"
             tokens = int(tokens * factor)
             key = f"{key} x rope_scaling.factor"
-            _check_range(key, tokens, 1, MODEL_LIMITS["max_context_tokens"][1])
+            check_range(key, tokens, 1, MODEL_LIMITS["max_context_tokens"][1])
     return tokens, key
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from batching.sim.checks import check_int, check_range, show
 from batching.sim.workload import sessions as _sessions
 from batching.sim.workload.prefixes import offsets, segment_positions, two_part_chains
 from batching.sim.workload.sessions import SessionSpec
@@ -43,33 +44,6 @@ MAX_PERIOD_S = 86_400.0  # on/off period lengths up to a day
 MAX_CV = 20.0
 MAX_DIURNAL_PERIOD_S = 7 * 86_400.0  # a diurnal cycle up to a week long
 MAX_PEAK_TO_TROUGH = 100.0
-
-
-def _show(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return repr(value)
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):.10g}"
-    return str(value)
-
-
-def _check(name: str, value: object, low: float, high: float, low_open: bool = False) -> None:
-    """Raise unless low <= value <= high (low < value when low_open)."""
-    is_number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, bool
-    )
-    ok = is_number and (low < value if low_open else low <= value) and value <= high
-    if not ok:
-        allowed = f"> {_show(low)}" if low_open else _show(low)
-        raise ValueError(
-            f"{name}={_show(value)} is out of range; allowed {allowed} to {_show(high)}"
-        )
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise ValueError(f"{name}={_show(value)} is not an integer; allowed {low} to {high}")
-    _check(name, value, low, high)
 
 
 def _check_arrivals(arrival_s: np.ndarray, cause: str, fix: str) -> None:
@@ -142,7 +116,7 @@ class Requests:
             values = getattr(self, name)
             if n and (values.min() < 1 or values.max() > MAX_TOKENS):
                 raise ValueError(
-                    f"{name} holds {_show(values.min())}..{_show(values.max())}; "
+                    f"{name} holds {show(values.min())}..{show(values.max())}; "
                     f"allowed 1 to {MAX_TOKENS}"
                 )
         k = len(self.class_names)
@@ -204,7 +178,7 @@ class Requests:
             )
         if n and not (np.all(np.isfinite(think)) and think.min() >= 0):
             r = int(np.argmax(~(np.isfinite(think) & (think >= 0))))
-            raise ValueError(f"think_s[{r}]={_show(think[r])} is out of range; allowed finite seconds >= 0")
+            raise ValueError(f"think_s[{r}]={show(think[r])} is out of range; allowed finite seconds >= 0")
 
     @property
     def num_block_ids(self) -> int:
@@ -329,12 +303,12 @@ class LengthDist:
 
     def validate(self) -> None:
         _check_choice("kind", self.kind, LENGTH_KINDS)
-        _check_int("low", self.low, 1, MAX_TOKENS)
-        _check_int("high", self.high, self.low, MAX_TOKENS)
+        check_int("low", self.low, 1, MAX_TOKENS)
+        check_int("high", self.high, self.low, MAX_TOKENS)
         if self.kind in ("fixed", "lognormal"):
-            _check("mean", self.mean, 1, MAX_TOKENS)
+            check_range("mean", self.mean, 1, MAX_TOKENS)
         if self.kind == "lognormal":
-            _check("cv", self.cv, 0, MAX_CV)
+            check_range("cv", self.cv, 0, MAX_CV)
         if self.kind == "empirical":
             if not self.values:
                 raise ValueError(
@@ -414,15 +388,15 @@ class ArrivalProcess:
 
     def validate(self) -> None:
         _check_choice("kind", self.kind, ARRIVAL_KINDS)
-        _check("rate_req_s", self.rate_req_s, 0, MAX_RATE_REQ_S, low_open=True)
+        check_range("rate_req_s", self.rate_req_s, 0, MAX_RATE_REQ_S, low_open=True)
         if self.kind == "gamma":
-            _check("cv", self.cv, 0, MAX_CV, low_open=True)
+            check_range("cv", self.cv, 0, MAX_CV, low_open=True)
         if self.kind == "onoff":
-            _check("on_s", self.on_s, 0, MAX_PERIOD_S, low_open=True)
-            _check("off_s", self.off_s, 0, MAX_PERIOD_S)
+            check_range("on_s", self.on_s, 0, MAX_PERIOD_S, low_open=True)
+            check_range("off_s", self.off_s, 0, MAX_PERIOD_S)
         if self.kind == "diurnal":
-            _check("peak_to_trough", self.peak_to_trough, 1, MAX_PEAK_TO_TROUGH)
-            _check("period_s", self.period_s, 0, MAX_DIURNAL_PERIOD_S, low_open=True)
+            check_range("peak_to_trough", self.peak_to_trough, 1, MAX_PEAK_TO_TROUGH)
+            check_range("period_s", self.period_s, 0, MAX_DIURNAL_PERIOD_S, low_open=True)
 
     def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n sorted arrival times in seconds, the first at 0.
@@ -498,11 +472,11 @@ class PriorityClass:
     def validate(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 64:
             raise ValueError(f"name={self.name!r} is not allowed; allowed 1 to 64 characters")
-        _check_int("priority", self.priority, 0, MAX_PRIORITY_LEVELS - 1)
-        _check("share", self.share, 0, 1)
+        check_int("priority", self.priority, 0, MAX_PRIORITY_LEVELS - 1)
+        check_range("share", self.share, 0, 1)
         for part in (self.prompt, self.output):
             part.validate()
-        _check_int("shared_prefix_tokens", self.shared_prefix_tokens, 0, MAX_TOKENS)
+        check_int("shared_prefix_tokens", self.shared_prefix_tokens, 0, MAX_TOKENS)
         if self.shared_prefix_tokens + self.prompt.high > MAX_TOKENS:
             raise ValueError(
                 f"shared_prefix_tokens={self.shared_prefix_tokens} with prompt.high={self.prompt.high} makes "
@@ -512,7 +486,7 @@ class PriorityClass:
         for name in ("slo_ttft_s", "slo_tpot_s"):
             value = getattr(self, name)
             if value is not None:
-                _check(name, value, 0, 3600, low_open=True)
+                check_range(name, value, 0, 3600, low_open=True)
 
 
 # Length figures: the Azure LLM inference traces 2023 (data/traces/, data/README.md, and
@@ -662,8 +636,8 @@ class SyntheticWorkload:
         names = [c.name for c in self.classes]
         if len(set(names)) != k:
             raise ValueError(f"class names {names} repeat; allowed unique names")
-        _check_int("num_requests", self.num_requests, 1, MAX_NUM_REQUESTS)
-        _check_int("seed", self.seed, 0, 2**63 - 1)
+        check_int("num_requests", self.num_requests, 1, MAX_NUM_REQUESTS)
+        check_int("seed", self.seed, 0, 2**63 - 1)
         if self.sessions is not None:
             if not isinstance(self.sessions, SessionSpec):
                 raise ValueError(f"sessions must be a SessionSpec or None, not {type(self.sessions).__name__}")
@@ -689,7 +663,7 @@ class SyntheticWorkload:
         n = self.num_requests
         streams = np.random.SeedSequence(self.seed).spawn(2 + MAX_PRIORITY_LEVELS)
         arrival_s = self.arrivals.times(np.random.default_rng(streams[0]), n)
-        _check_arrivals(arrival_s, f"rate_req_s={_show(self.rate_req_s)} with num_requests={n}",
+        _check_arrivals(arrival_s, f"rate_req_s={show(self.rate_req_s)} with num_requests={n}",
                         "use a higher rate or fewer requests")
         classes = sorted(self.classes, key=lambda c: c.priority)
         shares = np.array([c.share for c in classes])
@@ -758,7 +732,7 @@ class SyntheticWorkload:
         start_s = starts.times(np.random.default_rng(streams[0]), sessions)
         arrays = _sessions.assemble(start_s, turns, level, prompt, output, think,
                                     shared // KV_BLOCK_TOKENS)
-        _check_arrivals(arrays.arrival_s, f"rate_req_s={_show(self.rate_req_s)} with num_requests={n}",
+        _check_arrivals(arrays.arrival_s, f"rate_req_s={show(self.rate_req_s)} with num_requests={n}",
                         "use a higher rate or fewer requests")
         return Requests(arrays.arrival_s, arrays.prompt_tokens, arrays.output_tokens, arrays.level,
                         tuple(c.name for c in classes), arrays.block_off, arrays.block_ids, arrays.after,
@@ -772,12 +746,12 @@ class SyntheticWorkload:
         arrivals = replace(self.arrivals, rate_req_s=rate_req_s)
         old = self.arrivals
         if old.kind == "diurnal" and rate_req_s != old.rate_req_s:
-            _check("rate_req_s", rate_req_s, 0, MAX_RATE_REQ_S, low_open=True)
+            check_range("rate_req_s", rate_req_s, 0, MAX_RATE_REQ_S, low_open=True)
             period = old.period_s * old.rate_req_s / rate_req_s
             if period > MAX_DIURNAL_PERIOD_S:
                 raise ValueError(
-                    f"rate_req_s={_show(rate_req_s)} stretches the diurnal period_s={_show(old.period_s)} (at "
-                    f"{_show(old.rate_req_s)} req/s) to {period:,.0f} s; allowed up to "
+                    f"rate_req_s={show(rate_req_s)} stretches the diurnal period_s={show(old.period_s)} (at "
+                    f"{show(old.rate_req_s)} req/s) to {period:,.0f} s; allowed up to "
                     f"{MAX_DIURNAL_PERIOD_S:,.0f} s (a week): use a shorter period_s"
                 )
             arrivals = replace(arrivals, period_s=period)
@@ -813,7 +787,7 @@ class SyntheticWorkload:
 
     def with_high_share(self, share_high: float) -> SyntheticWorkload:
         """Priority-0 class gets share_high; the others share the rest in their old ratio."""
-        _check("share_high", share_high, 0, 1)
+        check_range("share_high", share_high, 0, 1)
         if len(self.classes) < 2:
             raise ValueError("with_high_share needs 2 or more classes; this workload has 1")
         others = sum(c.share for c in self.classes if c.priority != 0)
@@ -858,11 +832,11 @@ class TraceWorkload:
         if not isinstance(self.data, bytes):
             raise ValueError(f"data must be bytes, not {type(self.data).__name__}")
         _check_choice("fmt", self.fmt, FORMATS)
-        _check("speedup", self.speedup, 0, MAX_SPEEDUP, low_open=True)
+        check_range("speedup", self.speedup, 0, MAX_SPEEDUP, low_open=True)
         if self.max_requests is not None:
-            _check_int("max_requests", self.max_requests, 1, MAX_NUM_REQUESTS)
+            check_int("max_requests", self.max_requests, 1, MAX_NUM_REQUESTS)
         if self.max_duration_s is not None:
-            _check("max_duration_s", self.max_duration_s, 0, 1e9, low_open=True)
+            check_range("max_duration_s", self.max_duration_s, 0, 1e9, low_open=True)
 
     @classmethod
     def from_path(cls, path: str | Path, **kw: object) -> TraceWorkload:
@@ -894,8 +868,8 @@ class TraceWorkload:
             )
         with np.errstate(over="ignore"):
             arrival_s = trace.arrival_s[:m] / self.speedup
-        _check_arrivals(arrival_s, f"speedup={_show(self.speedup)} (the trace's last arrival at "
-                                   f"{_show(float(trace.arrival_s[m - 1]))} s)", "use a larger speedup")
+        _check_arrivals(arrival_s, f"speedup={show(self.speedup)} (the trace's last arrival at "
+                                   f"{show(float(trace.arrival_s[m - 1]))} s)", "use a larger speedup")
         off = ids = None
         if trace.block_off is not None and trace.block_ids is not None:  # the first m chains
             off = trace.block_off[: m + 1].copy()
@@ -926,7 +900,7 @@ class TraceWorkload:
     def with_rate(self, rate_req_s: float) -> TraceWorkload:
         """A copy whose speed-up makes the mean rate of the first max_requests requests
         (the whole trace when unset) equal rate_req_s."""
-        _check("rate_req_s", rate_req_s, 0, MAX_RATE_REQ_S, low_open=True)
+        check_range("rate_req_s", rate_req_s, 0, MAX_RATE_REQ_S, low_open=True)
         trace = self.load()
         m = len(trace) if self.max_requests is None else min(len(trace), self.max_requests)
         span = float(trace.arrival_s[m - 1] - trace.arrival_s[0])
@@ -936,13 +910,13 @@ class TraceWorkload:
         speedup = rate_req_s / recorded
         if not 0 < speedup <= MAX_SPEEDUP:
             raise ValueError(
-                f"rate_req_s={_show(rate_req_s)} is {speedup:,.4g}x the trace's recorded mean rate of "
+                f"rate_req_s={show(rate_req_s)} is {speedup:,.4g}x the trace's recorded mean rate of "
                 f"{recorded:,.4g} req/s; allowed up to {MAX_SPEEDUP:,.0f}x it, {MAX_SPEEDUP * recorded:,.4g} req/s"
             )
         kept = replace(self, speedup=speedup)._kept(trace)
         with np.errstate(over="ignore"):
             last = trace.arrival_s[kept - 1: kept] / speedup
-        _check_arrivals(last, f"rate_req_s={_show(rate_req_s)}", "use a higher rate_req_s")
+        _check_arrivals(last, f"rate_req_s={show(rate_req_s)}", "use a higher rate_req_s")
         return replace(self, speedup=speedup)
 
     def with_num_requests(self, n: int) -> TraceWorkload:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batching.sim.checks import check_int, check_range
 from batching.sim.workload.prefixes import two_part_chains
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 from batching.sim.workload.traces import MAX_TOKENS
@@ -39,26 +40,6 @@ MAX_MEAN_TURNS = 100.0
 MAX_TURNS = 1000
 MAX_THINK_S = 86_400.0  # a day
 MAX_SESSION_CV = 20.0
-
-
-def _fail(name: str, value: object, allowed: str) -> None:
-    raise ValueError(f"{name}={value!r} is out of range; allowed {allowed}")
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-def _check(name: str, value: object, low: float, high: float, low_open: bool = False) -> None:
-    ok = _number(value) and (low < value if low_open else low <= value) and value <= high
-    if not ok:
-        _fail(name, value, f"{'> ' if low_open else ''}{low:g} to {high:g}")
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        _fail(name, value, f"integers {low} to {high}")
-    _check(name, value, low, high)
 
 
 def _lognormal(rng: np.random.Generator, mean: float, cv: float, n: int) -> np.ndarray:
@@ -89,15 +70,15 @@ class SessionSpec:
     context_cap_tokens: int = SESSION_CONTEXT_CAP_TOKENS
 
     def validate(self) -> None:
-        _check("mean_turns", self.mean_turns, 1, MAX_MEAN_TURNS)
-        _check_int("max_turns", self.max_turns, 1, MAX_TURNS)
-        _check("think_mean_s", self.think_mean_s, 0, MAX_THINK_S)
-        _check("think_cv", self.think_cv, 0, MAX_SESSION_CV)
-        _check("message_mean_tokens", self.message_mean_tokens, 1, MAX_TOKENS)
-        _check("message_cv", self.message_cv, 0, MAX_SESSION_CV)
-        _check_int("message_low", self.message_low, 1, MAX_TOKENS)
-        _check_int("message_high", self.message_high, int(self.message_low), MAX_TOKENS)
-        _check_int("context_cap_tokens", self.context_cap_tokens, 2, MAX_TOKENS)
+        check_range("mean_turns", self.mean_turns, 1, MAX_MEAN_TURNS)
+        check_int("max_turns", self.max_turns, 1, MAX_TURNS)
+        check_range("think_mean_s", self.think_mean_s, 0, MAX_THINK_S)
+        check_range("think_cv", self.think_cv, 0, MAX_SESSION_CV)
+        check_range("message_mean_tokens", self.message_mean_tokens, 1, MAX_TOKENS)
+        check_range("message_cv", self.message_cv, 0, MAX_SESSION_CV)
+        check_int("message_low", self.message_low, 1, MAX_TOKENS)
+        check_int("message_high", self.message_high, int(self.message_low), MAX_TOKENS)
+        check_int("context_cap_tokens", self.context_cap_tokens, 2, MAX_TOKENS)
 
     def sample_turns(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Turns wanted by n sessions (before the context cap), int64 in 1..max_turns."""
