@@ -38,8 +38,9 @@ MAX_CONCURRENT = max(1, int(os.environ.get("BATCHING_MAX_CONCURRENT_SIMULATIONS"
 CACHE_MB = max(16.0, float(os.environ.get("BATCHING_CACHE_MB", "1024")))
 CACHE_BYTES = int(CACHE_MB * 2**20)
 SUMMARY_BYTES = max(4 * 2**20, CACHE_BYTES // 64)  # summaries (a few KiB each), in their own store
-# entries of the small study caches (sweep frames, capacity searches; batching/ui/planning.py)
-CACHE_ENTRIES = max(4, int(os.environ.get("BATCHING_CACHE_ENTRIES", "24")))
+# entries of the small study caches kept in the summaries' store (sweep tables 4 x, capacity and deployment
+# searches 2 x; kilobytes each), least recently used out first, within the store's bytes
+CACHE_ENTRIES = max(1, int(os.environ.get("BATCHING_CACHE_ENTRIES", "24")))
 BUSY_TIMEOUT_S = max(1.0, float(os.environ.get("BATCHING_BUSY_TIMEOUT_S", "60")))
 BUSY_POLL_S = 0.5  # how often a waiting run retries and refreshes its message
 _SLOTS = threading.BoundedSemaphore(MAX_CONCURRENT)
@@ -185,11 +186,15 @@ class ByteStore:
     """A thread-safe LRU map bounded by the bytes of its values (as ``put`` counts them), not their number.
 
     An entry larger than the whole budget is not kept. ``held_bytes`` never exceeds ``budget_bytes``.
+    ``kind_limits``: at most this many entries of a kind (a key whose first item is that name, e.g. the
+    ``("sweep", ...)`` tables), least recently used of the kind out first.
     """
 
-    def __init__(self, budget_bytes: int) -> None:
+    def __init__(self, budget_bytes: int, kind_limits: Mapping[str, int] | None = None) -> None:
         self.budget_bytes = int(budget_bytes)
+        self.kind_limits = dict(kind_limits or {})
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._kinds: dict[str, OrderedDict[Hashable, None]] = {k: OrderedDict() for k in self.kind_limits}
         self._held = 0
         self._lock = threading.Lock()
 
@@ -202,24 +207,45 @@ class ByteStore:
         with self._lock:
             return len(self._entries)
 
+    def _kind(self, key: Hashable) -> OrderedDict | None:
+        return self._kinds.get(key[0]) if isinstance(key, tuple) and key and isinstance(key[0], str) else None
+
+    def _drop(self, key: Hashable) -> None:
+        _, freed = self._entries.pop(key)
+        self._held -= freed
+        kind = self._kind(key)
+        if kind is not None:
+            kind.pop(key, None)
+
+    def count(self, kind: str) -> int:
+        """Entries of a limited kind held now."""
+        with self._lock:
+            return len(self._kinds.get(kind, ()))
+
     def get(self, key: Hashable, default: Any = None) -> Any:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 return default
             self._entries.move_to_end(key)
+            kind = self._kind(key)
+            if kind is not None:
+                kind.move_to_end(key)
             return entry[0]
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> None:
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._held -= old[1]
+            if key in self._entries:
+                self._drop(key)
             if nbytes > self.budget_bytes:
                 return
             while self._entries and self._held + nbytes > self.budget_bytes:
-                _, (_, freed) = self._entries.popitem(last=False)
-                self._held -= freed
+                self._drop(next(iter(self._entries)))
+            kind = self._kind(key)
+            if kind is not None:
+                while len(kind) >= self.kind_limits[key[0]]:
+                    self._drop(next(iter(kind)))
+                kind[key] = None
             self._entries[key] = (value, nbytes)
             self._held += nbytes
 
@@ -228,12 +254,13 @@ class ByteStore:
         with self._lock:
             self.budget_bytes = int(budget_bytes)
             while self._entries and self._held > self.budget_bytes:
-                _, (_, freed) = self._entries.popitem(last=False)
-                self._held -= freed
+                self._drop(next(iter(self._entries)))
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            for kind in self._kinds.values():
+                kind.clear()
             self._held = 0
 
 
@@ -260,8 +287,11 @@ class _KeyLocks:
                     del self._locks[key]
 
 
+# the study answers pages keep in the summaries' store, at most CACHE_ENTRIES x this many of each kind
+# (batching/ui/planning.py: sweep tables, capacity searches and a rate sweep's search; pages/find_a_deployment.py)
+STUDY_KINDS = {"sweep": 4, "capacity": 2, "sweep_search": 2, "deployment_search": 2}
 RESULTS = ByteStore(CACHE_BYTES)
-SUMMARIES = ByteStore(SUMMARY_BYTES)
+SUMMARIES = ByteStore(SUMMARY_BYTES, {kind: times * CACHE_ENTRIES for kind, times in STUDY_KINDS.items()})
 _KEYS = _KeyLocks()
 _MISSING = object()
 
