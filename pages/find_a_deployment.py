@@ -16,7 +16,7 @@ from batching.sim.specs import GPUS, PRECISIONS
 from batching.studies.backends import BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.search import COST_NOTE, TPS, Grid, parse_knobs, router_note, search
-from batching.ui import cache, nav, page, planning, sidebar, state, widgets
+from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
 
@@ -93,7 +93,7 @@ def _backend(size: int):
             st.warning(f"The Ray cluster is not available ({plain(exc)}); searching on this server.",
                        icon=":material/cloud_off:")
     extra = 0
-    while extra < cache.MAX_CONCURRENT - 1 and cache.SLOTS.try_take():
+    while extra < cache.MAX_CONCURRENT - 1 and cache.SLOTS.take_extra():  # only while nobody waits for a slot
         extra += 1
     return make_backend("threads", workers=1 + extra), extra
 
@@ -108,6 +108,7 @@ def _run(base: Scenario, slo, target: float, prices: dict, grid: Grid, router: s
 
     def go() -> dict:
         backend, extra = _backend(size)
+        backend = slots.StoppableBackend(backend)  # closed on the way out: a closed page's tasks stop there
         try:
             return search(base, slo, target, prices, grid, backend=backend, progress=progress, router=router)
         finally:
