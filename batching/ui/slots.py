@@ -14,8 +14,12 @@
   and ``simulate`` calls it before every run (``sim.simulate.before_each_run``), so a job in the script thread
   stops at its next run, not at its end. A job's pool threads check its ``Job``, which the script thread
   stops on its way out (``Job.wrap``, ``StoppableBackend``), and ``as_completed`` waits for them with
-  checkpoints. Every slot is given back as the job unwinds: at most one run (already inside the kernel) ends
-  after the page.
+  checkpoints. A heavy single run goes to a background thread (``in_background``) while the script thread waits
+  with checkpoints, so a closed page ends at once; the run already inside the kernel (it cannot be interrupted)
+  finishes in its slot and gives it back. No other run starts for a page that has gone.
+- **Priority.** Threads that run heavy simulations (the background ones, a job's pool threads) run at nice
+  ``HEAVY_NICE``: on an idle server at full speed, but page scripts, the server's event loop and light runs get
+  the cores first.
 """
 from __future__ import annotations
 

@@ -38,13 +38,14 @@ HEAVY_FULL = (EXPLORE_20K, "/explore?n=20000&nodes=64&router=least-outstanding",
               "/find_a_deployment?n=20000")
 FIRST_CHART_TIMEOUT_S = 180  # the warm-up visit of a cold server loads (or compiles) the kernel
 BUSY_SETTLE_S = 60  # the longest the heavy pages may take to fill the slots
-QUEUE_TEXT = "waiting for a simulation slot"
+QUEUE_TEXT = "The server is busy"  # a run waiting for a slot says so (and now its place in the queue)
 # once the heavy pages have closed, a fresh heavy run waits at most for the runs their jobs had in the kernel (a
 # job stops before its next run); before, it waited for whole sweeps and searches, and gave up after 60 s
 AFTER_CLOSE_WAIT_S = 15
 # a chart is drawn when Plotly has laid it out and holds its data
 _CHART = ("() => [...document.querySelectorAll('.js-plotly-plot')].some(g => g._fullLayout && g.data "
           "&& g.data.length)")
+_ALERTS = "() => [...document.querySelectorAll('[data-testid=\"stAlertContentInfo\"]')].map(e => e.textContent)"
 _RUNNING = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
             " return !!a && a.getAttribute('data-test-script-state') === 'running'; }")
 
@@ -83,11 +84,18 @@ async def first_chart_s(browser, url: str, timeout_s: float = FIRST_CHART_TIMEOU
             "queued_s": round(seen[-1] - seen[0] + 0.1, 1) if seen else 0.0}
 
 
+# a heavy page, once open, is laid out and painted no more (its scripts still run and take every message): its
+# user's browser would be on another machine, and here its spinners' animations alone took about one of the two
+# cores the server and the light page's browser share (Chromium's renderer main thread, CDP TaskDuration)
+_HIDE = "body { display: none !important; }"
+
+
 async def _open_heavy(browser, base: str, urls) -> list:
     out = []
     for url in urls:
         context, page, errors = await _page(browser, base + url)
         await page.goto(base + url, timeout=FIRST_CHART_TIMEOUT_S * 1000)
+        await page.add_style_tag(content=_HIDE)
         out.append((context, page, errors, url))
     return out
 
@@ -108,10 +116,10 @@ async def _until_busy(heavy: list, seen: list[str]) -> float:
 
 
 async def _note_queue(page, url: str, seen: list[str]) -> None:
-    text = await page.inner_text("body")
-    for line in text.splitlines():
-        if QUEUE_TEXT in line:
-            seen.append(f"{url}: {line.strip()[:200]}")
+    """Note the queue messages on a page (read from the DOM's text: a hidden page has no rendered text)."""
+    for text in await page.evaluate(_ALERTS):
+        if QUEUE_TEXT in text:
+            seen.append(f"{url}: {text[text.index(QUEUE_TEXT):][:200]}")
 
 
 async def _watch_queue(heavy: list, seen: list[str], stop: asyncio.Event) -> None:
@@ -132,7 +140,10 @@ async def scenario(server: StreamlitServer, heavy_urls, light_runs: int) -> dict
 
     base = server.url
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=60_000)
+        # every page's renderer at the same priority: Chromium lowers the ones it deems in the background, which
+        # here would be whichever sessions opened before the one measured
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM),
+                                          args=ARGS + ["--disable-renderer-backgrounding"], timeout=60_000)
         try:
             warm = await first_chart_s(browser, f"{base}{LIGHT}&seed=100")  # loads the kernel
             idle = [await first_chart_s(browser, f"{base}{LIGHT}&seed={s}") for s in (1, 2)]
