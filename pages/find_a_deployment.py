@@ -16,7 +16,7 @@ from batching.sim.hardware.specs import GPUS, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.search import COST_NOTE, TPS, Grid, parse_knobs, router_note, search
-from batching.ui import cache, nav, page, planning, sidebar, state, widgets
+from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
 
@@ -95,7 +95,8 @@ def _backend(size: int, tasks: int):
             st.warning(f"The Ray cluster is not available ({plain(exc)}); searching on this server.",
                        icon=":material/cloud_off:")
     extra = 0
-    while extra < min(cache.MAX_CONCURRENT, tasks) - 1 and cache.SLOTS.try_take():
+    # only while nobody waits for a slot
+    while extra < min(cache.MAX_CONCURRENT, tasks) - 1 and cache.SLOTS.take_extra():
         extra += 1
     return make_backend("threads", workers=1 + extra), extra
 
@@ -113,7 +114,7 @@ def _run(base: Scenario, slo, target: float, prices: dict, grid: Grid, router: s
 
         def open_backend(tasks: int):
             backend, taken[0] = _backend(size, tasks)
-            return backend
+            return slots.StoppableBackend(backend)  # closed on the way out: a closed page's tasks stop there
 
         try:  # search closes the backend it made
             return search(base, slo, target, prices, grid, backend=open_backend, progress=progress, router=router)

@@ -1,6 +1,9 @@
 """Scenario -> SimResult: run the engine on a scenario's requests and tabulate the outcome."""
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -256,8 +259,27 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
     return outs
 
 
+_BEFORE_RUN = threading.local()
+
+
+@contextmanager
+def before_each_run(check: Callable[[], None]) -> Iterator[None]:
+    """Call ``check()`` before every ``simulate`` this thread starts inside the block: a cooperative stop for long
+    jobs (many runs), e.g. the dashboard's for a page that closed. Whatever ``check`` raises ends the job there; a
+    run already started finishes (the kernel cannot be interrupted)."""
+    outer = getattr(_BEFORE_RUN, "check", None)
+    _BEFORE_RUN.check = check
+    try:
+        yield
+    finally:
+        _BEFORE_RUN.check = outer
+
+
 def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     """Simulate a scenario. ``saturated`` makes every request arrive at t = 0 (capacity runs)."""
+    check = getattr(_BEFORE_RUN, "check", None)
+    if check is not None:
+        check()
     scenario.validate()
     reqs = scenario.workload.generate()
     if len(reqs) == 0:

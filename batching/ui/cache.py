@@ -27,6 +27,8 @@ from batching.studies.compare import with_capacity
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult, simulate
 from batching.sim.workload.requests import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
+from batching.ui import slots
+from batching.ui.slots import ServerBusy  # noqa: F401 - pages and widgets read it here
 
 T = TypeVar("T")
 
@@ -35,14 +37,18 @@ T = TypeVar("T")
 # 20,000-request result takes 5 to 75 MiB on a busy node, up to ~760 MiB when every request runs alone), and how
 # long a run waits for a free slot before it gives up with a "try again" message
 MAX_CONCURRENT = max(1, int(os.environ.get("BATCHING_MAX_CONCURRENT_SIMULATIONS", "2")))
+# the light lane (batching/ui/slots.py): this many more slots, for runs of at most LIGHT_REQUESTS requests only
+# (slots.run_cost; the sidebar's default is 2,000), so a small run never queues behind large ones; 0: one lane
+LIGHT_SLOTS = max(0, int(os.environ.get("BATCHING_LIGHT_SIMULATIONS", "1")))
+LIGHT_REQUESTS = max(1, int(os.environ.get("BATCHING_LIGHT_REQUESTS", "2000")))
 CACHE_MB = max(16.0, float(os.environ.get("BATCHING_CACHE_MB", "1024")))
 CACHE_BYTES = int(CACHE_MB * 2**20)
 SUMMARY_BYTES = max(4 * 2**20, CACHE_BYTES // 64)  # summaries (a few KiB each), in their own store
-# entries of the small study caches (sweep frames, capacity searches; batching/ui/planning.py)
-CACHE_ENTRIES = max(4, int(os.environ.get("BATCHING_CACHE_ENTRIES", "24")))
+# entries of the small study caches kept in the summaries' store (sweep tables 4 x, capacity and deployment
+# searches 2 x; kilobytes each), least recently used out first, within the store's bytes
+CACHE_ENTRIES = max(1, int(os.environ.get("BATCHING_CACHE_ENTRIES", "24")))
 BUSY_TIMEOUT_S = max(1.0, float(os.environ.get("BATCHING_BUSY_TIMEOUT_S", "60")))
-BUSY_POLL_S = 0.5  # how often a waiting run retries and refreshes its message
-_SLOTS = threading.BoundedSemaphore(MAX_CONCURRENT)
+BUSY_POLL_S = 0.5  # how often a waiting run refreshes its message (and is an interrupt point of its page)
 _KERNEL = {"ready": False}
 
 # The server's memory ceiling (README, "Hosting" > "Memory"; tests/load/test_load.py asserts it). Measured with
@@ -61,119 +67,93 @@ def largest_result_mib(max_requests: int) -> float:
     return RESULT_KIB_PER_REQUEST_MAX * max_requests / 1024
 
 
-def memory_ceiling_mib(cache_mb: float, max_concurrent: int, page_runs: int, result_mib: float) -> float:
+def memory_ceiling_mib(cache_mb: float, max_concurrent: int, page_runs: int, result_mib: float,
+                       light_slots: int = LIGHT_SLOTS, light_requests: int = LIGHT_REQUESTS) -> float:
     """Most resident memory (MiB) the server needs: the stores (results + summaries), ``max_concurrent``
-    simulations running, ``page_runs`` pages being drawn at that moment (at most the sessions open), each run's
-    result at most ``result_mib`` (``largest_result_mib`` for any scenario). Uploaded traces come on top: up to
-    twice the upload limit per session that holds one, and ~16 times a file while it is parsed."""
+    simulations running and ``light_slots`` light ones (at most ``light_requests`` requests each), ``page_runs``
+    pages being drawn at that moment (at most the sessions open), each run's result at most ``result_mib``
+    (``largest_result_mib`` for any scenario). Uploaded traces come on top: up to twice the upload limit per
+    session that holds one, and ~16 times a file while it is parsed."""
+    light_mib = min(result_mib, largest_result_mib(light_requests))
     return (BASE_MIB + cache_mb * (1 + 1 / 64) + max_concurrent * SIMULATION_PER_RESULT * result_mib
+            + light_slots * SIMULATION_PER_RESULT * light_mib
             + page_runs * (PAGE_RUN_MIB + PAGE_RUN_PER_RESULT * result_mib))
-
-
-class ServerBusy(RuntimeError):
-    """No simulation slot came free within BUSY_TIMEOUT_S; the message asks the user to try again."""
 
 
 class _NoSlot(Exception):
     """Raised inside a cached function that would have to wait for a slot (never cached, never shown)."""
 
 
-class _Slots:
-    """The process-wide simulation slots: ``_SLOTS`` plus who holds one.
-
-    A cached function takes a slot only without waiting (``try_take``); when none is free it raises
-    ``_NoSlot`` and the caller, outside the cached function, waits here with a message on screen and then
-    calls again holding the slot. So messages never live inside a cached function (Streamlit would replay
-    them on every cache hit) and a cache hit never waits.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running = 0
-        self._local = threading.local()
-
-    @property
-    def running(self) -> int:
-        """Simulations holding a slot now."""
-        with self._lock:
-            return self._running
-
-    def held_here(self) -> bool:
-        """Whether this thread holds a slot (a run may take extra ones, e.g. a parallel sweep)."""
-        return getattr(self._local, "held", 0) > 0
-
-    def _took(self) -> None:
-        with self._lock:
-            self._running += 1
-        self._local.held = getattr(self._local, "held", 0) + 1
-
-    def release(self) -> None:
-        self._local.held = max(0, getattr(self._local, "held", 0) - 1)
-        with self._lock:
-            self._running -= 1
-        _SLOTS.release()
-
-    def try_take(self) -> bool:
-        if _SLOTS.acquire(blocking=False):
-            self._took()
-            return True
-        return False
-
-    def wait(self, notify: Callable[[int, float], None], timeout_s: float) -> None:
-        """Take a slot, calling ``notify(running, waited_s)`` before each retry; ServerBusy after timeout_s."""
-        start = time.monotonic()
-        while True:
-            waited = time.monotonic() - start
-            if waited >= timeout_s:
-                running = self.running
-                raise ServerBusy(
-                    f"The server is busy: {running} other simulation{'s' if running != 1 else ''} kept every "
-                    f"slot for {timeout_s:.0f} s. Nothing is wrong with your scenario; please try again in a "
-                    "minute.")
-            notify(self.running, waited)
-            if _SLOTS.acquire(timeout=min(BUSY_POLL_S, max(0.01, timeout_s - waited))):
-                self._took()
-                return
+# The slots (batching/ui/slots.py). A cached function takes a slot only without waiting (``try_take``); when none is
+# free it raises ``_NoSlot`` and the caller, outside the cached function, waits in its lane's queue with a message
+# on screen and then calls again holding the slot. So messages never live inside a cached function and a cache hit
+# never waits.
+SLOTS = slots.Slots(MAX_CONCURRENT, LIGHT_SLOTS)
 
 
-SLOTS = _Slots()
+def is_light(cost: int) -> bool:
+    """Whether work of this estimated cost (``slots.run_cost``, summed over its runs) takes the light lane."""
+    return LIGHT_SLOTS > 0 and cost <= LIGHT_REQUESTS
 
 
-def _run_in_slot(fn: Callable[[], T]) -> T:
-    """Inside a cached function: run ``fn`` in a slot, taking one without waiting unless already held."""
+def light_run(scenario: Scenario) -> bool:
+    return is_light(slots.run_cost(scenario))
+
+
+def _run_in_slot(fn: Callable[[], T], light: bool = False, background: bool = False) -> T:
+    """Inside a cached function: run ``fn`` in a slot of its lane (the one ``_with_slot`` waited for, or one taken
+    without waiting; none: ``_NoSlot``), or in the slot this thread holds already (a job's). The page's script
+    thread stops at the next simulation once its page has gone (``slots.checkpoint``). ``background``: ``fn``
+    draws nothing and runs in a low-priority thread while this one waits (``slots.in_background``): heavy runs
+    leave the cores to pages and light runs, and a closed page stops waiting for them at once."""
     if SLOTS.held_here():
-        return fn()
-    if not SLOTS.try_take():
+        return slots.checked(fn)
+    lease = SLOTS.lease(light)
+    if lease is None:
         raise _NoSlot
+    if background:
+        return slots.in_background(fn, lease)
     try:
-        return fn()
+        with SLOTS.holding(lease):
+            return slots.checked(fn)
     finally:
-        SLOTS.release()
+        lease.release()
 
 
-def _busy_message(running: int, waited_s: float) -> str:
+def _busy_message(running: int, position: int, queued: int, waited_s: float, light: bool = False) -> str:
     others = f"{running} other simulation{'s' if running != 1 else ''}"
-    return (f"The server is busy with {others}; retrying… (waited {waited_s:.0f} s, giving up after "
-            f"{BUSY_TIMEOUT_S:.0f} s)")
+    lane = "small runs" if light else "large runs"
+    return (f"The server is busy with {others}: waiting for a simulation slot, position {position} of {queued} "
+            f"in the queue for {lane} (waited {waited_s:.0f} s, giving up after {BUSY_TIMEOUT_S:.0f} s)")
 
 
-def _with_slot(call: Callable[[], T]) -> T:
-    """``call`` a cached function; if it needs a slot and none is free, wait with a polite message, then
-    call it again holding a slot. Raises ServerBusy (a RuntimeError) when no slot comes free in time."""
+def _with_slot(call: Callable[[], T], light: bool = False) -> T:
+    """``call`` a cached function; if it needs a slot and none of its lane is free, wait in the lane's queue with
+    a message giving the place in it, then call it again with the slot reserved for it. Raises ServerBusy (a
+    RuntimeError) when no slot comes free in time; a closed page leaves the queue at the next refresh."""
     try:
         return call()
     except _NoSlot:
         pass
     holder = st.empty()
+    shown = [""]
+
+    def notify(running: int, pos: int, queued: int, waited: float) -> None:
+        text = _busy_message(running, pos, queued, waited, light)
+        if text != shown[0]:  # redrawn when it changes (about once a second), else only an interrupt point
+            shown[0] = text
+            holder.info(text, icon=":material/hourglass_top:")
+        else:
+            slots.checkpoint()
+
     try:
-        SLOTS.wait(lambda running, waited: holder.info(_busy_message(running, waited),
-                                                       icon=":material/hourglass_top:"), BUSY_TIMEOUT_S)
+        SLOTS.wait(notify, BUSY_TIMEOUT_S, light, BUSY_POLL_S)
     finally:
         holder.empty()
     try:
         return call()
     finally:
-        SLOTS.release()
+        SLOTS.drop_reservation()  # unless the call took it (another session may have stored the result)
 
 
 # public names of the slot discipline, for other cached studies (batching/ui/planning.py)
@@ -185,11 +165,15 @@ class ByteStore:
     """A thread-safe LRU map bounded by the bytes of its values (as ``put`` counts them), not their number.
 
     An entry larger than the whole budget is not kept. ``held_bytes`` never exceeds ``budget_bytes``.
+    ``kind_limits``: at most this many entries of a kind (a key whose first item is that name, e.g. the
+    ``("sweep", ...)`` tables), least recently used of the kind out first.
     """
 
-    def __init__(self, budget_bytes: int) -> None:
+    def __init__(self, budget_bytes: int, kind_limits: Mapping[str, int] | None = None) -> None:
         self.budget_bytes = int(budget_bytes)
+        self.kind_limits = dict(kind_limits or {})
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._kinds: dict[str, OrderedDict[Hashable, None]] = {k: OrderedDict() for k in self.kind_limits}
         self._held = 0
         self._lock = threading.Lock()
 
@@ -202,24 +186,45 @@ class ByteStore:
         with self._lock:
             return len(self._entries)
 
+    def _kind(self, key: Hashable) -> OrderedDict | None:
+        return self._kinds.get(key[0]) if isinstance(key, tuple) and key and isinstance(key[0], str) else None
+
+    def _drop(self, key: Hashable) -> None:
+        _, freed = self._entries.pop(key)
+        self._held -= freed
+        kind = self._kind(key)
+        if kind is not None:
+            kind.pop(key, None)
+
+    def count(self, kind: str) -> int:
+        """Entries of a limited kind held now."""
+        with self._lock:
+            return len(self._kinds.get(kind, ()))
+
     def get(self, key: Hashable, default: Any = None) -> Any:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 return default
             self._entries.move_to_end(key)
+            kind = self._kind(key)
+            if kind is not None:
+                kind.move_to_end(key)
             return entry[0]
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> None:
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._held -= old[1]
+            if key in self._entries:
+                self._drop(key)
             if nbytes > self.budget_bytes:
                 return
             while self._entries and self._held + nbytes > self.budget_bytes:
-                _, (_, freed) = self._entries.popitem(last=False)
-                self._held -= freed
+                self._drop(next(iter(self._entries)))
+            kind = self._kind(key)
+            if kind is not None:
+                while len(kind) >= self.kind_limits[key[0]]:
+                    self._drop(next(iter(kind)))
+                kind[key] = None
             self._entries[key] = (value, nbytes)
             self._held += nbytes
 
@@ -228,12 +233,13 @@ class ByteStore:
         with self._lock:
             self.budget_bytes = int(budget_bytes)
             while self._entries and self._held > self.budget_bytes:
-                _, (_, freed) = self._entries.popitem(last=False)
-                self._held -= freed
+                self._drop(next(iter(self._entries)))
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            for kind in self._kinds.values():
+                kind.clear()
             self._held = 0
 
 
@@ -260,8 +266,11 @@ class _KeyLocks:
                     del self._locks[key]
 
 
+# the study answers pages keep in the summaries' store, at most CACHE_ENTRIES x this many of each kind
+# (batching/ui/planning.py: sweep tables, capacity searches and a rate sweep's search; pages/find_a_deployment.py)
+STUDY_KINDS = {"sweep": 4, "capacity": 2, "sweep_search": 2, "deployment_search": 2}
 RESULTS = ByteStore(CACHE_BYTES)
-SUMMARIES = ByteStore(SUMMARY_BYTES)
+SUMMARIES = ByteStore(SUMMARY_BYTES, {kind: times * CACHE_ENTRIES for kind, times in STUDY_KINDS.items()})
 _KEYS = _KeyLocks()
 _MISSING = object()
 
@@ -326,9 +335,10 @@ def _view(result: SimResult) -> SimResult:
 
 
 def _cached(store: ByteStore, key: Hashable, compute: Callable[[], T], size: Callable[[T], int],
-            in_slot: bool = True) -> T:
+            in_slot: bool = True, light: bool = False) -> T:
     """``store[key]``, or ``compute()`` stored with ``size(value)`` bytes; ``in_slot``: computed in a simulation
-    slot (``_run_in_slot`` raises ``_NoSlot`` when none is free, which leaves the key's lock)."""
+    slot of the light lane or not (``_run_in_slot`` raises ``_NoSlot`` when none is free, which leaves the key's
+    lock)."""
     hit = store.get(key, _MISSING)
     if hit is not _MISSING:
         return hit
@@ -336,7 +346,7 @@ def _cached(store: ByteStore, key: Hashable, compute: Callable[[], T], size: Cal
         hit = store.get(key, _MISSING)  # another session may have simulated it while this one waited
         if hit is not _MISSING:
             return hit
-        value = _run_in_slot(compute) if in_slot else compute()
+        value = _run_in_slot(compute, light=light, background=not light) if in_slot else compute()
         store.put(key, value, size(value))
         return value
 
@@ -347,7 +357,8 @@ def _simulate(scenario: Scenario, saturated: bool) -> SimResult:
         result.summary()  # computed once here, shared by every view
         return result
 
-    return _view(_cached(RESULTS, ("result", scenario_token(scenario), saturated), run, result_bytes))
+    return _view(_cached(RESULTS, ("result", scenario_token(scenario), saturated), run, result_bytes,
+                         light=light_run(scenario)))
 
 
 def _summary(scenario: Scenario, saturated: bool) -> dict:
@@ -360,15 +371,16 @@ def _summary(scenario: Scenario, saturated: bool) -> dict:
 def simulate_cached(scenario: Scenario, saturated: bool = False) -> SimResult:
     """``simulate`` through the bounded store: a copy-on-write view of the stored result.
 
-    At most MAX_CONCURRENT simulations run at once in the process; a run that finds every slot taken
-    shows "The server is busy…" while it waits and raises ServerBusy after BUSY_TIMEOUT_S.
+    At most MAX_CONCURRENT simulations run at once in the process, and LIGHT_SLOTS more light ones; a run that
+    finds every slot of its lane taken shows "The server is busy… position P of Q" while it waits and raises
+    ServerBusy after BUSY_TIMEOUT_S.
     """
-    return _with_slot(lambda: _simulate(scenario, bool(saturated)))
+    return _with_slot(lambda: _simulate(scenario, bool(saturated)), light_run(scenario))
 
 
 def summary_cached(scenario: Scenario, saturated: bool = False) -> dict:
     """The run's ``summary()`` through its own store (small dicts); slots as ``simulate_cached``."""
-    return _with_slot(lambda: _summary(scenario, bool(saturated)))
+    return _with_slot(lambda: _summary(scenario, bool(saturated)), light_run(scenario))
 
 
 def result_for_download(scenario: Scenario, saturated: bool = False) -> SimResult:
@@ -378,11 +390,11 @@ def result_for_download(scenario: Scenario, saturated: bool = False) -> SimResul
         return _simulate(scenario, bool(saturated))
     except _NoSlot:
         pass
-    SLOTS.wait(lambda running, waited: None, BUSY_TIMEOUT_S)
+    SLOTS.wait(lambda *_: None, BUSY_TIMEOUT_S, light_run(scenario), BUSY_POLL_S)
     try:
         return _simulate(scenario, bool(saturated))
     finally:
-        SLOTS.release()
+        SLOTS.drop_reservation()
 
 
 class Reading:

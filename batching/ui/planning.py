@@ -18,7 +18,7 @@ from batching.studies import planning as sp
 from batching.studies.capacity import (ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, CapacityResult, capacity, default_slo,
                                        per_class_values)
 from batching.studies import disagg_capacity, sweeps
-from batching.ui import cache, state
+from batching.ui import cache, slots, state
 from batching.ui.params import Param
 from batching.ui.safe import plain
 
@@ -119,11 +119,16 @@ def slo_inputs(names: Sequence[str], columns: Sequence | None = None) -> None:
 
 
 def _extra_slots(wanted: int) -> int:
-    """Take up to ``wanted`` more simulation slots without waiting (the caller already holds one)."""
+    """Take up to ``wanted`` more simulation slots without waiting (the caller already holds one), only while
+    nobody waits for one (``slots.Slots.take_extra``)."""
     took = 0
-    while took < wanted and cache.SLOTS.try_take():
+    while took < wanted and cache.SLOTS.take_extra():
         took += 1
     return took
+
+
+# a sweep point's runs at most: the offered load, the capacity run, and a capacity search of up to 20 rates
+POINT_RUNS = 22
 
 
 def _row(sc: Scenario, slo: SLO | None, search: bool) -> dict:
@@ -194,7 +199,10 @@ def sweeps_cached(jobs: Sequence[tuple[str, Scenario, str, Sequence[float], SLO 
                              lambda sc=sc, slo=slo, pv=per_value: _row(sc, slo, pv)))
     errors: dict = {}
     if todo:
-        _run_points(sorted(todo, key=lambda t: t[0]), got, errors, text)
+        runs = {key: sc for j, _, scenarios, _, keys, _ in plans for sc, key in zip(scenarios, keys)}
+        runs.update({sk: jobs[j][1] for j, _, _, _, _, sk in plans if sk is not None})
+        cost = sum(POINT_RUNS * slots.run_cost(runs[key]) for _, key, _, _ in todo)
+        _run_points(sorted(todo, key=lambda t: t[0]), got, errors, text, cache.is_light(cost))
     for j, vals, scenarios, per_value, keys, search_key in plans:
         _, scenario, knob, _, slo = jobs[j]
         bad = [errors[k] for k in [*keys, search_key] if k in errors]
@@ -212,10 +220,11 @@ def sweeps_cached(jobs: Sequence[tuple[str, Scenario, str, Sequence[float], SLO 
     return out
 
 
-def _run_points(todo: list, got: dict, errors: dict, text: str) -> None:
+def _run_points(todo: list, got: dict, errors: dict, text: str, light: bool = False) -> None:
     """Compute the missing points on a pool as wide as the free slots (one held, the others taken without
-    waiting), each stored as it ends; the script thread draws the progress. ValueErrors are kept per key."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+    waiting), each stored as it ends; the script thread draws the progress. ValueErrors are kept per key. When
+    the page goes, the points not started are dropped and the running ones stop at their next simulation."""
+    from concurrent.futures import ThreadPoolExecutor
 
     cache.ensure_kernel()
     holder = st.empty()
@@ -223,13 +232,15 @@ def _run_points(todo: list, got: dict, errors: dict, text: str) -> None:
 
     def run() -> None:
         extra = _extra_slots(min(total, cache.MAX_CONCURRENT) - 1)
+        job = slots.Job()
         try:
             with ThreadPoolExecutor(max_workers=1 + extra) as pool:
-                futures = {pool.submit(cache.small_cached, key, fn): (key, label) for _, key, label, fn in todo}
+                futures = {pool.submit(job.wrap(cache.small_cached, heavy=not light), key, fn): (key, label)
+                           for _, key, label, fn in todo}
                 try:
                     done = 0
                     holder.progress(0.0, text=f"{text}: 0 of {total} points")
-                    for fut in as_completed(futures):
+                    for fut in slots.as_completed(futures):
                         key, label = futures[fut]
                         try:
                             got[key] = fut.result()
@@ -237,7 +248,8 @@ def _run_points(todo: list, got: dict, errors: dict, text: str) -> None:
                             errors[key] = exc
                         done += 1
                         holder.progress(done / total, text=f"{text}: {done} of {total} points (last: {label})")
-                except BaseException:  # a new rerun stopped this one: the points running end (and are kept)
+                except BaseException:  # the page went, or a new rerun stopped this one: the points running stop
+                    job.stop()
                     for fut in futures:
                         fut.cancel()
                     raise
@@ -246,7 +258,7 @@ def _run_points(todo: list, got: dict, errors: dict, text: str) -> None:
                 cache.SLOTS.release()
 
     try:
-        cache.with_slot(lambda: cache.run_in_slot(run))
+        cache.with_slot(lambda: cache.run_in_slot(run, light=light), light)
     finally:
         holder.empty()
 
@@ -261,8 +273,10 @@ def capacity_cached(scenario: Scenario, slo: SLO) -> CapacityResult:
     key = ("capacity", cache.scenario_token(scenario), slo)
     found = cache.peek(key)
     if found is None:
+        light = cache.is_light(POINT_RUNS * slots.run_cost(scenario))
         found = cache.with_slot(lambda: cache.run_in_slot(
-            lambda: cache.small_cached(key, lambda: _search(scenario, slo), 16384)))
+            lambda: cache.small_cached(key, lambda: _search(scenario, slo), 16384), light=light,
+            background=not light), light)
     # the stored result is shared: each caller gets its own frame (copy-on-write) and class readings
     return replace(found, points=found.points.copy(deep=False), by_priority=deepcopy(found.by_priority))
 

@@ -113,6 +113,39 @@ def test_cache_mb_comes_from_the_environment():
     assert out.stdout.split() == [str(300 * 2**20)] * 2, out.stderr[-2000:]
 
 
+def test_cache_entries_bound_the_study_answers():
+    """BATCHING_CACHE_ENTRIES (README, "Settings"): sweep tables are kept 4 times that many, capacity and deployment
+    searches 2 times, least recently used out first; summaries and sweep points are bounded by bytes only."""
+    code = """from batching.ui import cache
+for i in range(12):
+    for kind in ("sweep", "capacity", "deployment_search", "sweep_point"):
+        cache.small_cached((kind, i), lambda i=i: i)
+    if i == 0:
+        cache.peek(("sweep", 0))
+    cache.peek(("sweep", 0))  # used again and again: kept
+kept = {k: [i for i in range(12) if cache.peek((k, i)) is not None]
+        for k in ("sweep", "capacity", "deployment_search", "sweep_point")}
+print(kept)"""
+    env = {**os.environ, "BATCHING_CACHE_ENTRIES": "2", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == str({"sweep": [0, 5, 6, 7, 8, 9, 10, 11], "capacity": [8, 9, 10, 11],
+                                      "deployment_search": [8, 9, 10, 11], "sweep_point": list(range(12))}), \
+        out.stdout + out.stderr[-2000:]
+
+
+def test_a_store_counts_its_kinds_through_every_eviction():
+    store = cache.ByteStore(10_000, {"sweep": 3})
+    for i in range(5):
+        store.put(("sweep", i), i, 1000)
+    assert store.count("sweep") == 3 and [store.get(("sweep", i)) for i in range(5)] == [None, None, 2, 3, 4]
+    store.put(("summary", 0), "s", 8500)  # evicted by bytes: the oldest go, the kind's count follows
+    assert store.held_bytes == 9500 and store.count("sweep") == 1 and store.get(("sweep", 4)) == 4
+    store.put(("sweep", 4), "again", 500)  # replaced, not counted twice
+    assert store.count("sweep") == 1 and len(store) == 2
+    store.clear()
+    assert store.count("sweep") == 0 and store.held_bytes == 0
+
+
 def test_hits_share_the_stored_result_and_cannot_change_it(counted):
     sc = _scenario()
     first = cache.simulate_cached(sc)

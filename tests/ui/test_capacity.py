@@ -129,8 +129,8 @@ def test_price_target_and_headroom_change_the_plan_without_a_new_search(monkeypa
     calls = []
     real = cache._run_in_slot
     # every simulation, the capacity search's included (ui/planning calls the public alias), runs in a slot
-    monkeypatch.setattr(cache, "_run_in_slot", lambda fn: calls.append(1) or real(fn))
-    monkeypatch.setattr(cache, "run_in_slot", lambda fn: calls.append(1) or real(fn))
+    monkeypatch.setattr(cache, "_run_in_slot", lambda fn, **kw: calls.append(1) or real(fn, **kw))
+    monkeypatch.setattr(cache, "run_in_slot", lambda fn, **kw: calls.append(1) or real(fn, **kw))
     at.number_input(key="wid:usd").set_value(5.0).run()
     at.number_input(key="wid:target").set_value(200.0).run()
     at.number_input(key="wid:headroom").set_value(1.5).run()
