@@ -15,6 +15,7 @@ import pandas as pd
 
 from batching.cli.args import Parser, check_output_folder, dispatch, write_files
 from batching.sim.hardware import calibration as cal
+from batching.studies import end_to_end as e2e_check
 from batching.sim.hardware import costmodel as cm
 from batching.sim.hardware.specs import GPUS
 from batching.sim.workload.requests import WORKLOAD_PRESETS

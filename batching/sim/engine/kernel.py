@@ -16,7 +16,7 @@ from numba import njit
 from batching.sim.hardware.costmodel import C_FIXED, CostModel, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
 from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb,
-    count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, later_push_nb, make_room_nb,
+    count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, make_room_nb,
     next_arrival_nb, next_due_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
     schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )

@@ -21,7 +21,6 @@ in-tokens form as Vidur's own random-forest runtime estimator).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
