@@ -409,7 +409,7 @@ def _unsafe(path: Path) -> list[str]:
 
 
 def test_uploads_are_parsed_as_data_only() -> None:
-    assert _unsafe(ROOT / "batching" / "sim" / "traces.py") == []
+    assert _unsafe(ROOT / "batching" / "sim" / "workload" / "traces.py") == []
     found = [hit for p in PARSING_PATH for hit in _unsafe(ROOT / p)]
     assert found == [], found
     # and nowhere in the package or the pages does code load pickles or run text
@@ -424,7 +424,7 @@ def test_uploads_are_parsed_as_data_only() -> None:
     finally:
         probe.unlink()
     # the reader is pandas' CSV parser with every cell as text, or json
-    src = (ROOT / "batching" / "sim" / "traces.py").read_text()
+    src = (ROOT / "batching" / "sim" / "workload" / "traces.py").read_text()
     assert "dtype=str" in src and "json.loads" in src
 
 

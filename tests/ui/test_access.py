@@ -81,6 +81,16 @@ def test_without_auth_the_dashboard_stays_open():
 
 # ---- fail closed: a secrets file that cannot be read or parsed, or an [auth] section st.login cannot use ----
 
+@pytest.fixture(autouse=True)
+def no_secrets_left_behind():
+    """Streamlit's own code (st.login's checks) reads the process-wide secrets store, which caches what it parsed:
+    clear it after every test here, or a temporary file's [auth] would gate every page the later tests open."""
+    yield
+    from streamlit.runtime.secrets import secrets_singleton
+
+    secrets_singleton._reset()
+
+
 @pytest.fixture
 def secrets_files(tmp_path):
     """Point Streamlit's ``secrets.files`` at one file under tmp_path (written by the test), as a host's
