@@ -28,7 +28,8 @@ def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
     reqs = sc.workload.generate()
     chains = dict(after=reqs.after, think_s=reqs.think_s)  # session turns (None: open loop)
     if sc.policy.prefix_caching and reqs.block_off is not None:
-        chains.update(prefix_caching=True, chain_off=reqs.block_off, chain_ids=reqs.block_ids)
+        chains.update(prefix_caching=True, chain_off=reqs.block_off, chain_ids=reqs.block_ids,
+                      chain_len=reqs.block_len, chain_shift=reqs.block_shift)
     dep, pol = sc.deployment, sc.policy
     cm = cost_model(dep)
     kv = spec_kv_blocks(pol, dep)

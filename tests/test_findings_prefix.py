@@ -46,7 +46,7 @@ def test_mooncake_hit_rate_with_a_cache_that_never_evicts_equals_the_traces_own(
     out = eng.run(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority, 1, eng.MODE_CONTINUOUS,
                   32, 0.0, 256, int(reqs.prompt_tokens.max()), False, False, eng.PREEMPT_RECOMPUTE, 0, 0, 10**9,
                   cm.coef, cm.ar_log_bytes, cm.ar_s, prefix_caching=True, chain_off=reqs.block_off,
-                  chain_ids=reqs.block_ids)
+                  chain_ids=reqs.block_ids, chain_len=reqs.block_len, chain_shift=reqs.block_shift)
     engine_rate = out.req_cached.sum() / reqs.prompt_tokens.sum()
     # exactly what an unbounded cache serves at the engine's granularity (16-token blocks, >= 1 token computed)
     assert np.array_equal(out.req_cached, ideal_hit_tokens(reqs))

@@ -231,7 +231,8 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
         reqs.arrival_s, reqs.prompt_tokens, ones, reqs.priority, classes, 2, 1, 0.0, policy.max_num_seqs,
         policy.max_num_batched_tokens, policy.chunked_prefill, policy.priority, pre, swap(dep_p),
         int(policy.watermark * kv_p), kv_p, cm_p.coef, cm_p.ar_log_bytes, cm_p.ar_s,
-        reqs.block_off if chains else None, reqs.block_ids if chains else None)
+        reqs.block_off if chains else None, reqs.block_ids if chains else None,
+        chain_len=reqs.chain_lengths() if chains else None, chain_shift=reqs.block_shift)
     # the decode side: the prompt and the first token to take in (its KV is computed there), the rest to produce
     inp_d, knobs_d, cost_d = eng.pack(
         reqs.arrival_s, reqs.prompt_tokens + 1, reqs.output_tokens - 1, reqs.priority, classes, 2, 1, 0.0,
@@ -242,7 +243,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
     while True:
         out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
         out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
-        pcs = stacked_prefix(dis.prefill_instances, inp_p.chain_ids) if chains else None
+        pcs = stacked_prefix(dis.prefill_instances, inp_p.chain_ids, inp_p.chain_shift, kv_p) if chains else None
         hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64))
         heap = Later(np.empty(n), np.empty(n, np.int64), np.empty(0, np.int64))
         dec_rep = np.full(n, -1, np.int64)

@@ -26,7 +26,7 @@ from batching.sim.engine_state import (
     R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS, S_DECODE, S_KV_BLOCKS, S_LM,
     S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING, NUM_SPF, NUM_SPI,
     SP_ACCEPTED, SP_PROPOSED, SP_SEQS, SPF_CTX, SPF_DRAFT_S, Batch, Cost, Inputs, Knobs, Later, Outputs, Prefix,
-    Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING,
+    Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING, prefix_tables,
 )
 
 # the engine's public names: its entry points and the enums, columns and types of engine_state
@@ -54,13 +54,12 @@ def new_later(after: np.ndarray) -> Later | None:
     return Later(np.empty(n), np.empty(n, np.int64), nxt)
 
 
-def _new_prefix(chain_ids: np.ndarray, on: bool) -> Prefix | None:
-    """The prefix cache over the block ids of the chains; None when off or when no request has a chain."""
+def _new_prefix(chain_ids: np.ndarray, on: bool, shift: int, kv_blocks: int) -> Prefix | None:
+    """The prefix cache over the block ids of the chains (each id naming 2^shift blocks) on a GPU cache of
+    kv_blocks blocks; None when off or when no request has a chain."""
     if not on or len(chain_ids) == 0:
         return None
-    n_ids = int(chain_ids.max()) + 1
-    return Prefix(np.zeros(n_ids, np.int64), np.zeros(n_ids, np.bool_), np.empty(n_ids, np.int64),
-                  np.empty(n_ids, np.int64), np.full(2, -1, np.int64))
+    return prefix_tables(int(chain_ids.max()) + (1 << shift), kv_blocks)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -229,7 +228,7 @@ def _new_state_nb(inp, knobs):
     with priority on, else one FIFO), the running and swapped lists with the cache counters."""
     n = inp.arrival.shape[0]
     cls = inp.prio.copy() if knobs.use_prio else np.zeros(n, np.int64)
-    plim = inp.chain_off[1:] - inp.chain_off[:-1]
+    plim = inp.chain_len.copy()
     seqs = Seqs(cls, np.zeros(n, np.int64), inp.prompt.copy(), np.zeros(n, np.int64), np.zeros(n, np.int64),
                 np.zeros(n, np.int64), plim, np.zeros(n, np.int64), np.zeros(n))
     nq = knobs.n_classes if knobs.use_prio else 1
@@ -481,19 +480,23 @@ MAX_STEPS = 25_000_000
 
 def pack(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float, max_seqs: int,
          budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int, watermark_blocks: int,
-         kv_blocks: int, coef, ar_x, ar_y, chain_off=None, chain_ids=None, after=None, think_s=None, ready=None):
+         kv_blocks: int, coef, ar_x, ar_y, chain_off=None, chain_ids=None, after=None, think_s=None, ready=None,
+         chain_len=None, chain_shift: int = 0):
     """The kernel's (Inputs, Knobs, Cost) from arrays and scalars (``run`` documents the optional ones; ``ready``:
     prompt tokens whose KV comes with each request, engine_state.Inputs)."""
     n = len(arrival)
     if chain_off is None:
-        chain_off, chain_ids = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+        chain_off, chain_ids, chain_len, chain_shift = np.zeros(n + 1, np.int64), np.zeros(0, np.int64), None, 0
+    if chain_len is None:  # one id per block
+        chain_len, chain_shift = np.diff(chain_off), 0
     if after is None:
         after, think_s = np.full(n, -1, np.int64), np.zeros(n)
     inp = Inputs(np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(prompt, np.int64),
                  np.ascontiguousarray(output, np.int64), np.ascontiguousarray(prio, np.int64),
                  np.ascontiguousarray(after, np.int64), np.ascontiguousarray(think_s, np.float64),
                  np.ascontiguousarray(chain_off, np.int64), np.ascontiguousarray(chain_ids, np.int64),
-                 np.zeros(n, np.int64) if ready is None else np.ascontiguousarray(ready, np.int64))
+                 np.zeros(n, np.int64) if ready is None else np.ascontiguousarray(ready, np.int64),
+                 np.ascontiguousarray(chain_len, np.int64), int(chain_shift))
     knobs = Knobs(int(mode), int(n_classes), int(max_batch), float(max_wait_s), int(max_seqs), int(budget),
                   bool(chunked), bool(use_prio), int(preempt), int(swap_cap_tokens), int(watermark_blocks),
                   int(kv_blocks))
@@ -530,14 +533,15 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
         max_seqs: int, budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int,
         watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None, *,
         prefix_caching: bool = False, chain_off=None, chain_ids=None, after=None, think_s=None,
-        spec: Spec | None = None) -> EngineOutput:
+        spec: Spec | None = None, chain_len=None, chain_shift: int = 0) -> EngineOutput:
     """Run the engine. Optional: block chains (``chain_off``, ``chain_ids``: workload.Requests' block_off and
-    block_ids) used when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``); speculative
-    decoding (``spec``: speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
+    block_ids; grouped ones with ``chain_len``, its block_len, and ``chain_shift``, log2 of its block_group) used
+    when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``); speculative decoding (``spec``:
+    speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
     n = len(arrival)
     inp, knobs, cost = pack(arrival, prompt, output, prio, n_classes, mode, max_batch, max_wait_s, max_seqs, budget,
                             chunked, use_prio, preempt, swap_cap_tokens, watermark_blocks, kv_blocks, coef, ar_x,
-                            ar_y, chain_off, chain_ids, after, think_s)
+                            ar_y, chain_off, chain_ids, after, think_s, None, chain_len, chain_shift)
     est = room_for(inp, budget, step_room)
     while True:
         req_f = np.full((n, NUM_RF), -1.0)
@@ -548,7 +552,8 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
         req_cached = np.zeros(n, np.int64)
         hist = np.zeros((max(1, n_classes), ITL_BINS), np.int64)
         out = Outputs(req_f, req_pre, req_cached, np.empty((est, NUM_SI), np.int64), np.empty((est, NUM_SF)), hist)
-        pc = _new_prefix(inp.chain_ids, prefix_caching and int(mode) == MODE_CONTINUOUS)
+        pc = _new_prefix(inp.chain_ids, prefix_caching and int(mode) == MODE_CONTINUOUS, inp.chain_shift,
+                         knobs.kv_blocks)
         sp = None
         if spec is not None and int(mode) == MODE_CONTINUOUS:
             if spec.draft_tab.shape[0] <= min(int(max_seqs), n):

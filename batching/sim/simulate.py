@@ -151,15 +151,18 @@ def deal_replicas(reqs: Requests, replicas: int) -> np.ndarray:
 
 
 def _chains(reqs: Requests, idx: np.ndarray):
-    """The block chains of requests ``idx`` (CSR offsets from 0, ids unchanged), or (None, None)."""
+    """The block chains of requests ``idx`` (CSR offsets from 0, ids unchanged) and their lengths in blocks, or
+    (None, None, None)."""
     if reqs.block_off is None:
-        return None, None
+        return None, None, None
+    if len(idx) == len(reqs):  # one replica: all of them, as they are
+        return reqs.block_off, reqs.block_ids, reqs.chain_lengths()
     lo, hi = reqs.block_off[idx], reqs.block_off[idx + 1]
     lengths = hi - lo
     off = np.zeros(len(idx) + 1, np.int64)
     np.cumsum(lengths, out=off[1:])
     take = np.repeat(lo - off[:-1], lengths) + np.arange(off[-1])
-    return off, reqs.block_ids[take]
+    return off, reqs.block_ids[take], reqs.chain_lengths()[idx]
 
 
 def _sessions(reqs: Requests, idx: np.ndarray):
@@ -190,7 +193,7 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
         idx = np.flatnonzero(rep_of == rep)
         if len(idx) == 0:
             continue
-        chain_off, chain_ids = _chains(reqs, idx) if policy.prefix_caching else (None, None)
+        chain_off, chain_ids, chain_len = _chains(reqs, idx) if policy.prefix_caching else (None, None, None)
         after, think_s = _sessions(reqs, idx)
         spec = spec_for(policy, dep, cm, seed + rep)
         out = eng.run(reqs.arrival_s[idx], reqs.prompt_tokens[idx], reqs.output_tokens[idx], reqs.priority[idx],
@@ -198,7 +201,8 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
                       policy.max_num_seqs, policy.max_num_batched_tokens, policy.chunked_prefill, policy.priority,
                       PREEMPTION_CODE[policy.preemption], swap_cap, int(policy.watermark * kv_blocks), kv_blocks,
                       cm.coef, cm.ar_log_bytes, cm.ar_s, prefix_caching=policy.prefix_caching,
-                      chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s, spec=spec)
+                      chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s, spec=spec,
+                      chain_len=chain_len, chain_shift=reqs.block_shift)
         outs.append((rep, idx, out))
     return outs
 

@@ -65,7 +65,8 @@ def memory_ceiling_mib(cache_mb: float, max_concurrent: int, page_runs: int, res
     """Most resident memory (MiB) the server needs: the stores (results + summaries), ``max_concurrent``
     simulations running, ``page_runs`` pages being drawn at that moment (at most the sessions open), each run's
     result at most ``result_mib`` (``largest_result_mib`` for any scenario). Uploaded traces come on top: up to
-    twice the upload limit per session that holds one, and ~16 times a file while it is parsed."""
+    twice the upload limit per session that holds one, ~20 times a file while it is parsed, and the parsed
+    traces kept for reuse (workload.TRACE_CACHE_BYTES, README "Hosting" > "Memory")."""
     return (BASE_MIB + cache_mb * (1 + 1 / 64) + max_concurrent * SIMULATION_PER_RESULT * result_mib
             + page_runs * (PAGE_RUN_MIB + PAGE_RUN_PER_RESULT * result_mib))
 
