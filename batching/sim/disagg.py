@@ -239,7 +239,10 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
         policy.max_num_seqs, policy.max_num_batched_tokens, True, policy.priority, pre, swap(dep_d),
         int(policy.watermark * kv_d), kv_d, cm_d.coef, cm_d.ar_log_bytes, cm_d.ar_s, ready=reqs.prompt_tokens)
     xfer = reqs.prompt_tokens * dep.kv_bytes_per_token / dis.link_Bps(dep)
-    room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances))
+    engines = dis.prefill_instances + dis.decode_instances
+    cap = max(1, eng.MAX_STEPS // engines)  # the stacked step tables hold MAX_STEPS rows in all
+    room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances),
+                        cap)
     while True:
         out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
         out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
@@ -255,7 +258,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
                                           np.ascontiguousarray(xfer, np.float64), hand, heap, dec_rep, dec_arr,
                                           pre_rep, steps_p, steps_d)
         if status == OUT_OF_STEPS:
-            room = eng.grow_room(room, inp_d)
+            room = eng.grow_room(room, inp_d, cap, f"its {engines} instances")
             continue
         if status == DEADLOCK:
             raise RuntimeError(f"the engine could not schedule any work on {('prefill', 'decode')[role]} instance "

@@ -473,8 +473,8 @@ class EngineOutput:
     spec_steps_f: np.ndarray | None = None  # (steps, NUM_SPF) SPF_* columns
 
 
-# the step tables' ceiling: ~(NUM_SI + NUM_SF) * 8 bytes per step here and again in the step DataFrame,
-# so 25 million steps stay under ~10 GiB, within the documented 24 GiB host
+# the step tables' ceiling, summed over a run's replicas or instances: ~(NUM_SI + NUM_SF) * 8 bytes per step here
+# and again in the step DataFrame, so 25 million steps stay under ~11 GiB, within the documented 24 GiB host
 MAX_STEPS = 25_000_000
 
 
@@ -505,44 +505,53 @@ def pack(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: in
     return inp, knobs, cost
 
 
-def room_for(inp: Inputs, budget: int, room: int | None = None, replicas: int = 1) -> int:
+def room_for(inp: Inputs, budget: int, room: int | None = None, replicas: int = 1, cap: int = MAX_STEPS) -> int:
     """Rows to allocate for the step tables (per replica): a bound (each step makes progress on some request's
     tokens) would be far too large to allocate for big runs, so start from a typical count; ``grow_room``
     doubles it when a run needs more, and the run starts over. 128 steps per request: every workload preset's
     continuous runs at their default rates take 76-84 (23 for ``code``), so 64, the count before, made each of
-    them run twice; np.empty leaves the rows a run does not reach untouched, so they cost no memory."""
+    them run twice; np.empty leaves the rows a run does not reach untouched, so they cost no memory. ``cap``: the
+    most rows (per replica) the run may have, MAX_STEPS over all its replicas or instances."""
     if room is not None:
-        return room
+        return min(room, cap)
     n = len(inp.arrival)
     bound = int(inp.output.sum() + np.ceil(inp.prompt / max(1, min(budget, 512))).sum() + 2 * n + 64)
-    return min(bound, (128 * n) // replicas + 4096, MAX_STEPS)
+    return max(1, min(bound, (128 * n) // replicas + 4096, cap))
 
 
-def grow_room(room: int, inp: Inputs) -> int:
-    """Twice the room, or a clear error past MAX_STEPS."""
-    if room >= MAX_STEPS:
+class TooManySteps(ValueError):
+    """A run passed MAX_STEPS steps (summed over its replicas or instances)."""
+
+
+def grow_room(room: int, inp: Inputs, cap: int = MAX_STEPS, engines: str = "") -> int:
+    """Twice the room, or a clear error past ``cap`` (MAX_STEPS, or what is left of it over ``engines``, e.g.
+    "its 512 replicas")."""
+    if room >= cap:
         n = len(inp.arrival)
         span = float(inp.arrival[-1] - inp.arrival[0]) if n else 0.0
-        raise ValueError(
-            f"the run needs more than {MAX_STEPS:,} steps ({n:,} requests arriving over {span:,.0f} s); "
-            f"the step table would not fit in memory: simulate fewer requests or a higher rate")
-    return min(2 * room, MAX_STEPS)
+        over = f" summed over {engines}" if engines else ""
+        raise TooManySteps(
+            f"the run needs more than {MAX_STEPS:,} steps{over} ({n:,} requests arriving over {span:,.0f} s); "
+            f"the step tables would not fit in memory: simulate fewer requests or a higher rate")
+    return min(2 * room, cap)
 
 
 def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int, max_wait_s: float,
         max_seqs: int, budget: int, chunked: bool, use_prio: bool, preempt: int, swap_cap_tokens: int,
         watermark_blocks: int, kv_blocks: int, coef, ar_x, ar_y, step_room: int | None = None, *,
         prefix_caching: bool = False, chain_off=None, chain_ids=None, after=None, think_s=None,
-        spec: Spec | None = None, chain_len=None, chain_shift: int = 0) -> EngineOutput:
+        spec: Spec | None = None, chain_len=None, chain_shift: int = 0, max_steps: int = MAX_STEPS,
+        engines: str = "") -> EngineOutput:
     """Run the engine. Optional: block chains (``chain_off``, ``chain_ids``: workload.Requests' block_off and
     block_ids; grouped ones with ``chain_len``, its block_len, and ``chain_shift``, log2 of its block_group) used
     when ``prefix_caching``; closed-loop session turns (``after``, ``think_s``); speculative decoding (``spec``:
-    speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
+    speculative.spec_for builds it; its per-request arrays are reset here; continuous only). ``max_steps``: the
+    steps this run may take (what a fleet's earlier replicas left of MAX_STEPS; ``engines`` names them)."""
     n = len(arrival)
     inp, knobs, cost = pack(arrival, prompt, output, prio, n_classes, mode, max_batch, max_wait_s, max_seqs, budget,
                             chunked, use_prio, preempt, swap_cap_tokens, watermark_blocks, kv_blocks, coef, ar_x,
                             ar_y, chain_off, chain_ids, after, think_s, None, chain_len, chain_shift)
-    est = room_for(inp, budget, step_room)
+    est = room_for(inp, budget, step_room, 1, max_steps)
     while True:
         req_f = np.full((n, NUM_RF), -1.0)
         req_f[:, R_MAX_ITL] = 0.0
@@ -563,7 +572,7 @@ def run(arrival, prompt, output, prio, n_classes: int, mode: int, max_batch: int
                                steps_i=np.empty((est, NUM_SPI), np.int64), steps_f=np.empty((est, NUM_SPF)))
         status, nsteps = run_nb(inp, knobs, cost, out, pc, new_later(inp.after), sp)
         if status == OUT_OF_STEPS:
-            est = grow_room(est, inp)
+            est = grow_room(est, inp, max_steps, engines)
             continue
         if status == DEADLOCK:
             raise RuntimeError(f"the engine could not schedule any work at step {nsteps} (deadlock)")

@@ -228,7 +228,8 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
     lens = reqs.chain_lengths() if chains else np.zeros(n, np.int64)
     n_ids = reqs.num_block_ids if chains else 1
     seen = np.zeros((replicas, n_ids if router == "prefix-affinity" else 1), np.bool_)
-    room = eng.room_for(inp, policy.max_num_batched_tokens, None, replicas)
+    cap = max(1, eng.MAX_STEPS // replicas)  # the stacked step tables hold MAX_STEPS rows in all
+    room = eng.room_for(inp, policy.max_num_batched_tokens, None, replicas, cap)
     while True:
         out = stacked_outputs(n, replicas, room, len(reqs.class_names), inp.arrival)
         req_f = out.req_f
@@ -247,7 +248,7 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
         status, bad = run_fleet_nb(inp, knobs, cost, out, pcs, lats, sp, _CODE[router], off, ids, lens, shift, seen,
                                    rep_of, n_steps)
         if status == OUT_OF_STEPS:
-            room = eng.grow_room(room, inp)
+            room = eng.grow_room(room, inp, cap, f"its {replicas} replicas")
             seen[:] = False
             continue
         if status == DEADLOCK:

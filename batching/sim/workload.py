@@ -35,9 +35,10 @@ ARRIVAL_KINDS = ("poisson", "gamma", "constant", "onoff", "diurnal")
 DEFAULT_RATE_REQ_S = 1.0
 MAX_RATE_REQ_S = 10_000.0
 # Requests one simulation may take. Memory grows with requests and with simulated steps (benchmarks/
-# bench_memory.py: ~0.2 KB per request + ~0.3 KB per step): about 1 KB per request on a saturated node (~2
-# steps per request), 6.5 KB at the default scenario (~21 steps), ~63 KB when every request runs alone (one
-# step per output token). 10^6 requests of the default scenario peak at 6.3 GiB, which leaves room on the
+# bench_memory.py: ~0.2 KB per request + ~0.3 KB per step on one node; fleets and splits sum their steps over
+# replicas and instances, and may hold every request once per engine: sim/sizing.py): about 1 KB per request on
+# a saturated node (~2 steps per request), 6.5 KB at the default scenario (~21 steps), ~63 KB when every request
+# runs alone (one step per output token). 10^6 requests of the default scenario peak at 6.3 GiB, which leaves room on the
 # documented 2-core, 24 GiB host; 10^7 (the old cap) would need ~65 GB.
 MAX_NUM_REQUESTS = 1_000_000
 MAX_SPEEDUP = 1000.0
