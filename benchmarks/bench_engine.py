@@ -29,6 +29,7 @@ def engine_seconds(sc: Scenario, repeats: int = 3) -> tuple[float, int]:
     caching = sc.policy.prefix_caching and reqs.block_off is not None
     inp = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority,
                      chain_off=reqs.block_off if caching else None, chain_ids=reqs.block_ids if caching else None,
+                     chain_len=reqs.block_len if caching else None, chain_shift=reqs.block_shift,
                      after=reqs.after, think_s=reqs.think_s)  # session turns (None: open loop)
     dep, pol = sc.deployment, sc.policy
     cm = cost_model(dep)

@@ -44,7 +44,8 @@ def test_mooncake_hit_rate_with_a_cache_that_never_evicts_equals_the_traces_own(
     # a cache of 10^9 blocks (16 G tokens) never evicts on this trace (1.4 M distinct blocks);
     # whole-prompt steps admit in arrival order, as the trace's own count assumes
     inp = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority,
-                     chain_off=reqs.block_off, chain_ids=reqs.block_ids)
+                     chain_off=reqs.block_off, chain_ids=reqs.block_ids, chain_len=reqs.block_len,
+                     chain_shift=reqs.block_shift)
     knobs = eng.Knobs(mode=eng.MODE_CONTINUOUS, n_classes=1, max_batch=32, max_wait_s=0.0, max_seqs=256,
                       budget=int(reqs.prompt_tokens.max()), chunked=False, use_prio=False,
                       preempt=eng.PREEMPT_RECOMPUTE, swap_cap_tokens=0, watermark_blocks=0, kv_blocks=10**9)

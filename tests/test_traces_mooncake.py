@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batching.sim.workload.prefixes import ideal_hit_tokens, split_chains, trace_hit_rate_512
+from batching.sim.workload.prefixes import (ENGINE_BLOCKS_PER_TRACE_BLOCK, expand_chains, ideal_hit_tokens,
+                                            split_chains, trace_hit_rate_512)
 from batching.sim.workload.traces import FORMATS, TraceData, load_trace
 from batching.sim.workload.requests import Requests, TraceWorkload
 
@@ -28,6 +29,11 @@ def conversation() -> TraceData:
 @pytest.fixture(scope="module")
 def raw_rows() -> list[dict]:
     return [json.loads(line) for line in CONVERSATION.read_text().splitlines()]
+
+
+def engine_chains(trace: TraceData) -> tuple[np.ndarray, np.ndarray]:
+    """The trace's chains with one id per 16-token engine block (it holds one per 512-token trace block)."""
+    return expand_chains(trace.block_off, trace.block_ids, trace.block_len, ENGINE_BLOCKS_PER_TRACE_BLOCK)
 
 
 def _hits_by_hand(rows: list[dict]) -> np.ndarray:
@@ -86,7 +92,9 @@ def test_an_unbounded_cache_serves_the_traces_reuse_to_16_tokens(conversation: T
 
 
 def test_chains_map_each_trace_block_to_32_engine_blocks(conversation: TraceData) -> None:
-    off, ids = conversation.block_off, conversation.block_ids
+    off, ids = engine_chains(conversation)
+    # held one id per kept trace block: ids[block_off[r] + j // 32] + j % 32 is engine block j
+    assert conversation.block_off[-1] == np.ceil(np.diff(off) / 32).sum()
     hash_off, hashes = conversation.hash_off, conversation.hash_ids
     lengths = np.diff(off)
     req = np.repeat(np.arange(len(conversation)), lengths)
@@ -132,7 +140,7 @@ def test_small_trace_exact_ids() -> None:
     np.testing.assert_allclose(trace.arrival_s, [0, 1.5, 1.5, 4.0])
     # hash 7 is everyone's first block (32 engine blocks, ids 0-31), 8 is the second block of requests 0 and
     # 1 (ids 32-63); the rest is held by one request each: chains stop there
-    chains = split_chains(trace.block_off, trace.block_ids)
+    chains = split_chains(*engine_chains(trace))
     np.testing.assert_array_equal(chains[0], np.arange(64))
     np.testing.assert_array_equal(chains[1], np.arange(64))
     np.testing.assert_array_equal(chains[2], np.arange(32))
@@ -151,9 +159,9 @@ def test_short_last_blocks_keep_ids_dense() -> None:
         {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]},
     ])
     trace = load_trace(data)
-    lengths = np.diff(trace.block_off).tolist()
-    assert lengths == [38, 38, 64, 64]
-    assert set(trace.block_ids.tolist()) == set(range(32 + 6 + 32))
+    off, ids = engine_chains(trace)
+    assert np.diff(off).tolist() == trace.block_len.tolist() == [38, 38, 64, 64]
+    assert set(ids.tolist()) == set(range(32 + 6 + 32))
 
 
 def test_trace_workload_carries_chains() -> None:
@@ -164,6 +172,8 @@ def test_trace_workload_carries_chains() -> None:
     assert len(r) == 500
     np.testing.assert_array_equal(r.block_off, trace.block_off[:501])
     np.testing.assert_array_equal(r.block_ids, trace.block_ids[: trace.block_off[500]])
+    np.testing.assert_array_equal(r.block_len, trace.block_len[:500])
+    assert r.block_group == 32 and r.chain_lengths() is r.block_len
     fast = w.with_rate(10.0).generate()
     assert fast.mean_rate_req_s == pytest.approx(10.0)
     np.testing.assert_array_equal(fast.block_ids, r.block_ids)
@@ -175,7 +185,7 @@ def test_csv_and_explicit_format() -> None:
     data = b'timestamp,input_length,output_length,hash_ids\n0,600,5,"[1, 2]"\n2000,520,5,"[1, 3]"\n'
     trace = load_trace(data)
     assert trace.fmt == "mooncake" and trace.arrival_s.tolist() == [0.0, 2.0]
-    assert load_trace(data, fmt="mooncake").block_ids.tolist() == list(range(32)) * 2
+    assert engine_chains(load_trace(data, fmt="mooncake"))[1].tolist() == list(range(32)) * 2
 
 
 GOOD = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}'

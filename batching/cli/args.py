@@ -926,8 +926,9 @@ def progress(done: int, total: int, msg: str) -> None:
 # ---------------------------------------------------------------- running a command
 
 
-MEMORY_HINT = ("a simulation takes about 0.2 KB per request plus 0.3 KB per simulated step (6.5 KB per request "
-               "at the default load, ~63 KB when requests run alone; README, Command line): use fewer --requests")
+MEMORY_HINT = ("a simulation takes about 0.5 KB per request plus 0.46 KB per simulated step summed over its replicas "
+               "or instances, and 0.13 KB per request per replica behind a state-reading --router or instance of a "
+               "split (README, Command line): use fewer --requests or --nodes")
 
 
 def dispatch(parser: argparse.ArgumentParser, argv=None) -> int:

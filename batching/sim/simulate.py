@@ -14,6 +14,7 @@ from batching.sim.engine import kernel as eng
 from batching.sim.hardware.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model
 from batching.sim.topology import disagg as dg
 from batching.sim.topology.fleet import check_fleet, run_fleet
+from batching.sim.topology import sizing
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
                                   spec_summary, wall_time)
@@ -209,15 +210,18 @@ def deal_replicas(reqs: Requests, replicas: int) -> np.ndarray:
 
 
 def _chains(reqs: Requests, idx: np.ndarray):
-    """The block chains of requests ``idx`` (CSR offsets from 0, ids unchanged), or (None, None)."""
+    """The block chains of requests ``idx`` (CSR offsets from 0, ids unchanged) and their lengths in blocks, or
+    (None, None, None)."""
     if reqs.block_off is None:
-        return None, None
+        return None, None, None
+    if len(idx) == len(reqs):  # one replica: all of them, as they are
+        return reqs.block_off, reqs.block_ids, reqs.chain_lengths()
     lo, hi = reqs.block_off[idx], reqs.block_off[idx + 1]
     lengths = hi - lo
     off = np.zeros(len(idx) + 1, np.int64)
     np.cumsum(lengths, out=off[1:])
     take = np.repeat(lo - off[:-1], lengths) + np.arange(off[-1])
-    return off, reqs.block_ids[take]
+    return off, reqs.block_ids[take], reqs.chain_lengths()[idx]
 
 
 def _sessions(reqs: Requests, idx: np.ndarray):
@@ -231,12 +235,13 @@ def _sessions(reqs: Requests, idx: np.ndarray):
 
 
 def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: CostModel, seed: int = 0,
-                 nodes: int = 1, router: str = "round-robin"):
-    """Run the engine on each replica of ``nodes`` nodes; returns (replica, request indices, engine output) per
-    replica. Round-robin deals the requests first (``deal_replicas``) and runs each replica alone; the other
-    routers read the replicas' state at each arrival, so fleet.run_fleet runs them in one simulation.
-    ``seed``: speculative decoding samples acceptance from it (replica r uses seed + r; a fleet run uses seed)."""
-    replicas = nodes * dep.node.replicas
+                 nodes: int = 1, router: str = "round-robin", replicas: int | None = None):
+    """Run the engine on each replica of ``nodes`` nodes (or on ``replicas`` replicas); returns (replica, request
+    indices, engine output) per replica. Round-robin deals the requests first (``deal_replicas``) and runs each
+    replica alone, all of them within engine.MAX_STEPS steps; the other routers read the replicas' state at each
+    arrival, so fleet.run_fleet runs them in one simulation. ``seed``: speculative decoding samples acceptance from
+    it (replica r uses seed + r; a fleet run uses seed)."""
+    replicas = nodes * dep.node.replicas if replicas is None else replicas
     kv_blocks = spec_kv_blocks(policy, dep)  # the dep's, less a draft model's or head's share with speculation
     _check_fits(reqs, policy, dep, kv_blocks)
     swap_cap = int(policy.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
@@ -245,16 +250,21 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
     rep_of = deal_replicas(reqs, replicas)
     knobs, cost = policy.knobs(len(reqs.class_names), kv_blocks, swap_cap), eng.kernel_cost(cm)
     outs = []
+    left = eng.MAX_STEPS  # summed over the replicas
+    engines = f"its {replicas} replicas" if replicas > 1 else ""
     for rep in range(replicas):
         idx = np.flatnonzero(rep_of == rep)
         if len(idx) == 0:
             continue
-        chain_off, chain_ids = _chains(reqs, idx) if policy.prefix_caching else (None, None)
+        chain_off, chain_ids, chain_len = _chains(reqs, idx) if policy.prefix_caching else (None, None, None)
         after, think_s = _sessions(reqs, idx)
         spec = spec_for(policy, dep, cm, seed + rep)
         inp = eng.inputs(reqs.arrival_s[idx], reqs.prompt_tokens[idx], reqs.output_tokens[idx], reqs.priority[idx],
-                         chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s)
-        out = eng.run(inp, knobs, cost, prefix_caching=policy.prefix_caching, spec=spec)
+                         chain_off=chain_off, chain_ids=chain_ids, after=after, think_s=think_s,
+                         chain_len=chain_len, chain_shift=reqs.block_shift)
+        out = eng.run(inp, knobs, cost, prefix_caching=policy.prefix_caching, spec=spec, max_steps=left,
+                      engines=engines)
+        left -= len(out.steps_i)
         outs.append((rep, idx, out))
     return outs
 
@@ -275,6 +285,81 @@ def before_each_run(check: Callable[[], None]) -> Iterator[None]:
         _BEFORE_RUN.check = outer
 
 
+def run_size(scenario: Scenario, reqs: Requests, measure: bool = False) -> sizing.RunSize:
+    """How big the run of ``reqs`` on the scenario is before it runs (``sizing``): its engines, whether each holds
+    every request, its steps summed over them (from a pilot when the bound is large, or ``measure``)."""
+    dep, policy, dis = scenario.deployment, scenario.policy, scenario.disagg
+    bound = sizing.step_bound(reqs.prompt_tokens, reqs.output_tokens, policy.max_num_batched_tokens)
+    n = len(reqs)
+    if dis is not None:
+        def pilot_split() -> sizing.Pilot:  # the split on its first requests
+            sample = reqs.subset(slice(0, min(n, 4 * sizing.PILOT_REQUESTS)))
+            try:
+                res = dg.run_disagg(sample, dep, dis, policy, scenario.allreduce)
+            except eng.TooManySteps:
+                return sizing.Pilot(eng.MAX_STEPS + 1, 0, len(sample), 1)
+            starts = [out.steps_f[i, :k, eng.F_START] for out, counts, _ in (res["prefill"], res["decode"])
+                      for i, k in enumerate(counts)]
+            done = np.maximum(res["prefill"][0].req_f[:, eng.R_FINISH], res["decode"][0].req_f[:, eng.R_FINISH])
+            return _pilot(np.concatenate(starts), res["prefill"][0].req_f[:, eng.R_ARRIVAL], done, 1)
+
+        return sizing.estimate(n, dis.prefill_instances + dis.decode_instances, True, bound, pilot_split, measure)
+    replicas = scenario.replicas
+
+    def pilot_replica() -> sizing.Pilot:  # one replica's share of the first requests (a router's, on average)
+        first = reqs.subset(slice(0, min(n, sizing.PILOT_REQUESTS * replicas)))
+        share = first.subset(deal_replicas(first, replicas) == 0)
+        try:
+            outs = run_requests(share, dep, policy, cost_model(dep, scenario.allreduce), replicas=1)
+        except eng.TooManySteps:  # the share alone passes MAX_STEPS
+            return sizing.Pilot(eng.MAX_STEPS + 1, 0, len(share), replicas)
+        req_f = np.concatenate([out.req_f for _, _, out in outs])
+        return _pilot(np.concatenate([out.steps_f[:, eng.F_START] for _, _, out in outs]), req_f[:, eng.R_ARRIVAL],
+                      req_f[:, eng.R_FINISH], replicas)
+
+    holds_all = scenario.router != "round-robin" and replicas > 1
+    return sizing.estimate(n, replicas, holds_all, bound, pilot_replica, measure)
+
+
+def _pilot(starts: np.ndarray, arrival: np.ndarray, finish: np.ndarray, drains: int) -> sizing.Pilot:
+    """A sample run's steps (their start times) and requests (arrival and finish times): those up to its last
+    arrival scale with the requests, those after it are the drain, paid once per engine. Unless requests queue up
+    (more of them unfinished at the last arrival than twice as many as were in flight halfway, plus 10: an
+    overloaded or all-at-once run, whose drain is its backlog): then every step scales."""
+    order = np.sort(arrival)
+    last, mid = order[-1], order[len(order) // 2]
+    backlog = int((finish > last).sum())
+    in_flight = int(((arrival <= mid) & (finish > mid)).sum())
+    arriving = len(starts) if backlog > 2 * in_flight + 10 else int((starts <= last).sum())
+    return sizing.Pilot(arriving, len(starts) - arriving, len(arrival), drains)
+
+
+def _describe(scenario: Scenario, reqs: Requests) -> str:
+    """The run in a few words for a sizing error: its nodes or split, its requests and their rate."""
+    dep, dis = scenario.deployment, scenario.disagg
+    if dis is not None:
+        where = (f"a split of {dis.prefill_instances} prefill x tp {dis.prefill_tp} + {dis.decode_instances} decode "
+                 f"x tp {dis.decode_tp} instances")
+    else:
+        per_node = dep.node.replicas
+        where = f"nodes {scenario.nodes} x {per_node} replica{'s' * (per_node > 1)} of tp {dep.node.tp}"
+        if scenario.router != "round-robin" and scenario.replicas > 1:
+            where += f", router {scenario.router}"
+    wl = scenario.workload
+    rate = wl.rate_req_s if isinstance(wl, SyntheticWorkload) else reqs.mean_rate_req_s  # the rate asked for
+    when = f"at {rate:,.6g} req/s" if 0 < rate < float("inf") and reqs.span_s > 0 else "all at once"
+    return f"{where}, {len(reqs):,} requests {when}"
+
+
+def check_size(scenario: Scenario, reqs: Requests) -> sizing.RunSize:
+    """``run_size``, refused in one line past engine.MAX_STEPS steps or sizing.MAX_RUN_GIB."""
+    size = run_size(scenario, reqs)
+    split = scenario.disagg is not None
+    sizing.check(size, _describe(scenario, reqs), "instances" if split else "replicas",
+                 "instances" if split else "nodes")
+    return size
+
+
 def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     """Simulate a scenario. ``saturated`` makes every request arrive at t = 0 (capacity runs)."""
     check = getattr(_BEFORE_RUN, "check", None)
@@ -291,6 +376,7 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     rejected = tuple(int(x) for x in rejected)
     if saturated:
         reqs = reqs.saturated()
+    check_size(scenario, reqs)
     if scenario.disagg is not None:
         requests, steps, hist = dg.frames(reqs, dep, scenario.disagg, scenario.policy, scenario.allreduce)
         return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,

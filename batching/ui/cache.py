@@ -73,7 +73,8 @@ def memory_ceiling_mib(cache_mb: float, max_concurrent: int, page_runs: int, res
     simulations running and ``light_slots`` light ones (at most ``light_requests`` requests each), ``page_runs``
     pages being drawn at that moment (at most the sessions open), each run's result at most ``result_mib``
     (``largest_result_mib`` for any scenario). Uploaded traces come on top: up to twice the upload limit per
-    session that holds one, and ~16 times a file while it is parsed."""
+    session that holds one, ~20 times a file while it is parsed, and the parsed traces kept for reuse
+    (workload.requests.TRACE_CACHE_BYTES, README "Hosting" > "Memory")."""
     light_mib = min(result_mib, largest_result_mib(light_requests))
     return (BASE_MIB + cache_mb * (1 + 1 / 64) + max_concurrent * SIMULATION_PER_RESULT * result_mib
             + light_slots * SIMULATION_PER_RESULT * light_mib

@@ -27,7 +27,7 @@ from batching.sim.engine.state import (
     R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, S_ADMITTED, S_CACHE_BLOCKS, S_CACHED_TOKENS, S_DECODE, S_KV_BLOCKS, S_LM,
     S_PADDED, S_PREEMPTED, S_PREFILL, S_RUNNING, S_STALLED, S_SWAP_TOKENS, S_SWAPPED, S_WAITING, NUM_SPF, NUM_SPI,
     SP_ACCEPTED, SP_PROPOSED, SP_SEQS, SPF_CTX, SPF_DRAFT_S, Batch, Cost, Inputs, Knobs, Later, Outputs, Prefix,
-    Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING,
+    Queues, Run, Seqs, Spec, itl_bin_edges, C_A, C_RELEASED, C_STEP, NUM_C, V_KV, V_OUTSTANDING, prefix_tables,
 )
 
 # the engine's public names: its entry points and the enums, columns and types of engine.state
@@ -55,13 +55,12 @@ def new_later(after: np.ndarray) -> Later | None:
     return Later(np.empty(n), np.empty(n, np.int64), nxt)
 
 
-def _new_prefix(chain_ids: np.ndarray, on: bool) -> Prefix | None:
-    """The prefix cache over the block ids of the chains; None when off or when no request has a chain."""
+def _new_prefix(chain_ids: np.ndarray, on: bool, shift: int, kv_blocks: int) -> Prefix | None:
+    """The prefix cache over the block ids of the chains (each id naming 2^shift blocks) on a GPU cache of
+    kv_blocks blocks; None when off or when no request has a chain."""
     if not on or len(chain_ids) == 0:
         return None
-    n_ids = int(chain_ids.max()) + 1
-    return Prefix(np.zeros(n_ids, np.int64), np.zeros(n_ids, np.bool_), np.empty(n_ids, np.int64),
-                  np.empty(n_ids, np.int64), np.full(2, -1, np.int64))
+    return prefix_tables(int(chain_ids.max()) + (1 << shift), kv_blocks)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -217,7 +216,7 @@ def _new_state_nb(inp, knobs):
     with priority on, else one FIFO), the running and swapped lists with the cache counters."""
     n = inp.arrival.shape[0]
     cls = inp.prio.copy() if knobs.use_prio else np.zeros(n, np.int64)
-    plim = inp.chain_off[1:] - inp.chain_off[:-1]
+    plim = inp.chain_len.copy()
     seqs = Seqs(cls, np.zeros(n, np.int64), inp.prompt.copy(), np.zeros(n, np.int64), np.zeros(n, np.int64),
                 np.zeros(n, np.int64), plim, np.zeros(n, np.int64), np.zeros(n))
     nq = knobs.n_classes if knobs.use_prio else 1
@@ -478,27 +477,31 @@ class EngineOutput:
     spec_steps_f: np.ndarray | None = None  # (steps, NUM_SPF) SPF_* columns
 
 
-# the step tables' ceiling: ~(NUM_SI + NUM_SF) * 8 bytes per step here and again in the step DataFrame,
-# so 25 million steps stay under ~10 GiB, within the documented 24 GiB host
+# the step tables' ceiling, summed over a run's replicas or instances: ~(NUM_SI + NUM_SF) * 8 bytes per step here
+# and again in the step DataFrame, so 25 million steps stay under ~11 GiB, within the documented 24 GiB host
 MAX_STEPS = 25_000_000
 
 
 def inputs(arrival, prompt, output, prio, *, chain_off=None, chain_ids=None, after=None, think_s=None,
-           ready=None) -> Inputs:
+           ready=None, chain_len=None, chain_shift: int = 0) -> Inputs:
     """The kernel's per-request Inputs (contiguous arrays of its dtypes). Optional: block chains (``chain_off``,
-    ``chain_ids``: workload Requests' block_off and block_ids; read when the run caches prefixes), closed-loop
-    session turns (``after``, ``think_s``), and ``ready``: prompt tokens whose KV comes with each request (a
-    disaggregated decode instance's)."""
+    ``chain_ids``: workload Requests' block_off and block_ids; grouped ones with ``chain_len``, its block_len, and
+    ``chain_shift``, log2 of its block_group; read when the run caches prefixes), closed-loop session turns
+    (``after``, ``think_s``), and ``ready``: prompt tokens whose KV comes with each request (a disaggregated decode
+    instance's)."""
     n = len(arrival)
     if chain_off is None:
-        chain_off, chain_ids = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+        chain_off, chain_ids, chain_len, chain_shift = np.zeros(n + 1, np.int64), np.zeros(0, np.int64), None, 0
+    if chain_len is None:  # one id per block
+        chain_len, chain_shift = np.diff(chain_off), 0
     if after is None:
         after, think_s = np.full(n, -1, np.int64), np.zeros(n)
     return Inputs(np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(prompt, np.int64),
                   np.ascontiguousarray(output, np.int64), np.ascontiguousarray(prio, np.int64),
                   np.ascontiguousarray(after, np.int64), np.ascontiguousarray(think_s, np.float64),
                   np.ascontiguousarray(chain_off, np.int64), np.ascontiguousarray(chain_ids, np.int64),
-                  np.zeros(n, np.int64) if ready is None else np.ascontiguousarray(ready, np.int64))
+                  np.zeros(n, np.int64) if ready is None else np.ascontiguousarray(ready, np.int64),
+                  np.ascontiguousarray(chain_len, np.int64), int(chain_shift))
 
 
 # Knobs' field types, in order (numba compiles one version per combination of argument types)
@@ -511,40 +514,49 @@ def kernel_cost(cm: CostModel) -> Cost:
                 np.ascontiguousarray(cm.ar_s, np.float64))
 
 
-def room_for(inp: Inputs, budget: int, room: int | None = None, replicas: int = 1) -> int:
+def room_for(inp: Inputs, budget: int, room: int | None = None, replicas: int = 1, cap: int = MAX_STEPS) -> int:
     """Rows to allocate for the step tables (per replica): a bound (each step makes progress on some request's
     tokens) would be far too large to allocate for big runs, so start from a typical count; ``grow_room``
     doubles it when a run needs more, and the run starts over. 128 steps per request: every workload preset's
     continuous runs at their default rates take 76-84 (23 for ``code``), so 64, the count before, made each of
-    them run twice; np.empty leaves the rows a run does not reach untouched, so they cost no memory."""
+    them run twice; np.empty leaves the rows a run does not reach untouched, so they cost no memory. ``cap``: the
+    most rows (per replica) the run may have, MAX_STEPS over all its replicas or instances."""
     if room is not None:
-        return room
+        return min(room, cap)
     n = len(inp.arrival)
     bound = int(inp.output.sum() + np.ceil(inp.prompt / max(1, min(budget, 512))).sum() + 2 * n + 64)
-    return min(bound, (128 * n) // replicas + 4096, MAX_STEPS)
+    return max(1, min(bound, (128 * n) // replicas + 4096, cap))
 
 
-def grow_room(room: int, inp: Inputs) -> int:
-    """Twice the room, or a clear error past MAX_STEPS."""
-    if room >= MAX_STEPS:
+class TooManySteps(ValueError):
+    """A run passed MAX_STEPS steps (summed over its replicas or instances)."""
+
+
+def grow_room(room: int, inp: Inputs, cap: int = MAX_STEPS, engines: str = "") -> int:
+    """Twice the room, or a clear error past ``cap`` (MAX_STEPS, or what is left of it over ``engines``, e.g.
+    "its 512 replicas")."""
+    if room >= cap:
         n = len(inp.arrival)
         span = float(inp.arrival[-1] - inp.arrival[0]) if n else 0.0
-        raise ValueError(
-            f"the run needs more than {MAX_STEPS:,} steps ({n:,} requests arriving over {span:,.0f} s); "
-            f"the step table would not fit in memory: simulate fewer requests or a higher rate")
-    return min(2 * room, MAX_STEPS)
+        over = f" summed over {engines}" if engines else ""
+        raise TooManySteps(
+            f"the run needs more than {MAX_STEPS:,} steps{over} ({n:,} requests arriving over {span:,.0f} s); "
+            f"the step tables would not fit in memory: simulate fewer requests or a higher rate")
+    return min(2 * room, cap)
 
 
 def run(inp: Inputs, knobs: Knobs, cost: Cost, step_room: int | None = None, *, prefix_caching: bool = False,
-        spec: Spec | None = None) -> EngineOutput:
+        spec: Spec | None = None, max_steps: int = MAX_STEPS, engines: str = "") -> EngineOutput:
     """Run the engine on ``inp`` (``inputs`` builds it) under ``knobs`` (``BatchingPolicy.knobs``) and ``cost``
     (``kernel_cost``). ``prefix_caching`` reads the inputs' block chains (continuous mode only); ``spec``:
-    speculative decoding (speculative.spec_for builds it; its per-request arrays are reset here; continuous only)."""
+    speculative decoding (speculative.spec_for builds it; its per-request arrays are reset here; continuous only).
+    ``max_steps``: the steps this run may take (what a fleet's earlier replicas left of MAX_STEPS; ``engines``
+    names them)."""
     n = len(inp.arrival)
     knobs = Knobs(*(kind(v) for kind, v in zip(KNOB_KINDS, knobs)))  # one compiled signature, whatever the caller
     cost = Cost(*(np.ascontiguousarray(a, np.float64) for a in cost))
     n_classes, mode, max_seqs = knobs.n_classes, knobs.mode, knobs.max_seqs
-    est = room_for(inp, knobs.budget, step_room)
+    est = room_for(inp, knobs.budget, step_room, 1, max_steps)
     while True:
         req_f = np.full((n, NUM_RF), -1.0)
         req_f[:, R_MAX_ITL] = 0.0
@@ -554,7 +566,8 @@ def run(inp: Inputs, knobs: Knobs, cost: Cost, step_room: int | None = None, *, 
         req_cached = np.zeros(n, np.int64)
         hist = np.zeros((max(1, n_classes), ITL_BINS), np.int64)
         out = Outputs(req_f, req_pre, req_cached, np.empty((est, NUM_SI), np.int64), np.empty((est, NUM_SF)), hist)
-        pc = _new_prefix(inp.chain_ids, prefix_caching and int(mode) == MODE_CONTINUOUS)
+        pc = _new_prefix(inp.chain_ids, prefix_caching and int(mode) == MODE_CONTINUOUS, inp.chain_shift,
+                         knobs.kv_blocks)
         sp = None
         if spec is not None and int(mode) == MODE_CONTINUOUS:
             if spec.draft_tab.shape[0] <= min(int(max_seqs), n):
@@ -564,7 +577,7 @@ def run(inp: Inputs, knobs: Knobs, cost: Cost, step_room: int | None = None, *, 
                                steps_i=np.empty((est, NUM_SPI), np.int64), steps_f=np.empty((est, NUM_SPF)))
         status, nsteps = run_nb(inp, knobs, cost, out, pc, new_later(inp.after), sp)
         if status == OUT_OF_STEPS:
-            est = grow_room(est, inp)
+            est = grow_room(est, inp, max_steps, engines)
             continue
         if status == DEADLOCK:
             raise RuntimeError(f"the engine could not schedule any work at step {nsteps} (deadlock)")

@@ -251,17 +251,102 @@ def session_next_nb(r, t, inp, lat, cnt):
 # per id), the rest are its own. B_FREE counts every block no running sequence uses, the cached ones nobody
 # uses (B_EVICTABLE, in an LRU list) included, so admission and preemption see reclaimable blocks as free;
 # ``pc_trim_nb`` reclaims the oldest of them whenever fresh allocations have dipped into them.
+# A cached block's state (ref, LRU links) sits in a slot: the block id itself when the chains name few enough ids
+# (Prefix.index empty), else a slot taken while the block is cached and found through Prefix.index, a hash table
+# (linear probing, deletion by backward shift), so the tables follow the GPU's blocks, not the ids a trace names
+# (engine_state.prefix_tables).
+@njit(cache=True, nogil=True, inline="always")
+def chain_id_nb(ids, lo, j, shift):
+    """The id of block j of the chain whose ids start at ids[lo], each id naming 2^shift blocks (Inputs.chain_len)."""
+    return ids[lo + (j >> shift)] + (j & ((1 << shift) - 1))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hashed_nb(pc):
+    """Whether pc's tables are hashed: a constant of its type (Prefix.hashed), so each kind of tables compiles
+    without the other's code (a call in the hot loops, even one never taken, slows them by half)."""
+    return pc.hashed.ndim == 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bucket_nb(bid, shift):
+    """Home bucket of block bid in Prefix.index (Fibonacci hashing: the top bits of bid x 2^64 / phi)."""
+    return np.int64((np.uint64(bid) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift))
+
+
+@njit(cache=True, nogil=True)
+def _pc_find_nb(key, index, shift, bid, guess):
+    """The slot of block bid while it is cached, else -1, through the hash index. ``guess``: a slot to try first
+    (a chain's blocks are taken in order from the free slots, so its next block is usually in the next slot)."""
+    if 0 <= guess < key.shape[0] and key[guess] == bid:
+        return guess
+    mask = index.shape[0] - 1
+    h = _bucket_nb(bid, shift)
+    while True:
+        s = index[h]
+        if s < 0:
+            return -1
+        if key[s] == bid:
+            return s
+        h = (h + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _pc_insert_nb(key, index, free, ends, bid):
+    """A free slot for block bid, which is not cached, entered in the hash index; -1 when no slot is free (not
+    reached: at most twice the GPU's blocks are cached at once, engine_state.prefix_tables)."""
+    top = ends[3]
+    if top == 0:
+        return -1
+    s = free[top - 1]
+    ends[3] = top - 1
+    key[s] = bid
+    mask = index.shape[0] - 1
+    h = _bucket_nb(bid, ends[2])
+    while index[h] >= 0:
+        h = (h + 1) & mask
+    index[h] = s
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _pc_remove_nb(key, index, free, ends, s):
+    """Slot s's block leaves the cache: out of the index (the entries after it shifted back so every entry stays
+    reachable from its home bucket), the slot free again."""
+    mask = index.shape[0] - 1
+    h = _bucket_nb(key[s], ends[2])
+    while index[h] != s:
+        h = (h + 1) & mask
+    j = h
+    while True:
+        j = (j + 1) & mask
+        t = index[j]
+        if t < 0:
+            break
+        k = _bucket_nb(key[t], ends[2])
+        if (h < j and (k <= h or k > j)) or (h > j and k <= h and k > j):  # its home is not in (h, j]: fill the hole
+            index[h] = t
+            h = j
+    index[h] = -1
+    key[s] = -1
+    free[ends[3]] = s
+    ends[3] += 1
+
+
+# Each operation below walks a chain by block id when the tables are indexed by id, else calls its hashed twin.
 @njit(cache=True, nogil=True, inline="always")
 def pc_lookup_nb(h, limit, inp, pc):
     """(m, m0): request h's leading chain blocks that are cached, at most ``limit``, and how many of those no
     running sequence uses (taking them costs free blocks)."""
     lo = inp.chain_off[h]
-    m_max = min(limit, inp.chain_off[h + 1] - lo)
+    m_max = min(limit, inp.chain_len[h])
+    if _hashed_nb(pc):
+        return _pc_lookup_hashed_nb(lo, m_max, inp, pc)
     m = 0
     m0 = 0
     going = m < m_max
     while going:
-        bid = inp.chain_ids[lo + m]
+        bid = chain_id_nb(inp.chain_ids, lo, m, inp.chain_shift)
         if pc.cached[bid]:
             if pc.ref[bid] == 0:
                 m0 += 1
@@ -272,9 +357,27 @@ def pc_lookup_nb(h, limit, inp, pc):
     return m, m0
 
 
+@njit(cache=True, nogil=True)
+def _pc_lookup_hashed_nb(lo, m_max, inp, pc):
+    m = 0
+    m0 = 0
+    s = -1
+    going = m < m_max
+    while going:
+        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], chain_id_nb(inp.chain_ids, lo, m, inp.chain_shift), s + 1)
+        if s >= 0:
+            if pc.ref[s] == 0:
+                m0 += 1
+            m += 1
+            going = m < m_max
+        else:
+            going = False
+    return m, m0
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _lru_unlink_nb(pc, bid):
-    p, nx = pc.prev[bid], pc.next[bid]
+def _lru_unlink_nb(pc, s):
+    p, nx = pc.prev[s], pc.next[s]
     if p >= 0:
         pc.next[p] = nx
     else:
@@ -286,18 +389,46 @@ def _lru_unlink_nb(pc, bid):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _lru_append_nb(pc, s):
+    """Slot s joins the LRU list at its tail (the most recently used end)."""
+    tail = pc.ends[1]
+    pc.prev[s] = tail
+    pc.next[s] = -1
+    if tail >= 0:
+        pc.next[tail] = s
+    else:
+        pc.ends[0] = s
+    pc.ends[1] = s
+
+
+@njit(cache=True, nogil=True, inline="always")
 def pc_acquire_nb(h, m, inp, seqs, pc, cnt):
     """Request h takes its first m chain blocks from the cache (they are cached): pb = blocks = m."""
     lo = inp.chain_off[h]
-    for j in range(m):
-        bid = inp.chain_ids[lo + j]
-        if pc.ref[bid] == 0:
-            _lru_unlink_nb(pc, bid)
-            cnt[B_EVICTABLE] -= 1
-            cnt[B_FREE] -= 1
-        pc.ref[bid] += 1
+    if _hashed_nb(pc):
+        _pc_acquire_hashed_nb(lo, m, inp, pc, cnt)
+    else:
+        for j in range(m):
+            bid = chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift)
+            if pc.ref[bid] == 0:
+                _lru_unlink_nb(pc, bid)
+                cnt[B_EVICTABLE] -= 1
+                cnt[B_FREE] -= 1
+            pc.ref[bid] += 1
     seqs.pb[h] = m
     seqs.blocks[h] = m
+
+
+@njit(cache=True, nogil=True)
+def _pc_acquire_hashed_nb(lo, m, inp, pc, cnt):
+    s = -1
+    for j in range(m):
+        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift), s + 1)
+        if pc.ref[s] == 0:
+            _lru_unlink_nb(pc, s)
+            cnt[B_EVICTABLE] -= 1
+            cnt[B_FREE] -= 1
+        pc.ref[s] += 1
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -308,15 +439,37 @@ def pc_register_nb(r, full, inp, seqs, pc):
     lo = inp.chain_off[r]
     end = min(full, seqs.plim[r])
     going = seqs.pb[r] < end
+    if going and _hashed_nb(pc):
+        _pc_register_hashed_nb(r, lo, end, inp, seqs, pc)
+        going = False
     while going:
         j = seqs.pb[r]
-        bid = inp.chain_ids[lo + j]
+        bid = chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift)
         if pc.cached[bid]:
             seqs.plim[r] = j
             going = False
         else:
             pc.cached[bid] = True
             pc.ref[bid] = 1
+            seqs.pb[r] = j + 1
+            going = j + 1 < end
+
+
+@njit(cache=True, nogil=True)
+def _pc_register_hashed_nb(r, lo, end, inp, seqs, pc):
+    going = True
+    while going:
+        j = seqs.pb[r]
+        bid = chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift)
+        s = -1
+        if _pc_find_nb(pc.key, pc.index, pc.ends[2], bid, -1) < 0:
+            s = _pc_insert_nb(pc.key, pc.index, pc.free, pc.ends, bid)
+        if s < 0:  # cached already (or, not reached, no free slot)
+            seqs.plim[r] = j
+            going = False
+        else:
+            pc.cached[s] = True
+            pc.ref[s] = 1
             seqs.pb[r] = j + 1
             going = j + 1 < end
 
@@ -328,34 +481,46 @@ def pc_release_nb(r, inp, seqs, pc, cnt):
     pb = seqs.pb[r]
     cnt[B_FREE] += seqs.blocks[r] - pb
     lo = inp.chain_off[r]
-    j = pb
-    while j > 0:  # (a loop with a negative range step could raise: see the module's note on speed)
-        j -= 1
-        bid = inp.chain_ids[lo + j]
-        pc.ref[bid] -= 1
-        if pc.ref[bid] == 0:
-            tail = pc.ends[1]
-            pc.prev[bid] = tail
-            pc.next[bid] = -1
-            if tail >= 0:
-                pc.next[tail] = bid
-            else:
-                pc.ends[0] = bid
-            pc.ends[1] = bid
-            cnt[B_EVICTABLE] += 1
-            cnt[B_FREE] += 1
+    if _hashed_nb(pc):
+        _pc_release_hashed_nb(lo, pb, inp, pc, cnt)
+    else:
+        j = pb
+        while j > 0:  # (a loop with a negative range step could raise: see the module's note on speed)
+            j -= 1
+            bid = chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift)
+            pc.ref[bid] -= 1
+            if pc.ref[bid] == 0:
+                _lru_append_nb(pc, bid)
+                cnt[B_EVICTABLE] += 1
+                cnt[B_FREE] += 1
     seqs.blocks[r] = 0
     seqs.pb[r] = 0
-    seqs.plim[r] = inp.chain_off[r + 1] - lo
+    seqs.plim[r] = inp.chain_len[r]
+
+
+@njit(cache=True, nogil=True)
+def _pc_release_hashed_nb(lo, pb, inp, pc, cnt):
+    j = pb
+    s = -2
+    while j > 0:
+        j -= 1
+        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift), s - 1)
+        pc.ref[s] -= 1
+        if pc.ref[s] == 0:
+            _lru_append_nb(pc, s)
+            cnt[B_EVICTABLE] += 1
+            cnt[B_FREE] += 1
 
 
 @njit(cache=True, nogil=True, inline="always")
 def pc_trim_nb(pc, cnt):
     """Reclaim the least recently used cached blocks until the fresh allocations fit beside them."""
     while cnt[B_FREE] < cnt[B_EVICTABLE]:
-        bid = pc.ends[0]
-        _lru_unlink_nb(pc, bid)
-        pc.cached[bid] = False
+        s = pc.ends[0]
+        _lru_unlink_nb(pc, s)
+        pc.cached[s] = False
+        if _hashed_nb(pc):
+            _pc_remove_nb(pc.key, pc.index, pc.free, pc.ends, s)
         cnt[B_EVICTABLE] -= 1
 
 

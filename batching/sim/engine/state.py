@@ -110,10 +110,14 @@ class Inputs(NamedTuple):
     prio: np.ndarray  # int64 class, 0 highest
     after: np.ndarray  # int64: -1, or the request whose release starts this one's think time (sessions)
     think: np.ndarray  # float64 seconds from that release to this arrival
-    chain_off: np.ndarray  # int64 (n + 1): request r's KV block ids are chain_ids[chain_off[r]:chain_off[r + 1]]
-    chain_ids: np.ndarray  # int64 dense block ids (prefix caching)
+    chain_off: np.ndarray  # int64 (n + 1): request r's KV block ids are named by chain_ids[chain_off[r]:chain_off[r + 1]]
+    chain_ids: np.ndarray  # int64 dense block ids (prefix caching), each naming 2^chain_shift blocks: id, id + 1, ...
     ready: np.ndarray  # int64: prompt tokens whose KV arrives with the request (a decode instance of a disaggregated
     #                    deployment: the prefill instance computed them), held from its first admission on; 0 otherwise
+    chain_len: np.ndarray  # int64: blocks in request r's chain; its j-th is chain_ids[chain_off[r] + (j >> chain_shift)]
+    #                        + j % 2^chain_shift (engine_stages.chain_id_nb): a Mooncake trace's 512-token hashes
+    #                        name 32 blocks each (chain_shift 5), held once, not as 32 ids
+    chain_shift: int
 
 
 class Knobs(NamedTuple):
@@ -186,15 +190,50 @@ class Batch(NamedTuple):
 
 
 class Prefix(NamedTuple):
-    """The prefix cache (vLLM V1's automatic prefix caching): per block id, whether a GPU block holds it
-    and how many running sequences use it; the cached blocks nobody uses form an LRU list (a doubly linked
-    list over ids, oldest at the head), reclaimed from the head when a new block is needed."""
+    """The prefix cache (vLLM V1's automatic prefix caching): per cached block, how many running sequences use
+    it; the cached blocks nobody uses form an LRU list (doubly linked, oldest at the head), reclaimed from the
+    head when a new block is needed. The state is kept per slot (engine_stages' prefix cache section): slot = id
+    when ``index`` is empty, else a slot found through the hash table ``index`` (``prefix_tables``)."""
 
-    ref: np.ndarray  # int64 per id: running sequences holding it
-    cached: np.ndarray  # bool per id: a GPU block holds it
-    prev: np.ndarray  # int64 per id: LRU neighbours (-1 none)
+    ref: np.ndarray  # int32 per slot: running sequences holding its block
+    cached: np.ndarray  # bool per slot: a GPU block holds it (the direct tables' membership test)
+    prev: np.ndarray  # int32 per slot: LRU neighbours (-1 none)
     next: np.ndarray
-    ends: np.ndarray  # int64 (2,): LRU head (oldest) and tail, -1 when empty
+    ends: np.ndarray  # int64 (4,): LRU head (oldest) and tail (-1 when empty), the hash's shift, free slots left
+    key: np.ndarray  # int32 per slot: the block id it holds, -1 when free (hashed tables; empty for direct ones)
+    index: np.ndarray  # int32 per bucket, a power of two of them: a slot, or -1 (empty); empty for direct tables
+    free: np.ndarray  # int32: the free slots, ends[3] of them (hashed tables)
+    hashed: np.ndarray  # empty int8, 1-D for hashed tables, 2-D for tables by id: a flag in the type (numba makes
+    #                     ndim a constant), so each kind of tables compiles without the other's code
+
+
+# prefix tables are indexed by block id up to this many ids per GPU block, or DIRECT_IDS ids over all instances
+DIRECT_IDS_PER_KV_BLOCK = 16
+DIRECT_IDS = 1 << 22
+
+
+def prefix_tables(n_ids: int, kv_blocks: int, instances: int | None = None) -> Prefix:
+    """Prefix-cache tables for chains naming ids 0 .. n_ids - 1 on a GPU cache of kv_blocks blocks (one set, or
+    ``instances`` stacked: row i is instance i's). Indexed by id (13 bytes an id) while there are at most
+    DIRECT_IDS_PER_KV_BLOCK ids per GPU block or DIRECT_IDS in all (the shipped Mooncake trace's 1.4 M); past that
+    a hash table with a slot per block that can be cached at once: at most 2 x kv_blocks (the cached blocks running
+    sequences use plus the evictable ones, which pc_trim_nb keeps within the free blocks), 60-75 bytes a GPU block
+    however many ids the chains name (an adversarial 12 MB Mooncake file names 62 M: 0.8 GB indexed by id). Both
+    give the same runs; the hashed ones are up to ~25 % slower where lookups dominate."""
+    lead = () if instances is None else (instances,)
+    direct = n_ids <= DIRECT_IDS_PER_KV_BLOCK * kv_blocks or n_ids * (instances or 1) <= DIRECT_IDS
+    slots = n_ids if direct else 2 * kv_blocks + 64
+    buckets = 0 if direct else 1 << (2 * slots - 1).bit_length()  # a power of two >= 2 x slots: half full at most
+    index_dt = np.int32 if max(slots, n_ids) < 2**31 else np.int64
+    ends = np.full(lead + (4,), -1, np.int64)
+    ends[..., 2] = 64 - (buckets.bit_length() - 1) if buckets else 0  # bucket: the hash's top log2(buckets) bits
+    ends[..., 3] = 0 if direct else slots
+    return Prefix(np.zeros(lead + (slots,), index_dt), np.zeros(lead + (slots,), np.bool_),
+                  np.empty(lead + (slots,), index_dt), np.empty(lead + (slots,), index_dt), ends,
+                  np.full(lead + ((0 if direct else slots),), -1, index_dt), np.full(lead + (buckets,), -1, index_dt),
+                  np.empty(lead + ((0 if direct else slots),), index_dt) if direct else  # slot 0 taken first
+                  np.broadcast_to(np.arange(slots - 1, -1, -1, dtype=index_dt), lead + (slots,)).copy(),
+                  np.empty(lead + ((0, 0) if direct else (0,)), np.int8))
 
 
 class Spec(NamedTuple):

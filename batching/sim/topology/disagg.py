@@ -227,7 +227,8 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
     ones = np.ones(n, np.int64)
     # the prefill side: the prompt, and one token out (the first, sent with the KV)
     inp_p = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, ones, reqs.priority,
-                       chain_off=reqs.block_off if chains else None, chain_ids=reqs.block_ids if chains else None)
+                       chain_off=reqs.block_off if chains else None, chain_ids=reqs.block_ids if chains else None,
+                       chain_len=reqs.chain_lengths() if chains else None, chain_shift=reqs.block_shift)
     knobs_p, cost_p = policy.knobs(classes, kv_p, swap(dep_p), mode="continuous"), eng.kernel_cost(cm_p)
     # the decode side: the prompt and the first token to take in (its KV is computed there), the rest to produce
     inp_d = eng.inputs(reqs.arrival_s, reqs.prompt_tokens + 1, reqs.output_tokens - 1, reqs.priority,
@@ -235,11 +236,14 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
     knobs_d = policy.knobs(classes, kv_d, swap(dep_d), mode="continuous", chunked=True)
     cost_d = eng.kernel_cost(cm_d)
     xfer = reqs.prompt_tokens * dep.kv_bytes_per_token / dis.link_Bps(dep)
-    room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances))
+    engines = dis.prefill_instances + dis.decode_instances
+    cap = max(1, eng.MAX_STEPS // engines)  # the stacked step tables hold MAX_STEPS rows in all
+    room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances),
+                        cap)
     while True:
         out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
         out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
-        pcs = stacked_prefix(dis.prefill_instances, inp_p.chain_ids) if chains else None
+        pcs = stacked_prefix(dis.prefill_instances, inp_p.chain_ids, inp_p.chain_shift, kv_p) if chains else None
         hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64))
         heap = Later(np.empty(n), np.empty(n, np.int64), np.empty(0, np.int64))
         dec_rep = np.full(n, -1, np.int64)
@@ -251,7 +255,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
                                           np.ascontiguousarray(xfer, np.float64), hand, heap, dec_rep, dec_arr,
                                           pre_rep, steps_p, steps_d)
         if status == OUT_OF_STEPS:
-            room = eng.grow_room(room, inp_d)
+            room = eng.grow_room(room, inp_d, cap, f"its {engines} instances")
             continue
         if status == DEADLOCK:
             raise RuntimeError(f"the engine could not schedule any work on {('prefill', 'decode')[role]} instance "

@@ -30,8 +30,8 @@ from numba import njit
 from batching.sim.engine import kernel as eng
 from batching.sim.engine.state import (B_WAITING, S_WAITING, C_RELEASED, C_STEP, DEADLOCK, NUM_RF, NUM_SF, NUM_SI, NUM_SPF,
                                        NUM_SPI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, V_KV, V_OUTSTANDING,
-                                       ITL_BINS, Later, Outputs, Prefix, Spec)
-from batching.sim.engine.stages import blocks_for_nb, q_push_back_nb
+                                       ITL_BINS, Later, Outputs, Prefix, Spec, prefix_tables)
+from batching.sim.engine.stages import blocks_for_nb, chain_id_nb, q_push_back_nb
 
 ROUTERS = ("round-robin", "least-outstanding", "least-kv", "prefix-affinity")
 ROUTER_HELP = {
@@ -68,7 +68,8 @@ def _pc_of(pcs, i):
     if pcs is None:
         return None
     else:
-        return Prefix(pcs.ref[i], pcs.cached[i], pcs.prev[i], pcs.next[i], pcs.ends[i])
+        return Prefix(pcs.ref[i], pcs.cached[i], pcs.prev[i], pcs.next[i], pcs.ends[i], pcs.key[i], pcs.index[i],
+                      pcs.free[i], pcs.hashed[i])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -102,11 +103,11 @@ def _least_nb(view, col, rr, n_rep):
 
 
 @njit(cache=True, nogil=True)
-def _affinity_nb(r, view, rr, n_rep, off, ids, seen):
+def _affinity_nb(r, view, rr, n_rep, off, ids, lens, shift, seen):
     """prefix-affinity (module docstring): the longest leading run of r's chain each replica has seen."""
     least = _least_nb(view, V_OUTSTANDING, rr, n_rep)
-    lo, hi = off[r], off[r + 1]
-    if hi == lo:
+    lo, size = off[r], lens[r]
+    if size == 0:
         return least
     best, best_m = least, 0
     for j in range(n_rep):
@@ -114,11 +115,11 @@ def _affinity_nb(r, view, rr, n_rep, off, ids, seen):
         if i >= n_rep:
             i -= n_rep
         m = 0
-        while lo + m < hi and seen[i, ids[lo + m]]:
+        while m < size and seen[i, chain_id_nb(ids, lo, m, shift)]:
             m += 1
         if m > best_m:
             best, best_m = i, m
-    if best_m < AFFINITY_MIN_MATCH * (hi - lo) or view[best, V_OUTSTANDING] > view[least, V_OUTSTANDING] + AFFINITY_BALANCE:
+    if best_m < AFFINITY_MIN_MATCH * size or view[best, V_OUTSTANDING] > view[least, V_OUTSTANDING] + AFFINITY_BALANCE:
         best = least
     return best
 
@@ -139,7 +140,7 @@ def join_nb(st, out, view, inp, i, r, t):
 
 
 @njit(cache=True, nogil=True)
-def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, seen, rep_of, n_steps):
+def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, lens, shift, seen, rep_of, n_steps):
     """Every request through the router onto ``n_rep`` replicas (rep_of gets each routed request's replica,
     n_steps each replica's step count); returns (status, replica that failed or -1)."""
     n = inp.arrival.shape[0]
@@ -166,9 +167,9 @@ def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, seen, r
         elif code == 2:
             i = _least_nb(view, V_KV, rr, n_rep)
         elif code == 3:
-            i = _affinity_nb(r, view, rr, n_rep, off, ids, seen)
-            for j in range(off[r], off[r + 1]):
-                seen[i, ids[j]] = True
+            i = _affinity_nb(r, view, rr, n_rep, off, ids, lens, shift, seen)
+            for j in range(lens[r]):
+                seen[i, chain_id_nb(ids, off[r], j, shift)] = True
         else:
             i = rr
         rr += 1
@@ -199,14 +200,12 @@ def stacked_outputs(n: int, instances: int, room: int, classes: int, arrival) ->
                    np.empty((instances, room, NUM_SF)), np.zeros((max(1, classes), ITL_BINS), np.int64))
 
 
-def stacked_prefix(instances: int, chain_ids) -> Prefix | None:
-    """One prefix cache per instance over the chains' block ids (_pc_of gives instance i's), or None without chains."""
+def stacked_prefix(instances: int, chain_ids, shift: int, kv_blocks: int) -> Prefix | None:
+    """One prefix cache per instance (a GPU cache of kv_blocks blocks each) over the chains' block ids, each naming
+    2^shift blocks (_pc_of gives instance i's), or None without chains."""
     if len(chain_ids) == 0:
         return None
-    k = int(chain_ids.max()) + 1
-    return Prefix(np.zeros((instances, k), np.int64), np.zeros((instances, k), np.bool_),
-                  np.empty((instances, k), np.int64), np.empty((instances, k), np.int64),
-                  np.full((instances, 2), -1, np.int64))
+    return prefix_tables(int(chain_ids.max()) + (1 << shift), kv_blocks, instances)
 
 
 def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks: int, cm, spec=None):
@@ -215,18 +214,22 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
     n = len(reqs)
     chains = reqs.block_off is not None
     pc_off = reqs.block_off if chains and policy.prefix_caching else None
+    shift = reqs.block_shift
     inp = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority, chain_off=pc_off,
-                     chain_ids=reqs.block_ids if pc_off is not None else None, after=reqs.after, think_s=reqs.think_s)
+                     chain_ids=reqs.block_ids if pc_off is not None else None, after=reqs.after, think_s=reqs.think_s,
+                     chain_len=reqs.chain_lengths() if pc_off is not None else None, chain_shift=shift)
     knobs, cost = policy.knobs(len(reqs.class_names), kv_blocks, swap_cap), eng.kernel_cost(cm)
     off = reqs.block_off if chains else np.zeros(n + 1, np.int64)
     ids = reqs.block_ids if chains else np.zeros(0, np.int64)
-    n_ids = int(ids.max()) + 1 if len(ids) else 1
+    lens = reqs.chain_lengths() if chains else np.zeros(n, np.int64)
+    n_ids = reqs.num_block_ids if chains else 1
     seen = np.zeros((replicas, n_ids if router == "prefix-affinity" else 1), np.bool_)
-    room = eng.room_for(inp, policy.max_num_batched_tokens, None, replicas)
+    cap = max(1, eng.MAX_STEPS // replicas)  # the stacked step tables hold MAX_STEPS rows in all
+    room = eng.room_for(inp, policy.max_num_batched_tokens, None, replicas, cap)
     while True:
         out = stacked_outputs(n, replicas, room, len(reqs.class_names), inp.arrival)
         req_f = out.req_f
-        pcs = stacked_prefix(replicas, inp.chain_ids) if pc_off is not None else None
+        pcs = stacked_prefix(replicas, inp.chain_ids, inp.chain_shift, kv_blocks) if pc_off is not None else None
         lats = None
         one = eng.new_later(inp.after)
         if one is not None:
@@ -238,10 +241,10 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
                                steps_f=np.empty((replicas, room, NUM_SPF)))
         rep_of = np.full(n, -1, np.int64)
         n_steps = np.zeros(replicas, np.int64)
-        status, bad = run_fleet_nb(inp, knobs, cost, out, pcs, lats, sp, _CODE[router], off, ids, seen, rep_of,
-                                   n_steps)
+        status, bad = run_fleet_nb(inp, knobs, cost, out, pcs, lats, sp, _CODE[router], off, ids, lens, shift, seen,
+                                   rep_of, n_steps)
         if status == OUT_OF_STEPS:
-            room = eng.grow_room(room, inp)
+            room = eng.grow_room(room, inp, cap, f"its {replicas} replicas")
             seen[:] = False
             continue
         if status == DEADLOCK:

@@ -80,40 +80,71 @@ def trace_block_tokens(hash_off: np.ndarray, input_tokens: np.ndarray) -> np.nda
     return tokens
 
 
+def _index_dtype(size: int) -> type:
+    """int32 for indices into arrays of up to 2^31 - 1 entries (half the memory of int64), else int64."""
+    return np.int32 if size < 2**31 else np.int64
+
+
+def _ranks(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values (ascending, from 0), and how many there are. Values >= 0; when
+    they are small (Mooncake numbers its hashes from 0) a presence table ranks them without np.unique's sort
+    and its five arrays of len(values) int64."""
+    dtype = _index_dtype(values.size)
+    top = int(values.max())
+    if top < 2 * values.size + 1024:
+        present = np.zeros(top + 1, dtype=np.bool_)
+        present[values] = True
+        rank = np.cumsum(present, dtype=dtype)
+        del present
+        rank -= 1
+        return rank[values], int(rank[-1]) + 1
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return inverse.astype(dtype).reshape(-1), int(uniq.size)
+
+
 def prefix_keys(hash_off: np.ndarray, hash_ids: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense ids of the trace blocks such that equal ids mean equal hashes AND equal prefixes.
 
     Mooncake's hash_ids are chain hashes (an id always follows the same id, so it names its whole prefix); then
     this is dense(hash), ranked by hash value. A trace where some hash follows two different ids is keyed
     instead on (key of the previous block, hash), position by position, so the engine never reuses a block
-    whose prefix differs. Returns (key per block, number of keys)."""
-    n = len(hash_off) - 1
-    uniq, dense = np.unique(hash_ids, return_inverse=True)
-    dense = dense.astype(np.int64).reshape(-1)
-    req = np.repeat(np.arange(n, dtype=np.int64), np.diff(hash_off))
-    pos = np.arange(hash_ids.size, dtype=np.int64) - hash_off[req]
-    parent = np.where(pos > 0, np.roll(dense, 1), -1)  # the block before, -1 at a chain's start
-    pairs = np.unique(dense * (uniq.size + 1) + parent + 1).size
-    if pairs == uniq.size:  # every hash has one parent: hashes already name prefixes
-        return dense, int(uniq.size)
-    keys = np.empty(hash_ids.size, dtype=np.int64)
-    order = np.argsort(pos, kind="stable")
-    bounds = np.searchsorted(pos[order], np.arange(int(pos.max()) + 2))
+    whose prefix differs. Returns (key per block: int32 below 2^31 blocks, number of keys). Hashes >= 0; no
+    array of len(hash_ids) int64 is made besides what ``_ranks`` needs for sparse hashes."""
+    if hash_ids.size == 0:
+        return np.zeros(0, dtype=np.int32), 0
+    dense, count = _ranks(hash_ids)
+    starts = hash_off[:-1][np.diff(hash_off) > 0]  # each chain's first block
+    parent = np.roll(dense, 1)  # the block before; -1 at a chain's start
+    parent[starts] = -1
+    low = np.full(count, count, dtype=dense.dtype)
+    high = np.full(count, -2, dtype=dense.dtype)
+    np.minimum.at(low, dense, parent)
+    np.maximum.at(high, dense, parent)
+    del parent
+    if np.array_equal(low, high):  # every hash has one parent: hashes already name prefixes
+        return dense, count
+    del low, high
+    keys = np.empty_like(dense)
+    counts = np.diff(hash_off)
+    order = np.argsort(-counts, kind="stable")  # requests by block count, longest first
+    holders = counts.size - np.cumsum(np.bincount(counts))  # holders[k]: requests with more than k blocks
     used = 0
-    for k in range(len(bounds) - 1):  # position k: key = (key of position k - 1, hash)
-        rows = order[bounds[k] : bounds[k + 1]]
-        above = keys[rows - 1] if k > 0 else np.zeros(rows.size, dtype=np.int64)
-        _, level = np.unique(above * uniq.size + dense[rows], return_inverse=True)
-        level = level.astype(np.int64).reshape(-1)
-        keys[rows] = used + level
-        used += int(level.max()) + 1 if level.size else 0
+    for k in range(int(counts.max())):  # position k: key = (key of position k - 1, hash)
+        rows = hash_off[order[: holders[k]]] + k
+        combo = dense[rows].astype(np.int64)
+        if k > 0:
+            combo += keys[rows - 1].astype(np.int64) * count
+        _, level = np.unique(combo, return_inverse=True)
+        keys[rows] = used + level.reshape(-1)
+        used += int(level.max()) + 1
     return keys, used
 
 
 def chains_from_trace_hashes(
     hash_off: np.ndarray, hash_ids: np.ndarray, input_tokens: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Engine chains (16-token blocks) from a trace's 512-token block hashes, without losing reuse.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Engine chains (16-token blocks) from a trace's 512-token block hashes, without losing reuse, kept one id
+    per trace block (``expand_chains`` with group ENGINE_BLOCKS_PER_TRACE_BLOCK turns them into engine blocks).
 
     Trace block k of a request is engine blocks 32k .. 32k + 31 (fewer for the last block: only its full
     16-token blocks). Engine id = base[dense(hash)] + j, j the engine block within the trace block, where
@@ -121,35 +152,59 @@ def chains_from_trace_hashes(
     closed so ids stay dense. Each chain stops after its last trace block that another request also holds
     (the rest is unique: no request can reuse it). Mooncake's hashes are chain hashes (an id always follows
     the same id), so equal engine ids mean equal prefixes; a trace where they are not is keyed on prefixes
-    (``prefix_keys``). Returns (off, ids)."""
+    (``prefix_keys``). Returns (off, ids, lengths): request r's chain is the engine blocks ids[off[r] + j // 32]
+    + j % 32 for j < lengths[r]. Memory: a few bytes per trace block, never one id per engine block (a 12 MB
+    file of 2,000 one-million-token prompts holds 125 M engine blocks)."""
     n = len(input_tokens)
+    group = ENGINE_BLOCKS_PER_TRACE_BLOCK
+    counts = np.diff(hash_off)
     if hash_ids.size == 0:
-        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    dense, count = prefix_keys(hash_off, hash_ids)
-    req = np.repeat(np.arange(n, dtype=np.int64), np.diff(hash_off))
-    # requests holding each hash: shared when a second request holds it
-    first_req = np.full(count, n, dtype=np.int64)
-    np.minimum.at(first_req, dense, req)
-    last_req = np.full(count, -1, dtype=np.int64)
-    np.maximum.at(last_req, dense, req)
-    shared = (first_req != last_req)[dense]
-    pos = np.arange(hash_ids.size, dtype=np.int64) - hash_off[req]
-    keep_blocks = np.zeros(n, dtype=np.int64)
-    np.maximum.at(keep_blocks, req[shared], pos[shared] + 1)  # trace blocks kept per request
-    # engine blocks per kept trace block: 32, or the last block's full 16-token blocks
-    engine = np.minimum(trace_block_tokens(hash_off, input_tokens) // KV_BLOCK_TOKENS,
-                        ENGINE_BLOCKS_PER_TRACE_BLOCK)
-    kept = pos < keep_blocks[req]
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    keys, count = prefix_keys(hash_off, hash_ids)
+    # a key is held by one request at most once (its position is part of it), so two holders = shared
+    shared = (np.bincount(keys, minlength=count) >= 2)[keys]
+    flat = np.flatnonzero(shared)
+    del shared
+    last = np.full(n, -1, dtype=np.int64)  # each request's last shared trace block (flat index)
+    np.maximum.at(last, np.searchsorted(hash_off, flat, side="right") - 1, flat)
+    del flat
+    kept = np.where(last >= 0, last - hash_off[:-1] + 1, 0)  # trace blocks kept per request
+    # the last trace block holds input - 512 * (blocks - 1) tokens: its full 16-token blocks, at most 32
+    tail = np.minimum((input_tokens - TRACE_BLOCK_TOKENS * (counts - 1)) // KV_BLOCK_TOKENS, group)
+    ends = (kept == counts) & (counts > 0)  # chains that keep the request's last trace block
+    kept -= ends & (tail == 0)  # a last block of under 16 tokens names no engine block
+    short = ends & (tail > 0)
+    lengths = group * kept - np.where(short, group - tail, 0)
+    off = offsets(kept)
+    mask = np.zeros(hash_ids.size + 1, dtype=np.int8)  # +1 where a chain's kept blocks start, -1 where they end
+    np.add.at(mask, hash_off[:-1], 1)
+    np.add.at(mask, hash_off[:-1] + kept, -1)
+    take = np.cumsum(mask[:-1], dtype=np.int8).view(np.bool_)
+    del mask
+    entry_keys = keys[take]
+    del take, keys
+    # engine blocks per key: 32, or the most a short last block of it holds when it is only ever one
     width = np.zeros(count, dtype=np.int64)
-    np.maximum.at(width, dense[kept], engine[kept])
-    base = offsets(width)[:-1]
-    k_dense, k_engine, k_req = dense[kept], engine[kept], req[kept]
-    lengths = np.bincount(k_req, weights=k_engine, minlength=n).astype(np.int64)
-    off = offsets(lengths)
-    block_off = offsets(k_engine)
-    block_seg, j = segment_positions(block_off)
-    ids = base[k_dense][block_seg] + j
-    return off, ids
+    entry_width = np.full(entry_keys.size, group, dtype=np.int64)
+    entry_width[off[1:][short] - 1] = tail[short]
+    np.maximum.at(width, entry_keys, entry_width)
+    del entry_width
+    ids = offsets(width)[:-1][entry_keys]
+    return off, ids, lengths.astype(np.int64)
+
+
+def expand_chains(
+    off: np.ndarray, ids: np.ndarray, lengths: np.ndarray | None = None, group: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Chains held ``group`` engine blocks per id (request r's block j is ids[off[r] + j // group] + j % group,
+    lengths[r] blocks) as one id per engine block: (off, ids). With group 1 and no lengths, the chains as given."""
+    if group == 1 and lengths is None:
+        return off, ids
+    if lengths is None:
+        lengths = np.diff(off) * group
+    flat_off = offsets(lengths)
+    seg, j = segment_positions(flat_off)
+    return flat_off, ids[off[:-1][seg] + j // group] + j % group
 
 
 def trace_hit_rate_512(
@@ -190,6 +245,8 @@ class ChainedRequests(Protocol):
     prompt_tokens: np.ndarray
     block_off: np.ndarray | None
     block_ids: np.ndarray | None
+    block_len: np.ndarray | None
+    block_group: int
 
     def __len__(self) -> int: ...
 
@@ -203,7 +260,7 @@ def ideal_hit_tokens(requests: ChainedRequests) -> np.ndarray:
     hits = np.zeros(n, dtype=np.int64)
     if requests.block_off is None or requests.block_ids is None or requests.block_ids.size == 0:
         return hits
-    off, ids = requests.block_off, requests.block_ids
+    off, ids = expand_chains(requests.block_off, requests.block_ids, requests.block_len, requests.block_group)
     lengths = np.diff(off)
     req = np.repeat(np.arange(n, dtype=np.int64), lengths)
     first_req = np.full(int(ids.max()) + 1, n, dtype=np.int64)

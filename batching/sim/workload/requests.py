@@ -8,8 +8,9 @@ field, the value and the allowed range.
 
 from __future__ import annotations
 
-import functools
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,7 +19,8 @@ import pandas as pd
 
 from batching.sim.checks import check_int, check_range, show
 from batching.sim.workload import sessions as _sessions
-from batching.sim.workload.prefixes import offsets, segment_positions, two_part_chains
+from batching.sim.workload.prefixes import (ENGINE_BLOCKS_PER_TRACE_BLOCK, expand_chains, offsets, segment_positions,
+                                            two_part_chains)
 from batching.sim.workload.sessions import SessionSpec
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 from batching.sim.workload.traces import FORMATS, MAX_ABS_TIME_S, MAX_PRIORITY_LEVELS, MAX_TOKENS, TraceData, load_trace
@@ -34,9 +36,10 @@ ARRIVAL_KINDS = ("poisson", "gamma", "constant", "onoff", "diurnal")
 DEFAULT_RATE_REQ_S = 1.0
 MAX_RATE_REQ_S = 10_000.0
 # Requests one simulation may take. Memory grows with requests and with simulated steps (benchmarks/
-# bench_memory.py: ~0.2 KB per request + ~0.3 KB per step): about 1 KB per request on a saturated node (~2
-# steps per request), 6.5 KB at the default scenario (~21 steps), ~63 KB when every request runs alone (one
-# step per output token). 10^6 requests of the default scenario peak at 6.3 GiB, which leaves room on the
+# bench_memory.py: ~0.2 KB per request + ~0.3 KB per step on one node; fleets and splits sum their steps over
+# replicas and instances, and may hold every request once per engine: sim/topology/sizing.py): about 1 KB per request on
+# a saturated node (~2 steps per request), 6.5 KB at the default scenario (~21 steps), ~63 KB when every request
+# runs alone (one step per output token). 10^6 requests of the default scenario peak at 6.3 GiB, which leaves room on the
 # documented 2-core, 24 GiB host; 10^7 (the old cap) would need ~65 GB.
 MAX_NUM_REQUESTS = 1_000_000
 MAX_SPEEDUP = 1000.0
@@ -78,6 +81,9 @@ class Requests:
     # block_ids[block_off[r]:block_off[r + 1]]: one id per full 16-token block of its prompt followed by its
     # output, possibly fewer (a chain may stop after its last block any other request shares). Ids are dense
     # from 0; two blocks have the same id exactly when their tokens and every token before them are the same.
+    # Grouped (block_group G > 1, a Mooncake trace's 32 engine blocks per 512-token hash): each id names G blocks,
+    # request r's j-th is block_ids[block_off[r] + j // G] + j % G, and block_len[r] says how many it has (its last
+    # id may name fewer than G), so a trace's chains take one id per trace block, not one per engine block.
     block_off: np.ndarray | None = None  # int64, n + 1 offsets
     block_ids: np.ndarray | None = None  # int64 ids
     # Multi-turn sessions (None: open loop, arrival_s is every request's arrival). after[r] >= 0: request r
@@ -85,6 +91,8 @@ class Requests:
     # lower bound (the arrival of after[r] + think_s[r]), used for ordering; the engine reports the real arrival.
     after: np.ndarray | None = None  # int64, -1 for a session's first turn and for independent requests
     think_s: np.ndarray | None = None  # float64 seconds
+    block_len: np.ndarray | None = None  # int64 blocks per chain (grouped chains; None: diff(block_off))
+    block_group: int = 1  # engine blocks per id: 1, or a power of two with block_len set
 
     def __post_init__(self) -> None:
         for name, dtype in (
@@ -95,7 +103,7 @@ class Requests:
         ):
             object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=dtype))
         for name, dtype in (("block_off", np.int64), ("block_ids", np.int64), ("after", np.int64),
-                            ("think_s", np.float64)):
+                            ("think_s", np.float64), ("block_len", np.int64)):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=dtype))
         object.__setattr__(self, "class_names", tuple(self.class_names))
@@ -152,12 +160,50 @@ class Requests:
                              f"non-decreasing offsets")
         if ids.size and ids.min() < 0:
             raise ValueError(f"block_ids holds {ids.min()}; allowed ids >= 0")
+        group = self.block_group
+        if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 1 or group & (group - 1):
+            raise ValueError(f"block_group={show(group)} is not allowed; allowed a power of two (1, 2, 4, ...)")
+        if self.block_len is not None or group > 1:
+            lengths = self._grouped_lengths(lengths)
         full = (self.prompt_tokens + self.output_tokens) // KV_BLOCK_TOKENS
         over = lengths > full
         if over.any():
             r = int(np.argmax(over))
             raise ValueError(f"request {r} has {lengths[r]} block ids; allowed 0 to {full[r]}, its full "
                              f"{KV_BLOCK_TOKENS}-token blocks of prompt + output")
+
+    def _grouped_lengths(self, ids_per_chain: np.ndarray) -> np.ndarray:
+        """block_len, checked against the ids each chain has (ceil(block_len / block_group) of them)."""
+        n, group, lengths = len(self), self.block_group, self.block_len
+        if lengths is None:
+            raise ValueError(f"block_group={group} needs block_len; allowed block_group 1 without it")
+        if lengths.shape != (n,):
+            raise ValueError(f"block_len has shape {lengths.shape}; expected ({n},)")
+        wrong = (lengths < 0) | (-(-lengths // group) != ids_per_chain)
+        if wrong.any():
+            r = int(np.argmax(wrong))
+            k = int(ids_per_chain[r])
+            allowed = f"{group * (k - 1) + 1} to {group * k}" if k else "0"
+            raise ValueError(f"block_len[{r}]={lengths[r]} does not fit request {r}'s {k} block ids; allowed "
+                             f"{allowed} (each id names {group} blocks)")
+        return lengths
+
+    @property
+    def block_shift(self) -> int:
+        """log2(block_group): the engine's Inputs.chain_shift."""
+        return int(self.block_group).bit_length() - 1
+
+    def chain_lengths(self) -> np.ndarray | None:
+        """Blocks in each request's chain (None without chains)."""
+        if self.block_off is None:
+            return None
+        return np.diff(self.block_off) if self.block_len is None else self.block_len
+
+    def engine_chains(self) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+        """The chains with one id per block (block_group 1), as (block_off, block_ids); (None, None) without."""
+        if self.block_off is None or self.block_ids is None:
+            return None, None
+        return expand_chains(self.block_off, self.block_ids, self.block_len, self.block_group)
 
     def _validate_sessions(self) -> None:
         n = len(self)
@@ -185,7 +231,13 @@ class Requests:
         """Max block id + 1 (0 without chains): the size of a table indexed by block id."""
         if self.block_ids is None or self.block_ids.size == 0:
             return 0
-        return int(self.block_ids.max()) + 1
+        if self.block_group == 1:
+            return int(self.block_ids.max()) + 1
+        lengths = self.chain_lengths()
+        has = lengths > 0
+        last = self.block_off[1:][has] - 1  # a chain's last id may name fewer than block_group blocks
+        width = lengths[has] - self.block_group * (last - self.block_off[:-1][has])
+        return max(int(self.block_ids.max()) + 1, int((self.block_ids[last] + width).max()))
 
     @property
     def span_s(self) -> float:
@@ -210,12 +262,13 @@ class Requests:
         """The requests picked by a boolean mask, indices or a slice, kept in arrival order. Chains are kept
         (ids as they were); a turn whose previous turn is not picked becomes a session's first (after = -1)."""
         rows = np.sort(np.arange(len(self))[idx])
-        off = ids = after = think = None
+        off = ids = after = think = block_len = None
         if self.block_off is not None and self.block_ids is not None:
             lengths = np.diff(self.block_off)[rows]
             off = offsets(lengths)
             seg, pos = segment_positions(off)
             ids = self.block_ids[self.block_off[rows][seg] + pos]
+            block_len = None if self.block_len is None else self.block_len[rows]
         if self.after is not None and self.think_s is not None:
             new_index = np.full(len(self), -1, dtype=np.int64)
             new_index[rows] = np.arange(rows.size)
@@ -232,6 +285,8 @@ class Requests:
             ids,
             after,
             think,
+            block_len,
+            self.block_group,
         )
 
     def sessions(self) -> tuple[np.ndarray, np.ndarray]:
@@ -279,6 +334,8 @@ class Requests:
             trace.class_names,
             trace.block_off.copy() if chained else None,
             trace.block_ids.copy() if chained else None,
+            block_len=trace.block_len.copy() if chained else None,
+            block_group=ENGINE_BLOCKS_PER_TRACE_BLOCK if chained else 1,
         )
 
 
@@ -802,14 +859,47 @@ class SyntheticWorkload:
         return replace(self, classes=tuple(replace(c, share=new_share(c)) for c in self.classes))
 
 
-@functools.lru_cache(maxsize=8)
-def _load_cached(data: bytes, fmt: str, filename: str, skip_bad_rows: bool) -> TraceData:
-    trace = load_trace(data, fmt=fmt, filename=filename, skip_bad_rows=skip_bad_rows)
-    for a in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.priority, trace.block_off,
-              trace.block_ids, trace.hash_off, trace.hash_ids):
-        if a is not None:
+# parsed traces kept for reuse: at most this many bytes (a file and its arrays), the latest one whatever its size
+TRACE_CACHE_BYTES = 256 * 2**20
+
+
+def _trace_arrays(trace: TraceData) -> list[np.ndarray]:
+    return [a for a in (trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.priority, trace.block_off,
+                        trace.block_ids, trace.block_len, trace.hash_off, trace.hash_ids) if a is not None]
+
+
+class _TraceCache:
+    """Parsed traces by (bytes, format, file name, skip_bad_rows), least recently used out once the files and
+    their arrays pass TRACE_CACHE_BYTES; the latest is always kept (every look at a TraceWorkload reads it). Not
+    by count: eight 50 MB uploads of long Mooncake prompts would hold 2.6 GB."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple, tuple[TraceData, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, data: bytes, fmt: str, filename: str, skip_bad_rows: bool) -> TraceData:
+        key = (data, fmt, filename, skip_bad_rows)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key][0]
+        trace = load_trace(data, fmt=fmt, filename=filename, skip_bad_rows=skip_bad_rows)
+        arrays = _trace_arrays(trace)
+        for a in arrays:
             a.flags.writeable = False  # shared by every caller of the cache
-    return trace
+        with self._lock:
+            self._items[key] = (trace, len(data) + sum(a.nbytes for a in arrays))
+            self._items.move_to_end(key)
+            while len(self._items) > 1 and sum(size for _, size in self._items.values()) > TRACE_CACHE_BYTES:
+                self._items.popitem(last=False)
+        return trace
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_load_cached = _TraceCache()
 
 
 @dataclass(frozen=True)
@@ -870,10 +960,11 @@ class TraceWorkload:
             arrival_s = trace.arrival_s[:m] / self.speedup
         _check_arrivals(arrival_s, f"speedup={show(self.speedup)} (the trace's last arrival at "
                                    f"{show(float(trace.arrival_s[m - 1]))} s)", "use a larger speedup")
-        off = ids = None
+        off = ids = lengths = None
         if trace.block_off is not None and trace.block_ids is not None:  # the first m chains
             off = trace.block_off[: m + 1].copy()
             ids = trace.block_ids[: off[-1]].copy()
+            lengths = trace.block_len[:m].copy()
         return Requests(
             arrival_s,
             trace.prompt_tokens[:m].copy(),
@@ -882,6 +973,8 @@ class TraceWorkload:
             trace.class_names,
             off,
             ids,
+            block_len=lengths,
+            block_group=ENGINE_BLOCKS_PER_TRACE_BLOCK if off is not None else 1,
         )
 
     @property

@@ -2,8 +2,9 @@
 
 Mooncake's JSON lines (FAST'25: ``timestamp`` in ms, ``input_length``, ``output_length``, ``hash_ids``) carry
 each prompt's 512-token block hashes: ``hash_ids`` must be a JSON list of ceil(input_length / 512) non-negative
-integers, and become KV block chains of the engine's 16-token blocks (``TraceData.block_off``/``block_ids``,
-``prefixes.chains_from_trace_hashes``: one trace block = 32 engine blocks, so no reuse is lost).
+integers, and become KV block chains of the engine's 16-token blocks (``TraceData.block_off``/``block_ids``/
+``block_len``, ``prefixes.chains_from_trace_hashes``: one trace block = 32 engine blocks, so no reuse is lost),
+held one id per trace block: the engine expands them as it reads them.
 
 Everything is parsed as data (pandas' CSV reader, ``json``); nothing is evaluated (no pickle,
 no eval). Text is UTF-8, with or without a byte-order mark; UTF-16 and UTF-32 are read only
@@ -25,7 +26,9 @@ latencies of 0. A header may have up to 1,000 columns (a wider one is refused in
 in its length, before pandas builds a frame for it), and error messages quote at most 200
 characters of the file. Size: a 10^7-row CSV (about 200 MB) parses in about 20 s and 4.7 GB of
 memory on a 2-core machine; the dashboard's upload cap (``server.maxUploadSize``, 50 MB)
-keeps uploads to about 2.5 million rows.
+keeps uploads to about 2.5 million rows. A Mooncake file's hashes are read row by row into one int64 array
+(no Python list per row is kept), so its parse peaks at about 13 times the file (an 11.9 MB file of 2,000
+rows of 1,954 hashes: 151 MB resident, 3.4 GB before) and the parsed trace holds about 5 times it.
 """
 
 from __future__ import annotations
@@ -78,10 +81,12 @@ class TraceData:
     class_names: tuple[str, ...]  # name of each priority level
     skipped_rows: int = 0  # bad rows dropped because skip_bad_rows=True
     fmt: str = "native"  # the format that was read
-    # KV block chains (Mooncake; None for the other formats), as ``workload.Requests`` holds them: request r's
-    # 16-token blocks are block_ids[block_off[r]:block_off[r + 1]], equal ids = equal prefixes
+    # KV block chains (Mooncake; None for the other formats), as ``workload.Requests`` holds them with block_group
+    # prefixes.ENGINE_BLOCKS_PER_TRACE_BLOCK: one id per kept trace block, request r's j-th 16-token block is
+    # block_ids[block_off[r] + j // 32] + j % 32 for j < block_len[r]; equal ids = equal prefixes
     block_off: np.ndarray | None = None
     block_ids: np.ndarray | None = None
+    block_len: np.ndarray | None = None
     # the trace's own 512-token block hashes, as read: request r's are hash_ids[hash_off[r]:hash_off[r + 1]]
     hash_off: np.ndarray | None = None
     hash_ids: np.ndarray | None = None
@@ -118,10 +123,11 @@ def load_trace(
     if not stripped:
         raise ValueError("trace is empty")
     as_json = stripped[0] in "{[" or (filename or "").lower().endswith(_JSON_SUFFIXES)
-    frame, row_errors = _read_json(text) if as_json else _read_csv(text, skip_bad_rows)
+    frame, row_errors, lists = _read_json(text) if as_json else (*_read_csv(text, skip_bad_rows), {})
+    del text, stripped
     if len(frame) == 0:
         raise ValueError("trace is empty (no data rows after the header)")
-    return _parse(frame, row_errors, _detect_format(list(frame.columns), fmt), skip_bad_rows)
+    return _parse(frame, row_errors, _detect_format(list(frame.columns), fmt), skip_bad_rows, lists)
 
 
 # byte-order marks of the Unicode encodings read besides UTF-8 (UTF-32 first: its LE mark starts with UTF-16's)
@@ -251,9 +257,47 @@ def _csv_error(exc: Exception) -> str:
     return str(exc).replace("Error tokenizing data. C error: ", "").strip()
 
 
-def _read_json(text: str) -> tuple[pd.DataFrame, dict[int, str]]:
-    """JSON lines (one object per line) or a JSON array of objects."""
+# a hash_ids list, held as _HashList; its text cell (never shown: its errors are worded from the list)
+_LIST_CELL = "[...]"
+_HashList = tuple[np.ndarray | None, str]  # (int64 hashes, "") or (None, why the list is not hashes)
+
+
+def _read_json(text: str) -> tuple[pd.DataFrame, dict[int, str], dict[str, dict[int, _HashList]]]:
+    """JSON lines (one object per line) or a JSON array of objects. Lists under a ``hash_ids`` key (any case)
+    come back apart, as int64 arrays per column and row, never as text or Python lists (``_hash_array``)."""
     row_errors: dict[int, str] = {}
+    records: list[dict[str, str]] = []
+    lists: dict[str, dict[int, _HashList]] = {}
+    for i, item in enumerate(_json_items(text, row_errors)):  # each object made text cells before the next is read
+        if not isinstance(item, dict):
+            row_errors.setdefault(i, f"expected a JSON object, got {type(item).__name__}")
+            item = {}
+        if len(item) > MAX_COLUMNS:  # before converting 200,000 cells of one row
+            _too_many_keys(len(item))
+        record = {}
+        for k, v in item.items():
+            key = str(k).strip()
+            if isinstance(v, list) and key.lower() == "hash_ids":
+                lists.setdefault(key, {})[i] = _hash_array(v)
+                record[key] = _LIST_CELL
+            else:
+                record[key] = _json_cell(v)
+        records.append(record)
+    if records and len(row_errors) == len(records):  # no row to take columns from: say why, not "no columns"
+        first = min(row_errors)
+        more = f" (and all {len(records):,} rows are bad)" if len(records) > 1 else ""
+        raise ValueError(f"row {first + 1}: {row_errors[first]}{more}")
+    columns = list(dict.fromkeys(k for r in records for k in r))
+    if len(columns) > MAX_COLUMNS:
+        _too_many_keys(len(columns))
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    return frame.astype(object).where(frame.notna(), "").astype(str), row_errors, lists
+
+
+def _json_items(text: str, row_errors: dict[int, str]):
+    """The objects of a JSON array or of JSON lines, one at a time (an invalid line: {} and its error in
+    row_errors), so that only one row's values exist as Python objects at once (a row's list of 2,000 hashes
+    is ~16 KB of them; all of a 12 MB file's rows, hundreds of MB)."""
     if text.lstrip().startswith("["):
         try:
             items = json.loads(text)
@@ -261,33 +305,21 @@ def _read_json(text: str) -> tuple[pd.DataFrame, dict[int, str]]:
             raise ValueError(f"cannot read the trace as JSON: {_json_error(exc)}") from None
         if not isinstance(items, list):
             raise ValueError("cannot read the trace as JSON: expected an array of objects")
-    else:
-        items = []
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                items.append(json.loads(line))
-            except (ValueError, RecursionError) as exc:
-                row_errors[len(items)] = f"invalid JSON ({_json_error(exc)})"
-                items.append({})
-    records: list[dict[str, str]] = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            row_errors.setdefault(i, f"expected a JSON object, got {type(item).__name__}")
+        for i in range(len(items)):
+            item, items[i] = items[i], None  # released once turned into text cells
+            yield item
+        return
+    count = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            row_errors[count] = f"invalid JSON ({_json_error(exc)})"
             item = {}
-        if len(item) > MAX_COLUMNS:  # before converting 200,000 cells of one row
-            _too_many_keys(len(item))
-        records.append({str(k).strip(): _json_cell(v) for k, v in item.items()})
-    if items and len(row_errors) == len(items):  # no row to take columns from: say why, not "no columns"
-        first = min(row_errors)
-        more = f" (and all {len(items):,} rows are bad)" if len(items) > 1 else ""
-        raise ValueError(f"row {first + 1}: {row_errors[first]}{more}")
-    columns = list(dict.fromkeys(k for r in records for k in r))
-    if len(columns) > MAX_COLUMNS:
-        _too_many_keys(len(columns))
-    frame = pd.DataFrame.from_records(records, columns=columns)
-    return frame.astype(object).where(frame.notna(), "").astype(str), row_errors
+        count += 1
+        yield item
 
 
 def _too_many_keys(count: int) -> None:
@@ -487,53 +519,85 @@ _MAX_BLOCK_HASH = 2**63 - 1
 
 @dataclass
 class _Hashes:
-    """Mooncake's hash_ids column: each good row's list of 512-token block hashes, bad rows and why."""
+    """Mooncake's hash_ids column: each good row's 512-token block hashes (int64), bad rows and why."""
 
-    lists: list[list[int]]  # [] for bad rows
+    arrays: list[np.ndarray | None]  # None for bad rows
     bad: np.ndarray
     why: dict[int, str]
 
 
-def _check_hash_ids(frame: pd.DataFrame, name: str, input_tokens: np.ndarray, usable: np.ndarray) -> _Hashes:
+def _check_hash_ids(frame: pd.DataFrame, name: str, input_tokens: np.ndarray, usable: np.ndarray,
+                    lists: dict[int, _HashList]) -> _Hashes:
     """Each cell must be a JSON list of ceil(input_length / 512) integers from 0 to 2^63 - 1 (parsed with
-    ``json``, never evaluated). Rows already bad elsewhere (``usable`` False) are not read."""
-    raw = _text(frame, name)
+    ``json``, never evaluated; ``lists``: the rows whose list the JSON reader took apart). Rows already bad
+    elsewhere (``usable`` False) are not read."""
+    raw = frame[name].to_numpy(dtype=object)
     n = len(raw)
-    lists: list[list[int]] = [[] for _ in range(n)]
+    arrays: list[np.ndarray | None] = [None] * n
     bad = np.zeros(n, dtype=bool)
     why: dict[int, str] = {}
     for i in np.flatnonzero(usable):
-        ids, reason = _hash_list(raw[i], int(input_tokens[i]))
+        if int(i) in lists:
+            ids, reason = lists.pop(int(i))
+            if not reason:
+                reason = _hash_count_error(ids.size, int(input_tokens[i]))
+        else:
+            ids, reason = _hash_list(str(raw[i]).strip(), int(input_tokens[i]))
         if reason:
             bad[i] = True
             why[i] = f"column {name}: {reason}"
         else:
-            lists[i] = ids
-    return _Hashes(lists, bad, why)
+            arrays[i] = ids
+    return _Hashes(arrays, bad, why)
 
 
-def _hash_list(cell: str, input_tokens: int) -> tuple[list[int], str]:
-    """A hash_ids cell's hashes, or why it is unusable for a prompt of input_tokens tokens ("" when fine)."""
+def _hash_list(cell: str, input_tokens: int) -> tuple[np.ndarray | None, str]:
+    """A hash_ids cell's hashes (int64), or why it is unusable for a prompt of input_tokens tokens ("" when
+    fine)."""
     if cell == "":
-        return [], "value is missing"
+        return None, "value is missing"
     try:
         ids = json.loads(cell)
     except (ValueError, RecursionError):
         ids = None
     if not isinstance(ids, list):
-        return [], f"{_Shown(cell)!r} is not a JSON list of block hashes (integers)"
-    wrong = next((k for k, x in enumerate(ids) if type(x) is not int or not 0 <= x <= _MAX_BLOCK_HASH), None)
-    if wrong is not None:
-        x = ids[wrong]
-        shown = _Shown(repr(x) if isinstance(x, str) else json.dumps(x))
-        return [], f"element {wrong + 1} ({shown}) is not a block hash; allowed integers 0 to 2^63 - 1"
+        return None, f"{_Shown(cell)!r} is not a JSON list of block hashes (integers)"
+    hashes, reason = _hash_array(ids)
+    if not reason:
+        reason = _hash_count_error(hashes.size, input_tokens)
+    return (None, reason) if reason else (hashes, "")
+
+
+def _hash_count_error(count: int, input_tokens: int) -> str:
+    """Why ``count`` hashes do not fit a prompt of input_tokens tokens ("" when they do)."""
     expected = -(-input_tokens // TRACE_BLOCK_TOKENS)
-    if len(ids) != expected:
-        plural = "" if len(ids) == 1 else "es"
-        return [], (f"{len(ids):,} block hash{plural} for input_length {input_tokens:,}; expected "
-                    f"ceil({input_tokens:,} / {TRACE_BLOCK_TOKENS}) = {expected:,}, one per "
-                    f"{TRACE_BLOCK_TOKENS}-token block")
-    return ids, ""
+    if count == expected:
+        return ""
+    plural = "" if count == 1 else "es"
+    return (f"{count:,} block hash{plural} for input_length {input_tokens:,}; expected ceil({input_tokens:,} / "
+            f"{TRACE_BLOCK_TOKENS}) = {expected:,}, one per {TRACE_BLOCK_TOKENS}-token block")
+
+
+def _hash_array(ids: list) -> _HashList:
+    """A JSON list as int64 hashes, or why not: the first element that is not an integer from 0 to 2^63 - 1.
+    Vectorised: numpy makes int64 only of Python ints and bools within int64 (floats, strings, None, lists and
+    larger integers give another dtype or an error), and the bools are found by type."""
+    if not ids:
+        return np.zeros(0, dtype=np.int64), ""
+    hashes = None
+    if bool not in map(type, ids):
+        try:
+            hashes = np.array(ids)
+        except (ValueError, TypeError, OverflowError):
+            hashes = None
+    if hashes is not None and hashes.dtype == np.int64 and hashes.ndim == 1 and hashes.min() >= 0:
+        return hashes, ""
+    wrong = next((k for k, x in enumerate(ids) if type(x) is not int or not 0 <= x <= _MAX_BLOCK_HASH), None)
+    if wrong is None:  # not reached: numpy refused only what the loop finds
+        return np.array(ids, dtype=np.int64), ""
+    x = ids[wrong]
+    shown = _Shown(repr(x) if isinstance(x, str) else json.dumps(x))
+    return None, f"element {wrong + 1} ({shown}) is not a block hash; allowed integers 0 to 2^63 - 1"
 
 
 def _check_class_names(
@@ -574,7 +638,8 @@ def _check_class_names(
 
 
 def _parse(
-    frame: pd.DataFrame, row_errors: dict[int, str], fmt: str, skip_bad_rows: bool
+    frame: pd.DataFrame, row_errors: dict[int, str], fmt: str, skip_bad_rows: bool,
+    lists: dict[str, dict[int, _HashList]],
 ) -> TraceData:
     n = len(frame)
     time_col, prompt_col, output_col = (_column(frame, c) for c in _FORMAT_COLUMNS[fmt])
@@ -591,7 +656,8 @@ def _parse(
     bad = structural | np.logical_or.reduce([c.bad for c in checks])
     hashes = None
     if fmt == "mooncake":
-        hashes = _check_hash_ids(frame, _column(frame, "hash_ids"), checks[1].values, ~bad)
+        name = _column(frame, "hash_ids")
+        hashes = _check_hash_ids(frame, name, checks[1].values, ~bad, lists.pop(name, {}))
         bad |= hashes.bad
 
     names: dict[int, str] = {}
@@ -642,11 +708,14 @@ def _parse(
     prompt_tokens = checks[1].values[keep].astype(np.int64)
     chains: dict[str, np.ndarray] = {}
     if hashes is not None:
-        kept_lists = [hashes.lists[r] for r in rows]
-        hash_off = offsets(np.array([len(h) for h in kept_lists], dtype=np.int64))
-        hash_ids = np.fromiter((x for h in kept_lists for x in h), dtype=np.int64, count=int(hash_off[-1]))
-        block_off, block_ids = chains_from_trace_hashes(hash_off, hash_ids, prompt_tokens)
-        chains = dict(block_off=block_off, block_ids=block_ids, hash_off=hash_off, hash_ids=hash_ids)
+        kept_arrays = [hashes.arrays[r] for r in rows]
+        del hashes
+        hash_off = offsets(np.array([h.size for h in kept_arrays], dtype=np.int64))
+        hash_ids = np.concatenate(kept_arrays) if kept_arrays else np.zeros(0, dtype=np.int64)
+        del kept_arrays
+        block_off, block_ids, block_len = chains_from_trace_hashes(hash_off, hash_ids, prompt_tokens)
+        chains = dict(block_off=block_off, block_ids=block_ids, block_len=block_len, hash_off=hash_off,
+                      hash_ids=hash_ids)
     return TraceData(
         arrival_s=np.ascontiguousarray(arrival - arrival[0], dtype=np.float64),
         prompt_tokens=prompt_tokens,
