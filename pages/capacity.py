@@ -287,7 +287,11 @@ def _results(plan: CapacityPlan) -> None:
             "published vLLM and SGLang runs); the rate per node is the simulator's own." if plan.headroom != 1.0 else
             " Nodes and cost use the simulator's rate as it is (headroom 1).")
     where = report.price_source(plan)
-    where = f" ({where[len('default: '):]})" if where.startswith("default: ") else " (the price entered)"
+    if default_price(base) is None:  # a custom GPU: the price table has no row for it
+        where = (f" ({default_price_note(base)}: the input starts at the {DEFAULT_GPU} default, "
+                 f"${default_gpu_hour_usd(DEFAULT_GPU):g})")
+    else:
+        where = f" ({where[len('default: '):]})" if where.startswith("default: ") else " (the price entered)"
     mean_out = next(iter(plan.results.values())).mean_output_tokens
     st.caption(f"One row per policy. Rate per node: the highest rate at which {slo.attainment * 100:.3g} % of "
                f"each class's requests meet that class's SLOs; cost at ${usd:,.2f} per GPU-hour{plain(where)} × "

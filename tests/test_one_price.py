@@ -82,3 +82,22 @@ def test_the_price_is_the_pricing_rule_at_the_target_traffic(surfaces):
     assert c["usd_per_million_output_tokens_at_capacity"] == pytest.approx(p.usd_per_million_output_tokens_at_capacity)
     lib = capacity(sc, default_slo(2), target_rate_req_s=TARGET, gpu_hour_usd=2.69)
     assert lib.usd_per_million_output_tokens == pytest.approx(c["usd_per_million_output_tokens"])
+
+
+def test_a_gpu_without_a_default_price_is_planned_without_dollars(tmp_path, capsys):
+    """A custom GPU has no row in the price table: capacity gives nodes and says to give a price (no made-up $);
+    with --gpu-hour-usd it prices as any GPU."""
+    gpu = tmp_path / "g.json"
+    gpu.write_text(json.dumps({"name": "Lab GPU", "memory_gib": 141, "hbm_bandwidth_tb_s": 4.8,
+                               "peak_bf16_tflops": 989}))
+    out = tmp_path / "c.json"
+    flags = ["capacity", *SCENARIO, "--gpu-json", str(gpu), "--preset", "chunked", "--slo-ttft-ms", "1000,30000",
+             "--slo-tpot-ms", "100", "--target-rate", "20", "--json", str(out)]
+    assert main(flags) == 0
+    c = json.loads(out.read_text())
+    assert c["nodes_needed"] >= 1 and c["gpu_hour_usd"] is None and c["gpu_hour_usd_source"] == "none"
+    assert c["usd_per_million_output_tokens"] is None and c["usd_per_million_output_tokens_at_capacity"] is None
+    assert "no default price for Lab GPU" in capsys.readouterr().out
+    assert main([*flags, "--gpu-hour-usd", "4"]) == 0
+    priced = json.loads(out.read_text())
+    assert priced["usd_per_hour"] == priced["nodes_needed"] * 8 * 4.0 and priced["gpu_hour_usd_source"] == "given"

@@ -78,7 +78,8 @@ def cmd_capacity(args) -> int:
               f"nodes_needed counts copies of it in nodes")
         d |= {"gpus": sc.nodes * sc.deployment.node.num_gpus, "nodes": sc.nodes, "router": sc.router}
     print(f"{'slo':32s} {slo.describe(class_names(sc))}")
-    price_source = "given (--gpu-hour-usd)" if args.gpu_hour_usd is not None else f"default: {default_price_note(sc)}"
+    price_source = "given (--gpu-hour-usd)" if args.gpu_hour_usd is not None else \
+        (f"default: {default_price_note(sc)}" if usd is not None else f"{default_price_note(sc)} with --gpu-hour-usd")
     print(f"{'price':32s} {price_source}")
     print(f"{'headroom':32s} {args.headroom:g}x on the nodes and $ at the target"
           f"{' (default)' if args.headroom == DEFAULT_HEADROOM else ''}; $ at capacity: one copy at the rate found")
