@@ -322,7 +322,8 @@ def _results(plan: CapacityPlan) -> None:
     curves = _figure("goodput", drawn, lambda: cp.goodput_curves(plan.points(), plan.max_rates(), slo.attainment))
     widgets.chart(curves, "Top: requests per second within every SLO against the rate offered; it follows the "
                   "dashed diagonal until the SLOs start to fail. Bottom: the worst class's share of its requests "
-                  "within its own SLOs; each policy's dotted line is where it last stays above the dashed target.", f"{name}_goodput",
+                  "within its own SLOs; each policy's dotted line is where it last stays above the dashed target.",
+                  f"{name}_goodput",
                   scenario_line=line)
 
     link = state.current_link()

@@ -296,7 +296,8 @@ def _capacity_layout(target: str, price: str, plan: str = "") -> go.Layout:
     extra = 18 * plan.count("<br>")  # px per subtitle line
     fig = _figure("Capacity per policy within the SLOs", f"Zero or missing: no rate tried met the SLOs{price}{plan}",
                   440 + extra, rows=1, cols=3, horizontal_spacing=0.1,
-                  subplot_titles=("Sustainable rate per node", f"Nodes for {target}", f"$ per M output tok. at {target}"))
+                  subplot_titles=("Sustainable rate per node", f"Nodes for {target}",
+                                  f"$ per M output tok. at {target}"))
     if extra:
         fig.update_layout(margin=dict(t=TOP_MARGIN_SUBPLOTS + extra))
     fig.update_yaxes(title_text="Rate per node (req/s)", rangemode="tozero", row=1, col=1)
