@@ -30,7 +30,7 @@ from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
-from batching.studies.capacity import class_names
+from batching.studies.capacity import class_names, default_price, default_price_note, mean_output_tokens
 from batching.studies.compare import Comparison, verdict
 from batching.studies.planning import CapacityPlan, SweepStudy
 from batching.studies.sweeps import KNOBS
@@ -344,8 +344,10 @@ CAPACITY_COLUMNS = {
     "throughput_output_tok_s": "Throughput (output tok/s)",
     "goodput_req_s": "Goodput (req/s)",
     "binding_slo": "Binding SLO",
+    "binding_class": "Binding class",
     "nodes_needed": "Nodes needed",
-    "usd_per_million_output_tokens": "$ per M output tokens",
+    "usd_per_million_output_tokens": "$ per M output tokens at target",
+    "usd_per_million_output_tokens_at_capacity": "$ per M output tokens at capacity",
     "rates_tried": "Rates simulated",
 }
 
@@ -497,7 +499,11 @@ def capacity_frame(plan: CapacityPlan) -> pd.DataFrame:
         row = {}
         for key, header in CAPACITY_COLUMNS.items():
             v = getattr(result, key)
-            row[header] = cp.binding_text(v) if key == "binding_slo" else (float("nan") if v is None else v)
+            if key == "binding_slo":
+                v = cp.binding_text(v)
+            elif key == "binding_class":
+                v = v if v is not None else "none (node at capacity)"
+            row[header] = float("nan") if v is None else v
         rows[name] = row
     return pd.DataFrame.from_dict(rows, orient="index")
 
@@ -516,15 +522,33 @@ def capacity_class_frame(plan: CapacityPlan) -> pd.DataFrame:
 
 
 def capacity_json(plan: CapacityPlan) -> bytes:
-    """Capacity's JSON download: the SLOs, target, price, headroom, each policy's result (per class too) and every
-    rate tried."""
-    doc = {"slo": plan.slo.to_dict(), "class_names": list(class_names(plan.scenario)),
+    """Capacity's JSON download: the SLOs, target, price (and where it comes from), headroom, mean output tokens,
+    each policy's result (per class too: attainment and P99s against the class's own SLOs) and every rate tried."""
+    doc = {"slo": plan.slo.to_dict(), "slo_text": plan.slo.describe(class_names(plan.scenario)),
+           "class_names": list(class_names(plan.scenario)),
            "target_rate_req_s": plan.target_rate_req_s, "gpu_hour_usd": plan.gpu_hour_usd,
-           "headroom": plan.headroom, "scenario": dict(scenario_rows(plan.scenario)),
+           "gpu_hour_usd_source": price_source(plan), "headroom": plan.headroom,
+           "mean_output_tokens": mean_output_tokens(plan.scenario), "scenario": dict(scenario_rows(plan.scenario)),
            "policies": {n: {"description": PRESETS[n].describe() if n in PRESETS else n, **r.to_dict(),
                             "rates_tried": r.rates_tried} for n, r in plan.results.items()},
            "points": _capacity_points(plan).to_dict(orient="records")}
     return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
+
+
+def price_source(plan: CapacityPlan) -> str:
+    """'default: $2.69/GPU-h, h100-sxm default as of 2026-03-10 (...)' when the plan's price is its GPU's default
+    from the price table, else 'given' (or 'none' without a price)."""
+    if plan.gpu_hour_usd is None:
+        return "none"
+    if plan.gpu_hour_usd == default_price(plan.scenario):
+        return f"default: {default_price_note(plan.scenario)}"
+    return "given"
+
+
+def capacity_bars(plan: CapacityPlan) -> go.Figure:
+    """The page's and the export's capacity bars: the headroom and the SLOs printed with them."""
+    return cp.capacity_bars(plan.results, plan.target_rate_req_s, plan.gpu_hour_usd, plan.headroom,
+                            plan.slo.describe(class_names(plan.scenario)))
 
 
 def _capacity_points(plan: CapacityPlan) -> pd.DataFrame:
@@ -537,8 +561,8 @@ def capacity_export(plan: CapacityPlan) -> PageExport:
     rate tried (CSV), the JSON, the verdict."""
     line = scenario_caption(plan.scenario, rate="rate searched")
     figs = _captioned({
-        "bars": (cp.capacity_bars(plan.results, plan.target_rate_req_s, plan.gpu_hour_usd),
-                 "Rate per node, nodes needed and cost per policy."),
+        "bars": (capacity_bars(plan), f"Rate per node, nodes needed and cost per policy, with {plan.headroom:g}× "
+                                      f"headroom; {plan.slo.describe(class_names(plan.scenario))}."),
         "goodput": (cp.goodput_curves(plan.points(), plan.max_rates(), plan.slo.attainment),
                     "Goodput and SLO attainment against the request rate."),
     }, line)

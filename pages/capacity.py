@@ -1,7 +1,6 @@
-"""Capacity planning: the highest request rate one node sustains within the SLOs, per policy; the nodes a
-target traffic needs and what a million output tokens cost."""
-import json
-
+"""Capacity planning: the highest request rate one node sustains with every class within its SLOs, per policy; the
+nodes a target traffic needs and what a million output tokens cost (``studies.pricing.price``, at the GPU's default
+price from the price table unless the user enters one)."""
 import pandas as pd
 import streamlit as st
 
@@ -13,8 +12,10 @@ from batching.charts import planning as cp
 from batching.charts.export import scenario_caption
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, HEADROOM_SUGGESTED, TPOT_UNDERESTIMATE,
-                                       class_names)
+from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, class_names,
+                                       default_price, default_price_note, gpu_name)
+from batching.sim.hardware.specs import DEFAULT_GPU
+from batching.studies.pricing import DEFAULT_HEADROOM, default_gpu_hour_usd
 from batching.studies import disagg_capacity as dc
 from batching.studies.planning import CapacityPlan, plan_capacity
 from batching.ui import cache, nav, page, planning, state, widgets
@@ -36,14 +37,20 @@ COLUMNS = {  # CapacityResult field -> (header with unit, tooltip, format)
     "throughput_output_tok_s": ("Throughput (output tok/s)", "Output tokens per second the node serves at that rate.",
                                 "%.0f"),
     "goodput_req_s": ("Goodput (req/s)", "Requests per second that meet every SLO at that rate.", "%.3g"),
-    "binding_slo": ("Binding SLO", "The SLO most requests miss at the first rate that fails: the one to relax for "
-                    "more traffic; none when every rate tried met the SLOs, up to the node's capacity.", None),
-    "binding_class": ("Binding class", "The priority class with the lowest attainment at the first rate that fails "
-                      "(shown when the workload has several classes).", None),
+    "binding_slo": ("Binding SLO", "The SLO the binding class's requests miss most at the first rate that fails: "
+                    "the one to relax for more traffic; none when every class met its SLOs up to the node's "
+                    "capacity.", None),
+    "binding_class": ("Binding class", "The priority class furthest below the attainment target at the first rate "
+                      "that fails: every class must meet its own SLOs (shown when the workload has several "
+                      "classes).", None),
     "nodes_needed": ("Nodes needed", "Nodes to serve the target traffic: target × headroom / rate per node, "
                      "rounded up.", "%d"),
-    "usd_per_million_output_tokens": ("$ per M output tokens", "Node price (GPUs × $/GPU-hour) / output tokens per "
-                                      "second at the sustainable rate, per million tokens, × headroom.", "$%.2f"),
+    "usd_per_million_output_tokens": ("$ per M output tokens at target", "The fleet's $ per hour (nodes × GPUs × "
+                                      "$/GPU-hour) / the output tokens the target traffic brings per hour (target "
+                                      "req/s × mean output tokens × 3,600), per million.", "$%.3f"),
+    "usd_per_million_output_tokens_at_capacity": ("$ per M output tokens at capacity", "One node at its rate per "
+                                                  "node, no headroom: the floor the price nears as traffic fills "
+                                                  "whole nodes.", "$%.3f"),
     "rates_tried": ("Rates simulated", "Request rates the search simulated (one run each).", "%d"),
 }
 
@@ -53,23 +60,43 @@ scenario = page.setup(
     "workload (its request rate is what the search varies): nodes needed for a target and cost per token.")
 
 
-def params() -> list[Param]:
-    """The target, the price, the headroom and the policies (the SLO inputs are ``planning.slo_params``, shared
-    with Tune a knob)."""
+USD_GPU = "capacity_usd_gpu"  # session: the GPU whose price the price input holds
+
+
+def page_price(base: Scenario) -> float:
+    """The price input's default: the sidebar GPU's row of the price table (a custom GPU: the default GPU's, with
+    a note to enter its own)."""
+    usd = default_price(base)
+    return usd if usd is not None else default_gpu_hour_usd(DEFAULT_GPU)
+
+
+def params(base: Scenario) -> list[Param]:
+    """The target, the price (its default follows the sidebar's GPU), the headroom and the policies (the SLO inputs
+    are ``planning.slo_params``, shared with Tune a knob)."""
     low, high = HEADROOM_LIMITS
     return [
         Param("target", 20.0, 0.01, 1_000_000.0, label="target traffic (req/s)"),
-        Param("usd", 2.5, 0.01, 1000.0, label="price per GPU-hour ($)"),
-        Param("headroom", HEADROOM_SUGGESTED, low, high, label="headroom factor"),
+        Param("usd", page_price(base), 0.01, 1000.0, label="price per GPU-hour ($)"),
+        Param("headroom", DEFAULT_HEADROOM, low, high, label="headroom factor"),
         Param(POLICIES, ",".join(PRESETS), label="policies"),
     ]
+
+
+def follow_gpu(base: Scenario) -> None:
+    """A changed sidebar GPU gets its own default price: the price input keeps a price only for the GPU it was
+    set for (a link's price holds for the link's GPU)."""
+    gpu = gpu_name(base) or base.deployment.node.gpu.name
+    before = st.session_state.get(USD_GPU)
+    if before is not None and before != gpu:
+        state.set_value("usd", page_price(base))
+    st.session_state[USD_GPU] = gpu
 
 
 HEADROOM_HELP = (f"The cost model's known error: in the end-to-end check (docs/CALIBRATION.md) its TPOT is "
                  f"{TPOT_UNDERESTIMATE[0] * 100:.0f}–{TPOT_UNDERESTIMATE[1] * 100:.0f} % below published vLLM and "
                  f"SGLang runs, so a real node sustains about that much less: a factor of {HEADROOM_RANGE[0]:g}–"
-                 f"{HEADROOM_RANGE[1]:g} (default {HEADROOM_SUGGESTED:g}, the middle). Nodes needed and $ per million "
-                 "tokens are multiplied by it; 1 = the simulator's own figures.")
+                 f"{HEADROOM_RANGE[1]:g} (default {DEFAULT_HEADROOM:g}, the middle). Nodes needed and $ per million "
+                 "tokens at the target are multiplied by it; 1 = the simulator's own figures.")
 
 
 def _chosen() -> list[str]:
@@ -117,8 +144,9 @@ def plan_view(base: Scenario) -> None:
         split_view(base, names, vps)
         return
     sps = planning.load_slo_params(names)
-    ps = params()
+    ps = params(base)
     state.load_with_notices(ps)
+    follow_gpu(base)
     r = {p.key: p.widget_range() for p in ps if p.key != POLICIES}
     st.subheader("Service-level objectives and the plan", divider="gray")
     st.caption("Each target takes one value for every class, or one per class separated by commas, class 0 (the "
@@ -130,7 +158,8 @@ def plan_view(base: Scenario) -> None:
                       help="The total traffic to plan for: the nodes needed are target × headroom / rate per node.",
                       **state.bind("target"))
     c[1].number_input("Price ($ per GPU-hour)", **r["usd"], step=0.25, format="%.2f",
-                      help=f"What one GPU costs per hour; a node has {base.deployment.node.num_gpus} of them.",
+                      help=f"What one GPU costs per hour; a node has {base.deployment.node.num_gpus} of them. "
+                           f"Default: {default_price_note(base)}; another GPU in the sidebar brings its own.",
                       **state.bind("usd"))
     c[2].number_input("Headroom factor", **r["headroom"], step=0.05, format="%.2f", help=HEADROOM_HELP,
                       **state.bind("headroom"))
@@ -217,7 +246,8 @@ def class_frame(plan: CapacityPlan) -> pd.DataFrame:
     for name, result in plan.results.items():
         rate = result.max_rate_req_s if result.max_rate_req_s > 0 else float(result.points["rate_req_s"].min())
         for cls in result.by_priority.values():
-            row = {"Policy": name, "Class": cls["class_name"], "At rate (req/s)": rate, "SLOs": _slo_cell(cls["slo"])}
+            row = {"Policy": name, "Class": cls["class_name"], "At rate (req/s)": rate, "SLOs": _slo_cell(cls["slo"]),
+                   "Within its SLOs": "yes" if cls.get("meets_slo") else "no"}
             for key, (header, factor, _, _) in CLASS_COLUMNS.items():
                 row[header] = cls[key] * factor
             rows.append(row)
@@ -241,7 +271,7 @@ def _results(plan: CapacityPlan) -> None:
     columns = _columns(plan)
     config = {"_index": st.column_config.TextColumn("Policy", help="Batching policy preset")}
     for key, (header, tip, fmt) in columns.items():
-        if key in ("nodes_needed", "usd_per_million_output_tokens"):
+        if key in ("nodes_needed", "usd_per_million_output_tokens", "usd_per_million_output_tokens_at_capacity"):
             # text cells: a policy that meets no rate has no nodes and no cost, shown as "–", never None
             if header in df:
                 df[header] = [fmt % v if pd.notna(v) else "–" for v in df[header]]
@@ -252,13 +282,21 @@ def _results(plan: CapacityPlan) -> None:
         else:
             config[header] = st.column_config.NumberColumn(header, help=tip, format=fmt)
     st.dataframe(df, column_config=config, width="stretch")
-    room = (f" Nodes and cost include a headroom of {plan.headroom:g}× for the cost model's known error (its TPOT "
-            f"is {TPOT_UNDERESTIMATE[0] * 100:.0f}–{TPOT_UNDERESTIMATE[1] * 100:.0f} % below published vLLM and "
-            "SGLang runs); the rate per node is the simulator's own." if plan.headroom != 1.0 else
+    room = (f" Nodes and the cost at the target include a headroom of {plan.headroom:g}× for the cost model's known "
+            f"error (its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}–{TPOT_UNDERESTIMATE[1] * 100:.0f} % below "
+            "published vLLM and SGLang runs); the rate per node is the simulator's own." if plan.headroom != 1.0 else
             " Nodes and cost use the simulator's rate as it is (headroom 1).")
-    st.caption(f"One row per policy. Rate per node: the highest rate at which {slo.attainment * 100:.3g} % of all "
-               f"requests meet the SLOs of their class; cost at ${usd:,.2f} per GPU-hour × "
-               f"{base.deployment.node.num_gpus} GPUs.{room} Hover a header for its definition.")
+    where = report.price_source(plan)
+    if default_price(base) is None:  # a custom GPU: the price table has no row for it
+        where = (f" ({default_price_note(base)}: the input starts at the {DEFAULT_GPU} default, "
+                 f"${default_gpu_hour_usd(DEFAULT_GPU):g})")
+    else:
+        where = f" ({where[len('default: '):]})" if where.startswith("default: ") else " (the price entered)"
+    mean_out = next(iter(plan.results.values())).mean_output_tokens
+    st.caption(f"One row per policy. Rate per node: the highest rate at which {slo.attainment * 100:.3g} % of "
+               f"each class's requests meet that class's SLOs; cost at ${usd:,.2f} per GPU-hour{plain(where)} × "
+               f"{base.deployment.node.num_gpus} GPUs, over {target:,.4g} req/s × {mean_out:,.1f} mean output tokens "
+               f"per request.{room} Hover a header for its definition.")
     per_class = class_frame(plan)
     if len(names) > 1:
         st.markdown("**Per class at each policy's rate**")
@@ -268,34 +306,32 @@ def _results(plan: CapacityPlan) -> None:
                                                                help="The policy's rate per node (or, when no rate "
                                                                     "met the SLOs, the lowest rate tried).")
         st.dataframe(per_class, column_config=cfg, width="stretch", hide_index=True)
-        st.caption("Attainment and goodput of each class at the rate in the table above: the overall target may be "
-                   "met while one class falls short of it.")
+        st.caption(f"Attainment and P99 TTFT and TPOT of each class at the rate in the table above, against that "
+                   f"class's own SLOs: a rate counts only if every class has {slo.attainment * 100:.3g} % of its "
+                   "requests within them; the binding class is the one that falls short first.")
 
     name = charts.slug("capacity", report.scenario_slug(base))
     line = scenario_caption(base, rate="rate searched")  # as the exported figures say (report --page capacity)
     drawn = (base, slo, tuple(plan.results), plan.headroom)
-    bars = _figure("bars", (*drawn, target, usd), lambda: cp.capacity_bars(plan.results, target, usd))
-    widgets.chart(bars, "Left: requests per second one node sustains within the SLOs (higher is better). Middle: "
-                  "nodes for the target traffic. Right: dollars per million output tokens at that rate (lower is "
-                  "better); both with the headroom factor.", f"{name}_bars", scenario_line=line)
+    bars = _figure("bars", (*drawn, target, usd), lambda: report.capacity_bars(plan))
+    widgets.chart(bars, "Left: requests per second one node sustains with every class within its SLOs (higher is "
+                  "better). Middle: nodes for the target traffic. Right: dollars per million output tokens at the "
+                  f"target traffic (lower is better); both with the {plan.headroom:g}× headroom.", f"{name}_bars",
+                  scenario_line=line)
     # the same searches draw the same curves: a target, price or headroom move keeps this chart as it was
     curves = _figure("goodput", drawn, lambda: cp.goodput_curves(plan.points(), plan.max_rates(), slo.attainment))
     widgets.chart(curves, "Top: requests per second within every SLO against the rate offered; it follows the "
-                  "dashed diagonal until the SLOs start to fail. Bottom: share of requests within the SLOs; each "
-                  "policy's dotted line is where it last stays above the dashed target.", f"{name}_goodput",
+                  "dashed diagonal until the SLOs start to fail. Bottom: the worst class's share of its requests "
+                  "within its own SLOs; each policy's dotted line is where it last stays above the dashed target.",
+                  f"{name}_goodput",
                   scenario_line=line)
 
     link = state.current_link()
     points = pd.concat([p.assign(policy=n) for n, p in plan.points().items()], ignore_index=True)
     points = points[["policy", *[c for c in points.columns if c != "policy"]]]
 
-    def _json() -> bytes:
-        doc = {"slo": slo.to_dict(), "class_names": list(names), "target_rate_req_s": target, "gpu_hour_usd": usd,
-               "headroom": plan.headroom, "scenario": dict(report.scenario_rows(base)),
-               "policies": {n: {"description": PRESETS[n].describe(), **r.to_dict(), "rates_tried": r.rates_tried}
-                            for n, r in plan.results.items()},
-               "points": points.to_dict(orient="records")}
-        return json.dumps(report.jsonable(doc), indent=2, allow_nan=False).encode()
+    def _json() -> bytes:  # the same document as `report --page capacity` writes
+        return report.capacity_json(plan)
 
     def _html() -> str:
         shown = df.copy()

@@ -160,7 +160,7 @@ def test_capacity_bars(capacities):
     fig = cp.capacity_bars(plans, 20.0, 2.5)
     assert fig.layout.title.text == "Capacity per policy within the SLOs"
     assert [a.text for a in fig.layout.annotations][:3] == [
-        "Sustainable rate per node", "Nodes for 20 req/s", "Cost per M output tokens"]
+        "Sustainable rate per node", "Nodes for 20 req/s", "$ per M output tok. at 20 req/s"]
     assert fig.layout.title.subtitle.text.endswith("cost at $2.5 per GPU-hour")
     rate, nodes, usd = fig.data
     assert list(rate.x) == ["static", "chunked"]
@@ -190,7 +190,7 @@ def test_goodput_curves(capacities):
     fig = cp.goodput_curves(points, rates, 0.99)
     assert fig.layout.title.text == "Goodput and SLO attainment vs request rate"
     assert fig.layout.yaxis.title.text == "Goodput (req/s)"
-    assert fig.layout.yaxis2.title.text == "Within every SLO (%)"
+    assert fig.layout.yaxis2.title.text == "Worst class within (%)"
     assert fig.layout.xaxis2.title.text == "Request rate offered to one node (req/s)"
     assert not fig.layout.xaxis.title.text and fig.layout.xaxis.showticklabels  # nothing between the panels
     assert {t.line.color for t in fig.data if t.name == "chunked"} == {POLICY_COLORS["chunked"]}
@@ -198,12 +198,27 @@ def test_goodput_curves(capacities):
     assert len(chunked) == 2  # goodput and attainment
     assert list(chunked[0].x) == pytest.approx(sorted(points["chunked"]["rate_req_s"]))
     assert max(chunked[1].y) <= 100.0
+    # the bottom panel is what the search holds to the target: the worst class's share (issue 24 item 4)
+    by_rate = points["chunked"].sort_values("rate_req_s")
+    assert list(chunked[1].y) == pytest.approx(list(by_rate["class_attainment"] * 100))
     # the sustainable rate of chunked is drawn in both panels, the target once; static has none (rate 0)
     limits = [s for s in fig.layout.shapes if s.name == "chunked max rate"]
     assert len(limits) == 2 and limits[0].x0 == pytest.approx(rates["chunked"])
     assert not [s for s in fig.layout.shapes if s.name == "static max rate"]
     target = [s for s in fig.layout.shapes if s.name == "attainment target"]
     assert len(target) == 1 and target[0].y0 == pytest.approx(99.0)
+
+
+def test_capacity_bars_print_the_headroom_and_the_slos(capacities):
+    """Issue 24 item 2: the nodes and the $ depend on the headroom and the SLOs, so the figure says both (class
+    names as typed, never markup)."""
+    slo_text = "TTFT ≤ 1,000 ms for <b>chat</b>; TPOT ≤ 100 ms for 99 % of each class's requests"
+    fig = cp.capacity_bars(capacities, 40.0, 2.5, headroom=1.25, slo_text=slo_text)
+    sub = fig.layout.title.subtitle.text
+    assert "Nodes and $ with 1.25× headroom" in sub and "1/1.25 of the rate per node" in sub
+    assert "SLOs, every class at its own: TTFT ≤ 1,000 ms for &lt;b&gt;chat&lt;/b&gt;" in sub and "<b>" not in sub
+    assert [a.text for a in fig.layout.annotations][1] == "Nodes for 40 req/s"
+    assert fig.layout.margin.t > cp.capacity_bars(capacities, 40.0, 2.5).layout.margin.t  # room for the lines
 
 
 def test_every_figure_uses_the_shared_template(capacities):

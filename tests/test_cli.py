@@ -330,12 +330,13 @@ def test_capacity_takes_an_slo_per_class(tmp_path):
                            "--json", str(out))
     assert p.returncode == 0, p.stderr
     c = json.loads(out.read_text())
-    assert list(c)[:6] == ["max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "binding_slo", "nodes_needed",
-                           "usd_per_million_output_tokens"]  # today's keys first, as they were
+    assert list(c)[:4] == ["max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "binding_slo"]
+    assert c["gpu_hour_usd"] == 2.5 and c["gpu_hour_usd_source"] == "given"
     assert c["slo"] == {"ttft_s": [1.0, 30.0], "tpot_s": 0.1, "e2e_s": None, "attainment": 0.99}
     lib = capacity(Scenario(workload=workload_preset("mixed", 3.0, 400, 0)), SLO(ttft_s=(1.0, 30.0), tpot_s=0.1),
                    policy=PRESETS["priority"], target_rate_req_s=30.0, gpu_hour_usd=2.5, headroom=1.2)
-    for key in ("max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "usd_per_million_output_tokens"):
+    for key in ("max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "usd_per_million_output_tokens",
+                "usd_per_million_output_tokens_at_capacity", "mean_output_tokens"):
         assert c[key] == pytest.approx(lib.to_dict()[key])
     assert (c["binding_slo"], c["binding_class"], c["nodes_needed"]) == (lib.binding_slo, lib.binding_class,
                                                                          lib.nodes_needed)
@@ -344,15 +345,17 @@ def test_capacity_takes_an_slo_per_class(tmp_path):
     assert [by[k]["class_name"] for k in ("0", "1")] == ["interactive chat", "batch analysis"]
     assert by["0"]["slo"] == {"ttft_s": 1.0, "tpot_s": 0.1} and by["1"]["slo"] == {"ttft_s": 30.0, "tpot_s": 0.1}
     for k in ("0", "1"):
-        assert 0 < by[k]["attainment"] <= 1 and by[k]["goodput_req_s"] > 0
+        assert 0.99 <= by[k]["attainment"] <= 1 and by[k]["goodput_req_s"] > 0 and by[k]["meets_slo"] is True
         assert by[k]["attainment"] == pytest.approx(lib.by_priority[k]["attainment"])
     assert by["0"]["goodput_req_s"] + by["1"]["goodput_req_s"] == pytest.approx(c["goodput_req_s"])
     assert by["1"]["ttft_p99_s"] > by["0"]["ttft_p99_s"]  # priority: the batch class waits, within its 30 s
     lines = p.stdout.splitlines()
     assert lines[0].split(None, 1)[1] == ("TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; TPOT ≤ "
-                                          "100 ms for 99 % of requests")
-    assert "per class, at the rate found:" in lines
-    assert any(ln.startswith("  0 interactive chat: attainment ") for ln in lines)
+                                          "100 ms for 99 % of each class's requests")
+    assert "per class, at the rate found (each against its own SLOs at 99 %):" in lines
+    assert any(ln.startswith("  0 interactive chat: attainment ") and "(meets its SLOs)" in ln and "(SLO 1,000 ms)" in ln
+               for ln in lines)
+    assert "price                            given (--gpu-hour-usd)" in lines
     # one value is every class: the same search as the list with that value twice
     one, two = tmp_path / "one.json", tmp_path / "two.json"
     base = ("capacity", "--slo-ttft-ms", "2000", "--requests", "300")
@@ -360,7 +363,7 @@ def test_capacity_takes_an_slo_per_class(tmp_path):
     assert _python_m_batching("capacity", "--slo-ttft-ms", "2000,2000", "--requests", "300", "--json",
                               str(two)).returncode == 0
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
-    assert a["max_rate_req_s"] == b["max_rate_req_s"] and a["points"] == b["points"] and a["headroom"] == 1.0
+    assert a["max_rate_req_s"] == b["max_rate_req_s"] and a["points"] == b["points"] and a["headroom"] == 1.25
     assert a["slo"]["ttft_s"] == 2.0 and b["slo"]["ttft_s"] == [2.0, 2.0]
 
 
@@ -373,7 +376,7 @@ def test_sweep_takes_slo_flags(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["slo"] == {"ttft_s": 2.0, "tpot_s": 0.1, "e2e_s": None, "attainment": 0.99}
     assert doc["slo_default"] is False and doc["knee_basis"] == "max_rate_req_s"
-    assert p.stdout.splitlines()[0] == "SLOs: TTFT ≤ 2,000 ms; TPOT ≤ 100 ms for 99 % of requests."
+    assert p.stdout.splitlines()[0] == "SLOs: TTFT ≤ 2,000 ms; TPOT ≤ 100 ms for 99 % of each class's requests."
     rates = [pt["max_rate_req_s"] for pt in doc["points"]]
     assert rates[1] > rates[0] > 0
     from batching.studies.knee import capacity_knee

@@ -154,9 +154,14 @@ def test_capacity_of_the_split_is_a_positive_rate_and_plans_its_gpus(tmp_path, c
     c = json.loads(out.read_text())
     assert c["max_rate_req_s"] > 0 and c["throughput_output_tok_s"] > 0
     assert (c["gpus"], c["nodes"]) == (16, 2) and c["disaggregated"].startswith("disaggregated: 2 prefill")
-    copies = math.ceil(20 / c["max_rate_req_s"] - 1e-9)
+    copies = math.ceil(20 * 1.25 / c["max_rate_req_s"] - 1e-9)  # the default headroom
+    assert c["headroom"] == 1.25
     assert c["nodes_needed"] == math.ceil(copies * 16 / 8)  # the nodes that many copies of the split fill
-    assert c["usd_per_million_output_tokens"] == pytest.approx(16 * 2 / 3600 / c["throughput_output_tok_s"] * 1e6)
+    # studies.pricing.price: the nodes' $/h over the tokens 20 req/s bring an hour; at capacity: the split's 16 GPUs
+    per_hour = 20 * c["mean_output_tokens"] * 3600
+    assert c["usd_per_million_output_tokens"] == pytest.approx(c["nodes_needed"] * 8 * 2 / per_hour * 1e6)
+    assert c["usd_per_million_output_tokens_at_capacity"] == pytest.approx(
+        16 * 2 / (c["max_rate_req_s"] * c["mean_output_tokens"] * 3600) * 1e6)
     assert any(p["rate_req_s"] > c["max_rate_req_s"] for p in c["points"])  # a higher rate was tried and failed
 
 

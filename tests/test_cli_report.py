@@ -122,7 +122,9 @@ def test_every_page_exports_its_files(tmp_path, monkeypatch, capsys, page):
         assert doc["slo_default"] is True and doc["slo"]  # the pages' shared default SLOs
     if page == "capacity":
         assert doc["slo"]["ttft_s"] == [3.0, 30.0] and doc["slo"]["tpot_s"] is None  # one TTFT SLO per class
-        assert doc["target_rate_req_s"] == 20.0 and doc["gpu_hour_usd"] == 2.5 and doc["headroom"] == 1.5
+        # no --gpu-hour-usd: the sidebar GPU's (H100 SXM) default from the price table, said so
+        assert doc["target_rate_req_s"] == 20.0 and doc["gpu_hour_usd"] == 2.69 and doc["headroom"] == 1.5
+        assert doc["gpu_hour_usd_source"].startswith("default: $2.69/GPU-h, h100-sxm default as of 2026-03-10")
         assert list(doc["policies"]) == ["static", "chunked"]
 
 

@@ -339,7 +339,7 @@ def test_sweep_study_runs_and_reads_a_real_sweep():
     assert df["kv_pressure"].tolist() == pytest.approx((df["max_kv_blocks"] * 16 / df["kv_capacity_tokens"]).tolist())
     assert study.slo == default_slo(2) and study.slo_is_default
     assert study.slo_text() == ("SLOs: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; TPOT ≤ 100 ms "
-                                "for 99 % of requests (the default SLOs: none were given).")
+                                "for 99 % of each class's requests (the default SLOs: none were given).")
     assert (df["max_rate_req_s"].diff().dropna() > 0).all()  # more sequences, more traffic within the SLOs
     assert study.knee == sweep_knee(df, "max_num_seqs", 0.05) is None
     card = study.cards[1]
@@ -366,11 +366,15 @@ def test_capacity_plan_prices_every_search():
     slo = SLO(ttft_s=2.0, tpot_s=0.1)
     searches = {"static": result(0.0, 0.0, "ttft_s"), "chunked": result(4.0, 2000.0, "tpot_s", tried=7),
                 "continuous": result(2.5, 1500.0)}
-    plan = sp.plan_capacity(sc, slo, searches, target_rate_req_s=10.0, gpu_hour_usd=2.5)
+    plan = sp.plan_capacity(sc, slo, searches, target_rate_req_s=10.0, gpu_hour_usd=2.5, headroom=1.0)
     assert plan.num_gpus == 8 and plan.slo is slo and plan.scenario is sc
     ch = plan.results["chunked"]
+    mean_out = float(sc.requests()[0].output_tokens.mean())
+    assert ch.mean_output_tokens == pytest.approx(mean_out)
     assert ch.nodes_needed == 3  # 10 req/s at 4 per node
-    assert ch.usd_per_million_output_tokens == pytest.approx(8 * 2.5 / 3600 / 2000 * 1e6)  # $2.78
+    # studies.pricing.price: 3 nodes' $/h over the tokens 10 req/s bring an hour; at capacity one node at 4 req/s
+    assert ch.usd_per_million_output_tokens == pytest.approx(3 * 8 * 2.5 / (10 * mean_out * 3600) * 1e6)
+    assert ch.usd_per_million_output_tokens_at_capacity == pytest.approx(8 * 2.5 / (4 * mean_out * 3600) * 1e6)
     assert ch.rates_tried == 7 and ch.points is searches["chunked"].points
     assert plan.results["continuous"].nodes_needed == 4
     assert plan.results["static"].nodes_needed is None and plan.results["static"].usd_per_million_output_tokens is None
@@ -378,9 +382,10 @@ def test_capacity_plan_prices_every_search():
     assert plan.failed() == ["static"]
     assert plan.max_rates() == {"static": 0.0, "chunked": 4.0, "continuous": 2.5}
     assert plan.points()["chunked"] is searches["chunked"].points
-    assert plan.verdict() == ("'chunked' sustains the most traffic within the SLOs: 4 req/s per node, so 3 nodes "
-                              "serve 10 req/s, at $2.78 per million output tokens. 'continuous' sustains 2.5 req/s "
-                              "(4 nodes).")
+    assert plan.verdict() == (f"'chunked' sustains the most traffic within the SLOs: 4 req/s per node, so 3 nodes "
+                              f"serve 10 req/s, at ${ch.usd_per_million_output_tokens:,.2f} per million output tokens "
+                              f"at that traffic (${ch.usd_per_million_output_tokens_at_capacity:,.2f} at capacity) "
+                              "(1× headroom). 'continuous' sustains 2.5 req/s (4 nodes).")
     # no price, no target: the sentence leaves them out
     bare = sp.plan_capacity(sc, slo, {"chunked": searches["chunked"]})
     assert bare.verdict() == "'chunked' sustains the most traffic within the SLOs: 4 req/s per node."
@@ -429,14 +434,17 @@ def test_capacity_plan_with_headroom():
     sc = mixed()
     slo = SLO(ttft_s=(1.0, 30.0), tpot_s=0.1)
     searches = {"chunked": result(4.0, 2000.0, "ttft_s"), "priority": result(5.0, 2100.0, "tpot_s")}
-    plan = sp.plan_capacity(sc, slo, searches, target_rate_req_s=10.0, gpu_hour_usd=2.5, headroom=1.25)
+    plan = sp.plan_capacity(sc, slo, searches, target_rate_req_s=10.0, gpu_hour_usd=2.5)  # the default headroom
     assert plan.headroom == 1.25
     assert plan.results["chunked"].nodes_needed == 4  # 10 x 1.25 / 4 = 3.1, rounded up
     assert plan.results["priority"].nodes_needed == 3  # 12.5 / 5
-    assert plan.results["priority"].usd_per_million_output_tokens == pytest.approx(1.25 * 8 * 2.5 / 3600 / 2100 * 1e6)
-    assert plan.results["priority"].max_rate_req_s == 5.0  # the rate itself is the simulator's
-    assert plan.verdict() == ("'priority' sustains the most traffic within the SLOs: 5 req/s per node, so 3 nodes "
-                              "serve 10 req/s, at $3.31 per million output tokens (1.25× headroom). 'chunked' "
-                              "sustains 4 req/s (4 nodes).")
+    mean_out = float(sc.requests()[0].output_tokens.mean())
+    pr = plan.results["priority"]
+    assert pr.usd_per_million_output_tokens == pytest.approx(3 * 8 * 2.5 / (10 * mean_out * 3600) * 1e6)
+    assert pr.max_rate_req_s == 5.0  # the rate itself is the simulator's
+    assert plan.verdict() == (f"'priority' sustains the most traffic within the SLOs: 5 req/s per node, so 3 nodes "
+                              f"serve 10 req/s, at ${pr.usd_per_million_output_tokens:,.2f} per million output tokens "
+                              f"at that traffic (${pr.usd_per_million_output_tokens_at_capacity:,.2f} at capacity) "
+                              "(1.25× headroom). 'chunked' sustains 4 req/s (4 nodes).")
     with pytest.raises(ValueError, match="headroom=0.5 is out of range; allowed 1 to 3"):
         sp.plan_capacity(sc, slo, searches, 10.0, 2.5, headroom=0.5)

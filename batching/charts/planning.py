@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from batching.charts.colors import policy_colors
 from batching.charts.policy import TEMPLATE, TOP_MARGIN_SUBPLOTS, _no_data, _title, log_axis
+from batching.charts.text import literal
 from batching.studies.capacity import CapacityResult
 from batching.studies.sweeps import INT_KNOBS, KNOBS
 
@@ -289,12 +290,16 @@ def sweep_frontier(sweeps: Mapping[str, pd.DataFrame], knob: str, latency: str =
 
 
 @functools.lru_cache(maxsize=16)
-def _capacity_layout(target: str, price: str) -> go.Layout:
+def _capacity_layout(target: str, price: str, plan: str = "") -> go.Layout:
     # short subplot and axis titles: a third of the width each, and a rotated y title must stay within the
-    # plot's height (longer ones ran into the subtitle)
-    fig = _figure("Capacity per policy within the SLOs", f"Zero or missing: no rate tried met the SLOs{price}", 440,
-                  rows=1, cols=3, horizontal_spacing=0.1,
-                  subplot_titles=("Sustainable rate per node", f"Nodes for {target}", "Cost per M output tokens"))
+    # plot's height (longer ones ran into the subtitle); the headroom and the SLOs on the subtitle's own lines
+    extra = 18 * plan.count("<br>")  # px per subtitle line
+    fig = _figure("Capacity per policy within the SLOs", f"Zero or missing: no rate tried met the SLOs{price}{plan}",
+                  440 + extra, rows=1, cols=3, horizontal_spacing=0.1,
+                  subplot_titles=("Sustainable rate per node", f"Nodes for {target}",
+                                  f"$ per M output tok. at {target}"))
+    if extra:
+        fig.update_layout(margin=dict(t=TOP_MARGIN_SUBPLOTS + extra))
     fig.update_yaxes(title_text="Rate per node (req/s)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="Nodes (count)", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(title_text="$ per M output tokens ($)", rangemode="tozero", row=1, col=3)
@@ -302,18 +307,33 @@ def _capacity_layout(target: str, price: str) -> go.Layout:
     return fig.layout
 
 
+def capacity_plan_text(headroom: float | None, slo_text: str | None) -> str:
+    """The subtitle lines of what the nodes and $ depend on: the headroom and the SLOs (user class names literal)."""
+    out = ""
+    if headroom is not None:
+        out += (f"<br>Nodes and $ with {headroom:g}× headroom: a node planned at 1/{headroom:g} of the rate per node"
+                " shown")
+    if slo_text:
+        out += f"<br>SLOs, every class at its own: {literal(slo_text)}"
+    return out
+
+
 def capacity_bars(plans: Mapping[str, CapacityResult | Mapping], target_rate_req_s: float | None = None,
-                  gpu_hour_usd: float | None = None) -> go.Figure:
-    """Per policy: sustainable request rate per node, nodes needed for the target, $ per million output tokens.
+                  gpu_hour_usd: float | None = None, headroom: float | None = None,
+                  slo_text: str | None = None) -> go.Figure:
+    """Per policy: sustainable request rate per node, nodes needed for the target, $ per million output tokens at
+    the target traffic (``studies.pricing.price``). ``headroom`` and ``slo_text`` (``SLO.describe``): printed
+    under the title, as the nodes and the $ depend on them.
 
     ``plans``: name -> ``CapacityResult`` (as ``studies.planning.CapacityPlan.results`` holds them, priced) or
-    its ``to_dict()``. Plain-dict bars on a layout built once per target and price (``make_subplots`` and its
-    updates cost most of this figure's time)."""
+    its ``to_dict()``. Plain-dict bars on a layout built once per target, price, headroom and SLOs
+    (``make_subplots`` and its updates cost most of this figure's time)."""
     target = f"{target_rate_req_s:,.4g} req/s" if target_rate_req_s else "the target"
     price = f"; cost at ${gpu_hour_usd:,.4g} per GPU-hour" if gpu_hour_usd else ""
+    plan = capacity_plan_text(headroom, slo_text)
     names = list(plans)
     if not names:
-        return _no_data(go.Figure(layout=_capacity_layout(target, price)))
+        return _no_data(go.Figure(layout=_capacity_layout(target, price, plan)))
     cmap = policy_colors(names)
     colors = [cmap[n] for n in names]
     series = (("max_rate_req_s", "req/s", ",.3g", 1), ("nodes_needed", "nodes", ",.0f", 2),
@@ -336,7 +356,7 @@ def capacity_bars(plans: Mapping[str, CapacityResult | Mapping], target_rate_req
             kw["dtick"] = 1  # whole nodes
         if kw:
             axes[f"yaxis{axis}"] = kw
-    fig = go.Figure(data=traces, layout=_capacity_layout(target, price))
+    fig = go.Figure(data=traces, layout=_capacity_layout(target, price, plan))
     if axes:
         fig.update_layout(axes)
     return fig
@@ -360,21 +380,22 @@ def _goodput_layout(attainment: float) -> go.Layout:
                   "policy's sustainable rate; dashed: the target", 680, rows=2, cols=1,
                   shared_xaxes=True, vertical_spacing=0.14,
                   subplot_titles=("Goodput: requests per second within every SLO",
-                                  f"Share of requests within every SLO (target {attainment * 100:.3g} %)"))
+                                  f"Worst class's share within its SLOs (target {attainment * 100:.3g} %)"))
     # tick labels under both panels, the axis title once (under the bottom one: nothing between a panel and the
     # title of the one below it)
     fig.update_xaxes(showticklabels=True, rangemode="tozero")
     fig.update_xaxes(title_text="Request rate offered to one node (req/s)", row=2, col=1)
     fig.update_yaxes(title_text="Goodput (req/s)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="Within every SLO (%)", range=[0, 103], row=2, col=1)
+    fig.update_yaxes(title_text="Worst class within (%)", range=[0, 103], row=2, col=1)
     return fig.layout
 
 
 def goodput_curves(points: Mapping[str, pd.DataFrame], max_rates: Mapping[str, float],
                    attainment: float) -> go.Figure:
-    """Goodput (top) and SLO attainment (bottom) against the request rate, for every rate each search tried;
-    the attainment target dashed, each policy's sustainable rate dotted. Plain-dict traces and shapes on a layout
-    built once per attainment target."""
+    """Goodput (top) and SLO attainment (bottom: the lowest class's share of its requests within its own SLOs,
+    ``class_attainment``, what the search holds to the target; a frame without it: all requests) against the
+    request rate, for every rate each search tried; the attainment target dashed, each policy's sustainable rate
+    dotted. Plain-dict traces and shapes on a layout built once per attainment target."""
     traces, shapes = [], []
     all_rates = []
     colors = policy_colors(points)
@@ -390,10 +411,11 @@ def goodput_curves(points: Mapping[str, pd.DataFrame], max_rates: Mapping[str, f
                            xaxis="x", yaxis="y",
                            hovertemplate=f"{name}<br>%{{x:,.3g}} req/s offered<br>goodput %{{y:,.3g}} req/s"
                                          "<extra></extra>"))
-        traces.append(dict(type="scatter", x=x, y=df["attainment"].to_numpy(float) * 100, mode="lines+markers",
+        share = df["class_attainment"] if "class_attainment" in df else df["attainment"]
+        traces.append(dict(type="scatter", x=x, y=share.to_numpy(float) * 100, mode="lines+markers",
                            name=name, legendgroup=name, showlegend=False, line=dict(color=color, width=2.5),
                            marker=dict(size=7), xaxis="x2", yaxis="y2",
-                           hovertemplate=f"{name}<br>%{{x:,.3g}} req/s<br>%{{y:.1f}} % within the SLOs"
+                           hovertemplate=f"{name}<br>%{{x:,.3g}} req/s<br>worst class %{{y:.1f}} % within its SLOs"
                                          "<extra></extra>"))
         rate = max_rates.get(name)
         if rate is not None and rate > 0:

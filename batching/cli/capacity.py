@@ -1,5 +1,7 @@
-"""``python -m batching capacity``: the highest request rate per node that meets the SLOs (one value for every
-priority class or one per class), nodes and cost with a headroom factor for the cost model's known error."""
+"""``python -m batching capacity``: the highest request rate per node at which every priority class meets its SLOs
+(one value for every class or one per class), nodes and cost (``studies.pricing.price``: $ per million output tokens
+at the target traffic and at capacity) with a headroom factor for the cost model's known error (default
+``pricing.DEFAULT_HEADROOM``) at the GPU's default price from the price table unless ``--gpu-hour-usd`` is given."""
 from __future__ import annotations
 
 import math
@@ -7,11 +9,12 @@ from pathlib import Path
 
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, arrivals_text,
                                build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
-from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names
+from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names,
+                                       default_price, default_price_note)
+from batching.studies.pricing import DEFAULT_HEADROOM, MAX_GPU_HOUR_USD, PRICES_ENV
 from batching.charts.formatting import shown
 
 MAX_TARGET_RATE_REQ_S = 1e9
-MAX_GPU_HOUR_USD = 1e6
 
 
 def add_parser(subparsers):
@@ -22,14 +25,16 @@ def add_parser(subparsers):
     p.add_argument("--target-rate", type=float_arg(0.0, MAX_TARGET_RATE_REQ_S, low_open=True),
                    default=None, help="traffic to plan for, req/s: reports the nodes needed")
     p.add_argument("--gpu-hour-usd", type=float_arg(0.0, MAX_GPU_HOUR_USD, low_open=True),
-                   default=None, help="price of one GPU-hour: reports $ per million output tokens")
+                   default=None, help="price of one GPU-hour, $ (default: the GPU's row of the price table, "
+                                      f"batching/data/gpu_hour_usd.csv or ${PRICES_ENV})")
     low, high = HEADROOM_LIMITS
-    p.add_argument("--headroom", type=float_arg(low, high), default=1.0,
+    p.add_argument("--headroom", type=float_arg(low, high), default=DEFAULT_HEADROOM,
                    help=f"plan for the simulated rate per node divided by this factor ({low:g} to {high:g}; it "
                         "multiplies the nodes needed and the $ per million tokens). The cost model's known error: "
                         f"its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}-{TPOT_UNDERESTIMATE[1] * 100:.0f} %% below "
                         f"published vLLM and SGLang runs (docs/CALIBRATION.md), i.e. {HEADROOM_RANGE[0]:g} to "
-                        f"{HEADROOM_RANGE[1]:g}. Default 1: the simulator's own figures")
+                        f"{HEADROOM_RANGE[1]:g}. Default {DEFAULT_HEADROOM:g}, the middle; 1: the simulator's own "
+                        "figures")
     p.add_argument("--json", type=Path, help="write the result as JSON")
     p.set_defaults(func=cmd_capacity)
     return p
@@ -39,13 +44,28 @@ def _pct(v: float) -> str:
     return f"{v * 100:.1f} %" if math.isfinite(v) else "n/a"
 
 
+def class_line(c: dict) -> str:
+    """A class's reading against its own SLOs: 'attainment 97.2 % (misses its SLOs), goodput ..., TTFT P99 1,293 ms
+    (SLO 1,000 ms) ...'."""
+    slo = c.get("slo", {})
+    verdict = "meets its SLOs" if c.get("meets_slo") else "misses its SLOs"
+
+    def vs(name: str, key: str) -> str:
+        return f" (SLO {shown(key, slo[name])})" if name in slo else ""
+    return (f"attainment {_pct(c['attainment'])} ({verdict}), goodput {fmt(c['goodput_req_s'])} req/s, "
+            f"TTFT P50 {shown('ttft_p50_s', c['ttft_p50_s'])} P99 {shown('ttft_p99_s', c['ttft_p99_s'])}"
+            f"{vs('ttft_s', 'ttft_p99_s')}, TPOT P50 {shown('tpot_p50_s', c['tpot_p50_s'])} "
+            f"P99 {shown('tpot_p99_s', c['tpot_p99_s'])}{vs('tpot_s', 'tpot_p99_s')}")
+
+
 def cmd_capacity(args) -> int:
     if args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.slo_e2e_s is None:
         raise CliError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-s")
     sc = build_scenario(args)
     slo = slo_from_args(args, sc)
     check_output_file("--json", args.json)
-    res = capacity(sc, slo, target_rate_req_s=args.target_rate, gpu_hour_usd=args.gpu_hour_usd, progress=progress,
+    usd = args.gpu_hour_usd if args.gpu_hour_usd is not None else default_price(sc)
+    res = capacity(sc, slo, target_rate_req_s=args.target_rate, gpu_hour_usd=usd, progress=progress,
                    headroom=args.headroom)
     split = sc.disagg
     d = res.to_dict()
@@ -58,16 +78,21 @@ def cmd_capacity(args) -> int:
               f"nodes_needed counts copies of it in nodes")
         d |= {"gpus": sc.nodes * sc.deployment.node.num_gpus, "nodes": sc.nodes, "router": sc.router}
     print(f"{'slo':32s} {slo.describe(class_names(sc))}")
+    price_source = "given (--gpu-hour-usd)" if args.gpu_hour_usd is not None else \
+        (f"default: {default_price_note(sc)}" if usd is not None else f"{default_price_note(sc)} with --gpu-hour-usd")
+    print(f"{'price':32s} {price_source}")
+    print(f"{'headroom':32s} {args.headroom:g}x on the nodes and $ at the target"
+          f"{' (default)' if args.headroom == DEFAULT_HEADROOM else ''}; $ at capacity: one copy at the rate found")
     if arrivals_text(sc.workload):  # the search rescales the whole process: its shape stays, its mean rate moves
         print(f"{'arrivals':32s} {arrivals_text(sc.workload)} (this shape at every rate tried)")
+    d["gpu_hour_usd_source"] = "given" if args.gpu_hour_usd is not None else \
+        (f"default: {default_price_note(sc)}" if usd is not None else "none")
     for k, v in d.items():
-        if k != "by_priority":
+        if k not in ("by_priority", "gpu_hour_usd_source"):
             print(f"{k:32s} {fmt(v) if v is not None else '-'}")
     where = "at the rate found" if res.max_rate_req_s > 0 else "at the lowest rate tried (none met the SLOs)"
-    print(f"per class, {where}:")
+    print(f"per class, {where} (each against its own SLOs at {slo.attainment * 100:.3g} %):")
     for level, c in res.by_priority.items():
-        print(f"  {level} {c['class_name']}: attainment {_pct(c['attainment'])}, goodput {fmt(c['goodput_req_s'])} "
-              f"req/s, TTFT P50 {shown('ttft_p50_s', c['ttft_p50_s'])} P99 {shown('ttft_p99_s', c['ttft_p99_s'])}, TPOT P50 {shown('tpot_p50_s', c['tpot_p50_s'])} "
-              f"P99 {shown('tpot_p99_s', c['tpot_p99_s'])}")
+        print(f"  {level} {c['class_name']}: {class_line(c)}")
     write_json(args.json, d | {"slo": slo.to_dict(), "points": res.points.to_dict(orient="records")})
     return 0

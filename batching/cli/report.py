@@ -20,7 +20,8 @@ Pages and their inputs:
   (default the page's range), ``--knee-share``, ``--others/--no-others`` (the other presets that use the knob
   on the frontier, default on), ``--frontier``, and the SLOs below;
 - ``capacity``: ``--policies`` (default all five), the SLOs below, ``--target-rate`` (20 req/s),
-  ``--gpu-hour-usd`` (2.5), ``--headroom`` (the page's suggested factor), the page's defaults;
+  ``--gpu-hour-usd`` (default: the GPU's row of the price table, ``studies.pricing``), ``--headroom``
+  (``pricing.DEFAULT_HEADROOM``), the page's defaults;
 - tune and capacity: ``--slo-ttft-ms``, ``--slo-tpot-ms``, ``--slo-e2e-s`` (one value or one per priority class)
   and ``--attainment``, as ``capacity`` and ``sweep`` take them; without them the pages' shared default SLOs
   (``studies.capacity.default_slo``).
@@ -48,7 +49,8 @@ from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add
                                slo_from_args, values_arg, write_files)
 from batching.cli.capacity import MAX_GPU_HOUR_USD, MAX_TARGET_RATE_REQ_S
 from batching.sim.policy import PRESETS
-from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_SUGGESTED
+from batching.studies.capacity import HEADROOM_LIMITS
+from batching.studies.pricing import DEFAULT_HEADROOM
 from batching.studies.knee import DEFAULT_SHARE
 from batching.studies.sweeps import KNOBS
 
@@ -65,7 +67,8 @@ COMPARE_DEFAULT = ("dynamic", "continuous", "chunked")  # the Compare page's slo
 COMPARE_SLOTS = "ABCD"
 FRONTIERS = ("tpot_cap", "tpot", "ttft")  # charts.planning.FRONTIER_LATENCY
 # the Capacity page's defaults (its SLOs are studies.capacity.default_slo, as Tune's)
-CAPACITY_DEFAULTS = {"target_rate": 20.0, "gpu_hour_usd": 2.5, "headroom": HEADROOM_SUGGESTED}
+# (the price: the scenario's GPU's default, studies.capacity.default_price, as the page's)
+CAPACITY_DEFAULTS = {"target_rate": 20.0, "headroom": DEFAULT_HEADROOM}
 # flag dest -> the pages it applies to (checked before anything runs)
 PAGE_FLAGS = {
     "policies": ("compare", "capacity"),
@@ -150,11 +153,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     low, high = HEADROOM_LIMITS
     g.add_argument("--headroom", type=float_arg(low, high), default=None,
                    help=f"divide the rate per node by this factor for nodes and cost, {low:g} to {high:g} (default "
-                        f"{HEADROOM_SUGGESTED:g}, as the page)")
+                        f"{DEFAULT_HEADROOM:g}, as the page)")
     g.add_argument("--target-rate", type=float_arg(0.0, MAX_TARGET_RATE_REQ_S, low_open=True), default=None,
                    help=f"traffic to plan for, req/s (default {CAPACITY_DEFAULTS['target_rate']:g})")
     g.add_argument("--gpu-hour-usd", type=float_arg(0.0, MAX_GPU_HOUR_USD, low_open=True), default=None,
-                   help=f"price of one GPU-hour (default {CAPACITY_DEFAULTS['gpu_hour_usd']:g})")
+                   help="price of one GPU-hour, $ (default: the GPU's row of the price table, as the page)")
     p.set_defaults(func=cmd_report)
     return p
 
@@ -297,7 +300,7 @@ def _tune_study(args, scenario, label: str):
 def _capacity_plan(args, scenario):
     """The Capacity page's plan: one capacity search per policy for the SLOs, priced for the target."""
     from batching.studies import planning as sp
-    from batching.studies.capacity import capacity
+    from batching.studies.capacity import capacity, default_price
 
     d = CAPACITY_DEFAULTS
     slo, _ = sp.study_slo(scenario, slo_from_args(args, scenario))  # the flags', else the pages' default
@@ -308,7 +311,7 @@ def _capacity_plan(args, scenario):
     every = presets_with_caching(getattr(args, "prefix_caching", None))
     results = {n: capacity(scenario.with_policy(every[n]), slo, progress=progress) for n in names}
     target = d["target_rate"] if args.target_rate is None else args.target_rate
-    usd = d["gpu_hour_usd"] if args.gpu_hour_usd is None else args.gpu_hour_usd
+    usd = default_price(scenario) if args.gpu_hour_usd is None else args.gpu_hour_usd
     headroom = d["headroom"] if args.headroom is None else args.headroom
     return sp.plan_capacity(scenario, slo, results, target, usd, headroom)
 

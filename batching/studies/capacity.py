@@ -2,7 +2,13 @@
 
 An SLO gives each latency target (TTFT, TPOT, E2E) either one value for every priority class or one value per
 class, class 0 (the highest priority) first; a request meets the targets of its own class. The attainment is
-the share of all requests that meet theirs (``by_priority`` reports each class's own share and goodput).
+the share of a class's requests that meet its targets, and a rate is within the SLOs only if *every* class
+reaches the asked attainment (the overall share can pass while the interactive class fails its own SLO); the
+binding class is the one that falls short first. ``by_priority`` reports each class's own share, goodput and P99s.
+
+What it costs is ``studies.pricing.price`` (the one pricing rule): $ per million output tokens at the target
+traffic from the fleet's $/h and the workload's mean output tokens per request, and at capacity as a second
+figure; the default $/GPU-hour is the scenario's GPU's row of the price table (``default_price``).
 """
 from __future__ import annotations
 
@@ -13,11 +19,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from batching.sim.hardware.specs import GPUS
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.workload.traces import MAX_PRIORITY_LEVELS
 from batching.sim.workload.requests import INTERACTIVE_CHAT
+from batching.studies import pricing
 from batching.studies.compare import QUEUE_GROWTH_TOLERANCE, Progress
+from batching.studies.pricing import DEFAULT_HEADROOM
 
 SLO_MAX_S = 3600.0  # the longest latency an SLO may set (the CLI's and the dashboard's inputs read it)
 ATTAINMENT_DEFAULT = 0.99
@@ -37,7 +46,7 @@ DEFAULT_TPOT_S = float(INTERACTIVE_CHAT.slo_tpot_s)
 # so it sustains about (1 - error) of the simulated rate: plan for 1 / (1 - error) the nodes and the cost.
 TPOT_UNDERESTIMATE = (0.14, 0.25)
 HEADROOM_RANGE = tuple(round(1.0 / (1.0 - e), 2) for e in TPOT_UNDERESTIMATE)  # (1.16, 1.33)
-HEADROOM_SUGGESTED = round(20 * sum(HEADROOM_RANGE) / 2) / 20  # 1.25, the middle of the range
+# the one headroom default of every surface is pricing.DEFAULT_HEADROOM (1.25, the middle of the range)
 HEADROOM_LIMITS = (1.0, 3.0)  # 1 = trust the simulator
 
 PerClass = float | tuple[float, ...] | None
@@ -116,7 +125,8 @@ class SLO:
         return {k: (v[level] if isinstance(v, tuple) else v) for k, v in self.items()}
 
     def describe(self, class_names: Sequence[str] | None = None) -> str:
-        """'TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis, TPOT ≤ 100 ms for 99 % of requests'."""
+        """'TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; TPOT ≤ 100 ms for 99 % of each class's
+        requests'."""
         parts = []
         for name, v in self.items():
             if isinstance(v, tuple):
@@ -126,7 +136,7 @@ class SLO:
                 parts.append(f"{SLO_LABELS[name]} ≤ {each}")
             else:
                 parts.append(f"{SLO_LABELS[name]} ≤ {_fmt_latency(name, v)}")
-        return "; ".join(parts) + f" for {self.attainment * 100:.3g} % of requests"
+        return "; ".join(parts) + f" for {self.attainment * 100:.3g} % of each class's requests"
 
     def to_dict(self) -> dict:
         """JSON-ready: each target a number, a list per class or None."""
@@ -189,7 +199,9 @@ def per_class_values(text: str, high: float) -> tuple[float, ...]:
 
 def slo_reading(res, slo: SLO) -> dict:
     """What a run (``SimResult``) gives against the SLOs: attainment overall, per SLO and per class
-    (``by_priority``: each class's attainment, goodput and latency percentiles), goodput, throughput."""
+    (``by_priority``: each class's attainment, whether it meets ``slo.attainment``, goodput and latency
+    percentiles), the lowest class attainment (``class_attainment``, what ``meets_slo`` holds to the target),
+    goodput, throughput."""
     from batching.sim.metrics import slo_mask, wall_time
 
     req = res.requests
@@ -207,13 +219,16 @@ def slo_reading(res, slo: SLO) -> dict:
         if not m.any():
             continue
         lat = s["by_priority"].get(str(lvl), {})
+        attained = float(ok[m].mean())
         by[str(lvl)] = {"class_name": cls, "num_requests": int(m.sum()), "slo": slo.for_class(lvl),
-                        "attainment": float(ok[m].mean()),
+                        "attainment": attained, "meets_slo": attained >= slo.attainment,
                         "goodput_req_s": float(ok[m].sum()) / wall if wall > 0 else float("nan"),
                         "per_slo": {n: float(mask[m].mean()) for n, mask in masks.items()},
                         **{key: lat.get(key, float("nan")) for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
                                                                        "tpot_p99_s")}}
-    return {"rate_req_s": res.scenario.workload.rate_req_s, "attainment": float(ok.mean()),
+    overall = float(ok.mean())
+    return {"rate_req_s": res.scenario.workload.rate_req_s, "attainment": overall,
+            "class_attainment": min((c["attainment"] for c in by.values()), default=overall),
             "per_slo": {n: float(mask.mean()) for n, mask in masks.items()},
             "goodput_req_s": float(ok.sum()) / wall if wall > 0 else float("nan"),
             "throughput_output_tok_s": s["throughput_output_tok_s"], "ttft_p99_s": s["ttft_p99_s"],
@@ -230,26 +245,39 @@ def sustained(p: dict) -> bool:
     return not (math.isfinite(growth) and math.isfinite(offered) and growth > QUEUE_GROWTH_TOLERANCE * offered)
 
 
+def classes_meeting(p: dict, slo: SLO) -> bool:
+    """Every class of the reading has ``slo.attainment`` of its own requests within its own SLOs (a reading
+    without classes: all requests)."""
+    by = p.get("by_priority") or {}
+    if not by:
+        return p["attainment"] >= slo.attainment
+    return all(c["attainment"] >= slo.attainment for c in by.values())
+
+
 def meets_slo(p: dict, slo: SLO) -> bool:
-    """A rate passes: ``slo.attainment`` of requests meet their class's SLOs and the node keeps up."""
-    return p["attainment"] >= slo.attainment and sustained(p)
+    """A rate passes: in every class, ``slo.attainment`` of its requests meet the class's SLOs, and the node keeps
+    up. Counting all requests together would let a large class that meets its loose SLOs hide a small one that
+    misses its tight ones."""
+    return classes_meeting(p, slo) and sustained(p)
 
 
 def binding_of(points: Sequence[dict], slo: SLO) -> tuple[str | None, str | None]:
-    """(binding SLO, binding class) of a search's points: the SLO with the lowest attainment at the lowest rate
-    that fails, and the class with the lowest attainment there (None with one class). (None, None) when every
-    rate passed, or when the first that fails met the SLOs but its queue grew: the node's capacity binds."""
+    """(binding SLO, binding class) of a search's points at the lowest rate that fails: the class furthest below
+    the attainment target there (None with one class) and, within it, the SLO its requests meet least. (None,
+    None) when every rate passed, or when every class met its SLOs at the first that fails but the queue grew:
+    the node's capacity binds."""
     failing = [p for p in points if not meets_slo(p, slo)]
     if not failing:
         return None, None
     first = min(failing, key=lambda p: p["rate_req_s"])
-    if first["attainment"] >= slo.attainment:
+    if classes_meeting(first, slo):
         return None, None
-    binding = min(first["per_slo"], key=first["per_slo"].get)
-    cls = None
-    if len(first["by_priority"]) > 1:
-        cls = min(first["by_priority"].values(), key=lambda c: c["attainment"])["class_name"]
-    return binding, cls
+    by = first.get("by_priority") or {}
+    if not by:
+        return min(first["per_slo"], key=first["per_slo"].get), None
+    worst = min(by.values(), key=lambda c: c["attainment"])
+    binding = min(worst["per_slo"], key=worst["per_slo"].get)
+    return binding, (worst["class_name"] if len(by) > 1 else None)
 
 
 def slo_point(sc: Scenario, slo: SLO) -> dict:
@@ -268,23 +296,25 @@ def check_headroom(headroom: float) -> float:
     return float(headroom)
 
 
+def check_target(target_rate_req_s: float | None) -> float | None:
+    if target_rate_req_s is None:
+        return None
+    v = target_rate_req_s
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"target_rate_req_s={v!r} is out of range; allowed > 0")
+    return float(v)
+
+
 def plan_costs(rate_req_s: float, throughput_output_tok_s: float, num_gpus: int,
-               target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None, headroom: float = 1.0):
-    """(nodes needed for the target rate, $ per million output tokens at that throughput), both with the
-    headroom factor (a node sustains 1 / headroom of the simulated rate); None where not asked for or not
-    defined (no sustainable rate)."""
+               target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None,
+               headroom: float = DEFAULT_HEADROOM):
+    """Transitional, for ``studies.search`` until it moves onto ``pricing.price`` (issue 24; delete at the merge):
+    (copies of ``rate_req_s`` for the target with the headroom, None). It prices nothing: a price is refused."""
     headroom = check_headroom(headroom)
-    nodes = usd = None
-    if target_rate_req_s is not None:
-        if not target_rate_req_s > 0:
-            raise ValueError(f"target_rate_req_s={target_rate_req_s!r} is out of range; allowed > 0")
-        nodes = math.ceil(target_rate_req_s * headroom / rate_req_s - 1e-9) if rate_req_s > 0 else None
+    target = check_target(target_rate_req_s)
     if gpu_hour_usd is not None:
-        if not gpu_hour_usd > 0:
-            raise ValueError(f"gpu_hour_usd={gpu_hour_usd!r} is out of range; allowed > 0")
-        if throughput_output_tok_s > 0:
-            usd = num_gpus * gpu_hour_usd / 3600.0 / throughput_output_tok_s * 1e6 * headroom
-    return nodes, usd
+        raise ValueError("plan_costs no longer prices; price with studies.pricing.price")
+    return (None if target is None else pricing.copies_needed(target, rate_req_s, headroom)), None
 
 
 def scenario_gpus(scenario: Scenario) -> int:
@@ -294,14 +324,65 @@ def scenario_gpus(scenario: Scenario) -> int:
     return scenario.nodes * scenario.deployment.node.num_gpus
 
 
-def plan_for(scenario: Scenario, rate_req_s: float, throughput_output_tok_s: float,
-             target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None, headroom: float = 1.0):
-    """``plan_costs`` for a rate the whole scenario carries (a fleet of nodes, or a prefill/decode split): copies
-    of it for the target, counted in whole nodes (copies x its GPUs / GPUs per node, rounded up); $ over its GPUs."""
-    gpus = scenario_gpus(scenario)
-    copies, usd = plan_costs(rate_req_s, throughput_output_tok_s, gpus, target_rate_req_s, gpu_hour_usd, headroom)
-    nodes = None if copies is None else math.ceil(copies * gpus / scenario.deployment.node.num_gpus - 1e-9)
-    return nodes, usd
+def gpu_name(scenario: Scenario) -> str | None:
+    """The preset name of the scenario's GPU ('h100-sxm'), None for a custom GPU."""
+    gpu = scenario.deployment.node.gpu
+    return next((k for k, g in GPUS.items() if g == gpu), None)
+
+
+def default_price(scenario: Scenario) -> float | None:
+    """The price table's $ per GPU-hour for the scenario's GPU (``pricing.default_gpu_hour_usd``), None when the
+    table has none (a custom GPU: give a price)."""
+    name = gpu_name(scenario)
+    return pricing.price_table()[name].usd_per_gpu_hour if name in pricing.price_table() else None
+
+
+def default_price_note(scenario: Scenario) -> str:
+    """Where the default price comes from, or why there is none: for captions and the CLI."""
+    name = gpu_name(scenario)
+    if name in pricing.price_table():
+        return pricing.price_note(name) + f" ({pricing.price_table()[name].source})"
+    gpu = scenario.deployment.node.gpu.name
+    return f"no default price for {gpu} (priced: {', '.join(sorted(pricing.price_table()))}); give one"
+
+
+def mean_output_tokens(scenario: Scenario) -> float:
+    """Mean output tokens per request of the requests the scenario's model admits (``Scenario.requests``): the
+    tokens a request served at the target brings."""
+    reqs, _ = scenario.requests()
+    return float(np.mean(reqs.output_tokens)) if len(reqs.output_tokens) else float("nan")
+
+
+PRICE_FIELDS = ("nodes_needed", "usd_per_hour", "usd_per_million_output_tokens",
+                "usd_per_million_output_tokens_at_capacity", "mean_output_tokens", "headroom", "gpu_hour_usd",
+                "target_rate_req_s")
+
+
+def plan_price(scenario: Scenario, rate_req_s: float, target_rate_req_s: float | None, gpu_hour_usd: float | None,
+               headroom: float = DEFAULT_HEADROOM, mean_output: float | None = None) -> dict:
+    """``PRICE_FIELDS`` for a rate the whole scenario carries (one copy: a node or fleet, or a prefill/decode
+    split), through ``pricing.price``: copies for the target counted in whole nodes, $/M at the target and at
+    capacity. Without a target: no nodes and no $/M at the target; without a price: no $ figures; with no rate
+    within the SLOs: neither."""
+    headroom = check_headroom(headroom)
+    target = check_target(target_rate_req_s)
+    usd = None if gpu_hour_usd is None else pricing.check_price(gpu_hour_usd)
+    mean_out = mean_output_tokens(scenario) if mean_output is None else float(mean_output)
+    out = dict.fromkeys(PRICE_FIELDS) | {"mean_output_tokens": mean_out, "headroom": headroom,
+                                         "gpu_hour_usd": usd, "target_rate_req_s": target}
+    if not rate_req_s > 0 or not mean_out > 0:
+        return out
+    gpus, per_node = scenario_gpus(scenario), scenario.deployment.node.num_gpus
+    if usd is not None:
+        p = pricing.price(rate_req_s, gpus, per_node, target if target is not None else rate_req_s, usd, mean_out,
+                          headroom)
+        out["usd_per_million_output_tokens_at_capacity"] = p.usd_per_million_output_tokens_at_capacity
+        if target is not None:
+            out |= {"nodes_needed": p.nodes, "usd_per_hour": p.usd_per_hour,
+                    "usd_per_million_output_tokens": p.usd_per_million_output_tokens}
+    elif target is not None:  # nodes without a price: the same count pricing.price makes
+        out["nodes_needed"] = math.ceil(pricing.copies_needed(target, rate_req_s, headroom) * gpus / per_node - 1e-9)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -311,13 +392,18 @@ class CapacityResult:
     goodput_req_s: float
     binding_slo: str | None
     nodes_needed: int | None
-    usd_per_million_output_tokens: float | None
+    usd_per_million_output_tokens: float | None  # at the target traffic (pricing.price)
     points: pd.DataFrame  # every rate tried: rate, attainment, goodput, throughput
     # per class at the rate found (or, when none met the SLOs, at the lowest rate tried): class_name, slo,
-    # attainment, goodput_req_s, per_slo, TTFT and TPOT P50/P99
+    # attainment, meets_slo, goodput_req_s, per_slo, TTFT and TPOT P50/P99
     by_priority: dict = field(default_factory=dict)
-    binding_class: str | None = None  # the class with the lowest attainment at the first rate that fails
-    headroom: float = 1.0  # the factor nodes_needed and usd_per_million_output_tokens include
+    binding_class: str | None = None  # the class furthest below the attainment target at the first rate that fails
+    headroom: float = DEFAULT_HEADROOM  # the factor nodes_needed and the $ at the target include
+    usd_per_million_output_tokens_at_capacity: float | None = None  # one copy at max_rate_req_s, no headroom
+    usd_per_hour: float | None = None  # the fleet for the target: nodes x GPUs per node x $ per GPU-hour
+    mean_output_tokens: float | None = None  # of the workload's admitted requests
+    gpu_hour_usd: float | None = None
+    target_rate_req_s: float | None = None
 
     @property
     def rates_tried(self) -> int:
@@ -325,19 +411,22 @@ class CapacityResult:
         return len(self.points)
 
     def with_plan(self, scenario: Scenario, target_rate_req_s: float | None,
-                  gpu_hour_usd: float | None, headroom: float = 1.0) -> CapacityResult:
-        """The same search with nodes needed and $ per million output tokens for this target, price and
-        headroom (``plan_for`` on the scenario searched): changing them runs nothing."""
-        nodes, usd = plan_for(scenario, self.max_rate_req_s, self.throughput_output_tok_s, target_rate_req_s,
-                              gpu_hour_usd, headroom)
-        return replace(self, nodes_needed=nodes, usd_per_million_output_tokens=usd, headroom=float(headroom))
+                  gpu_hour_usd: float | None, headroom: float = DEFAULT_HEADROOM,
+                  mean_output: float | None = None) -> CapacityResult:
+        """The same search priced for this target, price and headroom (``plan_price`` on the scenario searched):
+        changing them runs nothing."""
+        return replace(self, **plan_price(scenario, self.max_rate_req_s, target_rate_req_s, gpu_hour_usd, headroom,
+                                          mean_output))
 
     def to_dict(self) -> dict:
         return {"max_rate_req_s": self.max_rate_req_s, "throughput_output_tok_s": self.throughput_output_tok_s,
                 "goodput_req_s": self.goodput_req_s, "binding_slo": self.binding_slo,
-                "nodes_needed": self.nodes_needed,
+                "binding_class": self.binding_class, "target_rate_req_s": self.target_rate_req_s,
+                "nodes_needed": self.nodes_needed, "usd_per_hour": self.usd_per_hour,
                 "usd_per_million_output_tokens": self.usd_per_million_output_tokens,
-                "binding_class": self.binding_class, "headroom": self.headroom, "by_priority": self.by_priority}
+                "usd_per_million_output_tokens_at_capacity": self.usd_per_million_output_tokens_at_capacity,
+                "mean_output_tokens": self.mean_output_tokens, "headroom": self.headroom,
+                "gpu_hour_usd": self.gpu_hour_usd, "by_priority": self.by_priority}
 
 
 def ceiling_req_s(scenario: Scenario) -> float:
@@ -348,17 +437,21 @@ def ceiling_req_s(scenario: Scenario) -> float:
 
 def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None, target_rate_req_s: float | None = None,
              gpu_hour_usd: float | None = None, rel_tol: float = 0.01, progress: Progress | None = None,
-             max_iter: int = 20, headroom: float = 1.0, ceiling: float | None = None,
+             max_iter: int = 20, headroom: float = DEFAULT_HEADROOM, ceiling: float | None = None,
              run=None) -> CapacityResult:
     """Highest request rate per node at which ``slo.attainment`` of requests meet the SLOs of their class,
     by bracketing then bisecting on the rate (the same requests, arrivals rescaled). ``ceiling``: the
     requests/s of the saturated run (``ceiling_req_s``) when already known; otherwise it is simulated.
     ``run(scenario)``: stands in for ``simulate`` at each rate tried (anything ``slo_reading`` reads, e.g. a
-    cached run, so another SLO re-reads the rates already simulated); the search and its answer are the same."""
+    cached run, so another SLO re-reads the rates already simulated); the search and its answer are the same.
+    Priced by ``plan_price`` (``pricing.price``) for ``target_rate_req_s`` at ``gpu_hour_usd`` (None: no $)."""
     slo.validate()
     if policy is not None:
         scenario = scenario.with_policy(policy)
-    plan_costs(1.0, 1.0, 1, target_rate_req_s, gpu_hour_usd, headroom)  # validates before searching
+    check_headroom(headroom)  # validated before searching
+    check_target(target_rate_req_s)
+    if gpu_hour_usd is not None:
+        pricing.check_price(gpu_hour_usd)
     scenario.validate()
     names = class_names(scenario)
     slo.validate(len(names))
@@ -421,9 +514,9 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
     binding, binding_class = binding_of(points, slo)
     rate = lo if best is not None else 0.0
     thr = best["throughput_output_tok_s"] if best else 0.0
-    nodes, usd = plan_for(scenario, rate, thr, target_rate_req_s, gpu_hour_usd, headroom)
     at = best if best is not None else p_lo
     df = pd.DataFrame([{k: v for k, v in p.items() if k not in ("per_slo", "by_priority")} for p in points])
     df = df.sort_values("rate_req_s").reset_index(drop=True)
-    return CapacityResult(rate, thr, best["goodput_req_s"] if best else 0.0, binding, nodes, usd, df,
-                          at["by_priority"], binding_class, float(headroom))
+    found = CapacityResult(rate, thr, best["goodput_req_s"] if best else 0.0, binding, None, None, df,
+                           at["by_priority"], binding_class, float(headroom))
+    return found.with_plan(scenario, target_rate_req_s, gpu_hour_usd, headroom)

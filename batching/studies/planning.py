@@ -19,7 +19,8 @@ from batching.sim.policy import KNOB_LIMITS, BatchingPolicy
 from batching.sim.simulate import Scenario
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 from batching.sim.workload.requests import MAX_RATE_REQ_S, SyntheticWorkload
-from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, class_names, default_slo
+from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, class_names, default_slo, mean_output_tokens
+from batching.studies.pricing import DEFAULT_HEADROOM
 from batching.studies.compare import Progress
 from batching.studies.knee import DEFAULT_SHARE, check_share, knee_basis, knee_series, sweep_knee
 from batching.studies.sweeps import INT_KNOBS, KNOBS, apply_knob, sweep
@@ -689,15 +690,16 @@ def sweep_study(scenario: Scenario, knob: str, values: Sequence[float], share: f
 @dataclass(frozen=True, eq=False)
 class CapacityPlan:
     """Capacity searches of several policies for the same SLOs, priced for one target traffic: each result
-    carries its nodes needed and $ per million output tokens (``CapacityResult.with_plan``), both with the
-    headroom factor for the cost model's known error (``studies.capacity.HEADROOM_RANGE``)."""
+    carries its nodes needed and $ per million output tokens at the target and at capacity
+    (``CapacityResult.with_plan``: ``studies.pricing.price``), with the headroom factor for the cost model's known
+    error (``studies.capacity.HEADROOM_RANGE``; default ``pricing.DEFAULT_HEADROOM``)."""
 
     slo: SLO
     target_rate_req_s: float | None
     gpu_hour_usd: float | None
     scenario: Scenario
     results: dict[str, CapacityResult]
-    headroom: float = 1.0
+    headroom: float = DEFAULT_HEADROOM
 
     @property
     def num_gpus(self) -> int:
@@ -726,8 +728,10 @@ class CapacityPlan:
             text += (f", so {b.nodes_needed:,} node{'s' if b.nodes_needed != 1 else ''} serve "
                      f"{self.target_rate_req_s:,.4g} req/s")
         if b.usd_per_million_output_tokens is not None:
-            text += f", at ${b.usd_per_million_output_tokens:,.2f} per million output tokens"
-        if self.headroom != 1.0 and (b.nodes_needed is not None or b.usd_per_million_output_tokens is not None):
+            text += f", at ${b.usd_per_million_output_tokens:,.2f} per million output tokens at that traffic"
+            if b.usd_per_million_output_tokens_at_capacity is not None:
+                text += f" (${b.usd_per_million_output_tokens_at_capacity:,.2f} at capacity)"
+        if b.nodes_needed is not None or b.usd_per_million_output_tokens is not None:
             text += f" ({self.headroom:g}× headroom)"
         worst = min(ok, key=lambda n: ok[n].max_rate_req_s)
         if worst != best:
@@ -740,9 +744,11 @@ class CapacityPlan:
 
 def plan_capacity(scenario: Scenario, slo: SLO, results: Mapping[str, CapacityResult],
                   target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None,
-                  headroom: float = 1.0) -> CapacityPlan:
+                  headroom: float = DEFAULT_HEADROOM) -> CapacityPlan:
     """Price capacity searches already run (one per policy, on ``scenario``'s deployment) for a target, a
     price and a headroom factor, as ``studies.capacity.capacity`` does: changing them runs nothing."""
     slo.validate()
-    priced = {n: r.with_plan(scenario, target_rate_req_s, gpu_hour_usd, headroom) for n, r in results.items()}
+    mean_out = mean_output_tokens(scenario)  # the same requests for every policy
+    priced = {n: r.with_plan(scenario, target_rate_req_s, gpu_hour_usd, headroom, mean_out)
+              for n, r in results.items()}
     return CapacityPlan(slo, target_rate_req_s, gpu_hour_usd, scenario, priced, float(headroom))

@@ -12,14 +12,15 @@ from uihelpers import FAST, assert_clean, chart_titles, drawn_charts, run_page
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.sim.workload.requests import workload_preset
-from batching.studies.capacity import HEADROOM_SUGGESTED, SLO, CapacityResult, capacity, default_slo
+from batching.studies.capacity import SLO, CapacityResult, capacity, default_slo
+from batching.studies.pricing import DEFAULT_HEADROOM
 from batching.studies.planning import CapacityPlan
 from batching.ui import cache
 from batching.ui.safe import unescape
 
 PAGE = "pages/capacity.py"
 COLUMNS = ["Rate per node (req/s)", "Throughput (output tok/s)", "Goodput (req/s)", "Binding SLO", "Binding class",
-           "Nodes needed", "$ per M output tokens", "Rates simulated"]
+           "Nodes needed", "$ per M output tokens at target", "$ per M output tokens at capacity", "Rates simulated"]
 
 
 def plans(at) -> dict[str, CapacityResult]:
@@ -47,14 +48,17 @@ def test_default_render():
     # the default SLOs: chat's first token within 1 s, batch analysis within 30 s, 100 ms per token for both
     assert at.text_input(key="wid:ttft_ms").value == "1000,30000"
     assert at.text_input(key="wid:tpot_ms").value == "100" and at.text_input(key="wid:e2e_s").value == "0"
-    assert at.number_input(key="wid:headroom").value == HEADROOM_SUGGESTED == 1.25
+    assert at.number_input(key="wid:headroom").value == DEFAULT_HEADROOM == 1.25
+    # the price follows the sidebar GPU (H100 SXM): its row of the price table, not a fixed $2.50
+    assert at.number_input(key="wid:usd").value == 2.69 and at.session_state["capacity_last"].gpu_hour_usd == 2.69
     assert at.session_state["capacity_last"].slo == default_slo(2)
     assert at.multiselect(key="wid:policies").value == list(PRESETS)
     assert chart_titles(at) == ["Capacity per policy within the SLOs", "Goodput and SLO attainment vs request rate"]
     df = table(at)
     assert list(df.index) == list(PRESETS)
     assert list(df.columns) == COLUMNS
-    assert list(per_class(at).columns) == ["Policy", "Class", "At rate (req/s)", "SLOs", "Attainment (%)",
+    assert list(per_class(at).columns) == ["Policy", "Class", "At rate (req/s)", "SLOs", "Within its SLOs",
+                                           "Attainment (%)",
                                            "Goodput (req/s)", "TTFT P50 (s)", "TTFT P99 (s)", "TPOT P50 (ms)",
                                            "TPOT P99 (ms)"]
     assert len(per_class(at)) == 2 * len(PRESETS)
@@ -63,7 +67,7 @@ def test_default_render():
     assert len(at.get("download_button")) == 4
     assert at.info and "sustains the most traffic" in at.info[0].value and "(1.25× headroom)" in at.info[0].value
     assert unescape(at.subheader[1].value) == ("Per policy: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch "
-                                               "analysis; TPOT ≤ 100 ms for 99 % of requests")
+                                               "analysis; TPOT ≤ 100 ms for 99 % of each class's requests")
     assert any("headroom of 1.25× for the cost model's known error" in c.value for c in at.caption)
 
 
@@ -77,16 +81,17 @@ def test_tables_equal_the_library_for_the_same_inputs():
     names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E", None: "none (node at capacity)"}
     for name in df.index:
         lib = capacity(sc, slo, policy=PRESETS[name], target_rate_req_s=50.0, gpu_hour_usd=3.0,
-                       headroom=HEADROOM_SUGGESTED)
+                       headroom=DEFAULT_HEADROOM)
         row = df.loc[name]
         assert row["Rate per node (req/s)"] == pytest.approx(lib.max_rate_req_s)
         assert row["Throughput (output tok/s)"] == pytest.approx(lib.throughput_output_tok_s)
         assert row["Goodput (req/s)"] == pytest.approx(lib.goodput_req_s)
         if lib.nodes_needed is None:
-            assert row["Nodes needed"] == "–" and row["$ per M output tokens"] == "–"  # never None on screen
+            assert row["Nodes needed"] == "–" and row["$ per M output tokens at target"] == "–"  # never None
         else:
             assert int(row["Nodes needed"]) == lib.nodes_needed == math.ceil(50 * 1.25 / lib.max_rate_req_s - 1e-9)
-            assert row["$ per M output tokens"] == f"${lib.usd_per_million_output_tokens:.2f}"
+            assert row["$ per M output tokens at target"] == f"${lib.usd_per_million_output_tokens:.3f}"
+            assert row["$ per M output tokens at capacity"] == f"${lib.usd_per_million_output_tokens_at_capacity:.3f}"
         assert row["Binding SLO"] == names[lib.binding_slo]
         assert row["Binding class"] == (lib.binding_class or "none (node at capacity)")
         rows = cls[cls.Policy == name].set_index("Class")
@@ -96,6 +101,9 @@ def test_tables_equal_the_library_for_the_same_inputs():
             assert r["Goodput (req/s)"] == pytest.approx(c["goodput_req_s"])
             assert r["TTFT P99 (s)"] == pytest.approx(c["ttft_p99_s"])
             assert r["TPOT P99 (ms)"] == pytest.approx(1e3 * c["tpot_p99_s"])
+            assert r["Within its SLOs"] == ("yes" if c["meets_slo"] else "no")
+            if lib.max_rate_req_s > 0:  # every class within its own SLOs at the rate found
+                assert r["Within its SLOs"] == "yes" and r["Attainment (%)"] >= 99.0
         assert rows.loc["interactive chat", "SLOs"] == "TTFT ≤ 1,000 ms, TPOT ≤ 100 ms"
         assert rows.loc["batch analysis", "SLOs"] == "TTFT ≤ 30 s, TPOT ≤ 100 ms"
     assert df.loc["chunked", "Rate per node (req/s)"] > 0
@@ -139,8 +147,11 @@ def test_price_target_and_headroom_change_the_plan_without_a_new_search(monkeypa
     assert not calls  # nothing simulated: the search is cached and does not depend on price, target or headroom
     assert after.max_rate_req_s == before.max_rate_req_s and after.points.equals(before.points)
     assert after.headroom == 1.5 and at.query_params["headroom"] == "1.5"
-    assert after.usd_per_million_output_tokens == pytest.approx(2 * 1.5 / 1.25 * before.usd_per_million_output_tokens)
     assert after.nodes_needed == math.ceil(200.0 * 1.5 / after.max_rate_req_s - 1e-9)
+    assert after.usd_per_million_output_tokens == pytest.approx(
+        after.nodes_needed * 8 * 5.0 / (200.0 * after.mean_output_tokens * 3600) * 1e6)
+    assert after.usd_per_million_output_tokens_at_capacity == pytest.approx(
+        5.0 / before.gpu_hour_usd * before.usd_per_million_output_tokens_at_capacity)
     at.number_input(key="wid:headroom").set_value(1.0).run()  # the simulator's own figures
     plain = plans(at)["chunked"]
     assert plain.nodes_needed == math.ceil(200.0 / plain.max_rate_req_s - 1e-9)
@@ -162,7 +173,7 @@ def test_url_reproduces_the_view():
     for key, value in query.items():
         assert at.query_params[key] == value
     assert unescape(at.subheader[1].value) == ("Per policy: TTFT ≤ 1,500 ms for interactive chat, 20 s for batch "
-                                               "analysis; TPOT ≤ 80 ms; E2E ≤ 60 s for 95 % of requests")
+                                               "analysis; TPOT ≤ 80 ms; E2E ≤ 60 s for 95 % of each class's requests")
     # the defaults are not written to the link
     bare = run_page(PAGE, **FAST, policies="chunked")
     assert not {"ttft_ms", "tpot_ms", "e2e_s", "attain", "headroom"} & set(bare.query_params)
@@ -233,3 +244,24 @@ def test_an_unmeetable_slo_names_what_to_relax():
     assert_clean(at)
     assert plans(at)["chunked"].max_rate_req_s == 0.0
     assert any("relax the TTFT SLO" in w.value for w in at.warning)
+
+
+def test_the_price_follows_the_sidebar_gpu():
+    """Issue 24 item 3: the price input starts at the sidebar GPU's row of the price table and a changed GPU gets
+    its own default (H200 at $3.59, not the H100's price kept: a 25 % cheaper plan); a link's price holds for the
+    link's GPU."""
+    at = run_page(PAGE, **FAST, policies="chunked")
+    assert_clean(at)
+    assert at.number_input(key="wid:usd").value == 2.69
+    assert any("h100-sxm default as of 2026-03-10" in unescape(c.value) for c in at.caption)
+    at.selectbox(key="wid:gpu").set_value("h200-sxm").run()
+    assert_clean(at)
+    assert at.number_input(key="wid:usd").value == 3.59
+    plan = at.session_state["capacity_last"]
+    assert plan.gpu_hour_usd == 3.59 and plan.results["chunked"].gpu_hour_usd == 3.59
+    assert any("h200-sxm default as of 2026-03-10" in unescape(c.value) for c in at.caption)
+    assert "usd" not in at.query_params  # the default, so not in the link
+    linked = run_page(PAGE, **FAST, policies="chunked", gpu="h200-sxm", usd="3")
+    assert_clean(linked)
+    assert linked.number_input(key="wid:usd").value == 3.0 and plans(linked)["chunked"].gpu_hour_usd == 3.0
+    assert any("(the price entered)" in c.value for c in linked.caption)

@@ -261,7 +261,7 @@ def test_the_knee_is_read_on_the_capacity_within_the_slos():
     table = at.dataframe[0].value
     assert table["Rate within SLOs (req/s)"].tolist() == pytest.approx(df["max_rate_req_s"].tolist())
     assert any(unescape(c.value).startswith("SLOs: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; "
-                                            "TPOT ≤ 100 ms for 99 % of requests (the default SLOs: none were given).")
+                                            "TPOT ≤ 100 ms for 99 % of each class's requests (the default SLOs: none were given).")
                for c in at.caption)
     assert at.info[0].value.startswith(f"Knee at max_num_seqs = {res.knee:,.0f}: past it capacity within the SLOs")
 
