@@ -87,7 +87,7 @@ def test_configurations_keep_the_scenario_split_first_and_refuse_what_does_not_f
 def test_the_study_returns_aggregated_and_split_capacities_for_a_tiny_case():
     sc = Scenario(workload=workload_preset("code", 1.0, 150, 0))
     slo = SLO(ttft_s=5.0, tpot_s=0.05)
-    study = dc.disagg_capacity(sc, slo, splits=[SPLIT], rel_tol=0.05)
+    study = dc.disagg_capacity(sc, slo, splits=[SPLIT], rel_tol=0.05, agg_tps=(8,))
     f = study.frame
     assert list(f.columns) == list(dc.COLUMNS)
     assert list(f["configuration"]) == ["aggregated: TP 8", "1 prefill × TP 4 + 1 decode × TP 4"]
@@ -112,8 +112,8 @@ def test_a_tight_tpot_slo_favours_the_split_and_a_loose_one_aggregation_and_the_
     split wins per GPU and aggregation is held back by TPOT; TPOT <= 200 ms: aggregation wins, the splits are
     held back by TTFT."""
     sc = Scenario(workload=workload_preset("code", 1.0, 1000, 0))
-    tight = dc.disagg_capacity(sc, SLO(ttft_s=5.0, tpot_s=0.05), splits=[SPLIT], rel_tol=0.03)
-    loose = dc.disagg_capacity(sc, SLO(ttft_s=5.0, tpot_s=0.2), splits=[SPLIT], rel_tol=0.03)
+    tight = dc.disagg_capacity(sc, SLO(ttft_s=5.0, tpot_s=0.05), splits=[SPLIT], rel_tol=0.03, agg_tps=(8,))
+    loose = dc.disagg_capacity(sc, SLO(ttft_s=5.0, tpot_s=0.2), splits=[SPLIT], rel_tol=0.03, agg_tps=(8,))
     t, lo = tight.frame.set_index("kind"), loose.frame.set_index("kind")
     assert t.loc["disaggregated", "capacity_req_s"] > 1.5 * t.loc["aggregated", "capacity_req_s"]
     assert lo.loc["aggregated", "capacity_req_s"] > lo.loc["disaggregated", "capacity_req_s"]
