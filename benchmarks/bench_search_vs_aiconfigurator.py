@@ -8,9 +8,11 @@ timed side by side in one run on this machine (issue 24, item "Speed"): Llama-3.
   times only ours.
 - ours: ``studies.search.search`` with serving both (aggregated TP 1/2/4/8 x replicas and every kept prefill/decode
   split P x T + D x U of the node), the chunked preset, --requests per simulation (default 300), SLO attainment
-  99 %, a target of --target-rate req/s (default 5, about one node), the fleet check off (aiconfigurator has none).
+  99 %, a target of --target-rate req/s (default 100: about 20 nodes, so the cost at the target ranks by throughput
+  per GPU as aiconfigurator's tokens/s/gpu does, and whole-node ties do not blur it; at 5 req/s every configuration
+  needs 2 nodes and nothing can be pruned), the fleet check off (aiconfigurator has none).
 
-Run: python benchmarks/bench_search_vs_aiconfigurator.py [--requests 300] [--target-rate 5] [--workers N]
+Run: python benchmarks/bench_search_vs_aiconfigurator.py [--requests 300] [--target-rate 100] [--workers N]
 On a shared or busy machine the figures are noisy: run it alone, and more than once."""
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ def run_aiconfigurator(exe: str | None) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=300)
-    ap.add_argument("--target-rate", type=float, default=5.0)
+    ap.add_argument("--target-rate", type=float, default=100.0)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--aiconfigurator", default=None,
                     help="path of the aiconfigurator executable (default: /work/venv-aic/bin/aiconfigurator, "

@@ -94,7 +94,7 @@ def test_ray_backend_without_ray_says_how_to_install(without_ray, capsys):
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -r requirements-cluster.txt)")
 TINY = ["search", "--requests", "100", "--slo-ttft-ms", "1000", "--target-rate", "10", "--gpu-hour-usd", "2",
-        "--knobs", "max_num_seqs=16", "--tp", "8"]
+        "--knobs", "max_num_seqs=16", "--tp", "8", "--serving", "agg"]
 
 
 def closed_port() -> int:

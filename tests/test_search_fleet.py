@@ -111,7 +111,7 @@ def test_the_fleet_check_adds_a_node_where_the_estimate_is_optimistic():
     b = base(workload="chat", shared_prefix=2000)
     slo = default_slo(1)
     grid = Grid(("h100-sxm",), ("fp8",), (8,), ("chunked",))
-    res = search(b, slo, 45.0, PRICES, grid, backend=make_backend("inline"))
+    res = search(b, slo, 45.0, PRICES, grid, backend=make_backend("inline"), headroom=1.0)  # as designed: no headroom
     (c,) = res["configs"]
     assert c["nodes_needed_perfect_balance"] == 2  # 45 req/s is just under twice the rate per node
     assert c["fleet_checked"] and c["fleet_verified"] and c["router"] == "least-outstanding"
