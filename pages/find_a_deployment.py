@@ -27,7 +27,7 @@ RAY_MIN_CONFIGS = max(1, int(os.environ.get("BATCHING_RAY_MIN_CONFIGS", "32")))
 RAY_TIMEOUT = min(3600.0, max(0.1, float(os.environ.get("BATCHING_RAY_TIMEOUT_S", str(RAY_TIMEOUT_S)))))
 AUTO_MAX_CONFIGS = 16  # a grid this small searches as soon as the page opens or an input changes; larger ones wait
 # for the Search button
-SERVING_LABELS = {"agg": "Aggregated", "disagg": "Disaggregated", "both": "Both"}
+SERVING_LABELS = {"agg": "Aggregated", "disagg": "Disaggregated", "both": "Both (aggregated and disaggregated)"}
 KNOB_INPUTS = {"s_seqs": ("max_num_seqs", "max_num_seqs values", "e.g. 128,256,512; empty = each preset's own"),
                "s_budget": ("max_num_batched_tokens", "max_num_batched_tokens values",
                             "e.g. 512,2048,8192; empty = each preset's own")}
@@ -50,7 +50,9 @@ def params() -> list[Param]:
         Param("s_precs", "bf16,fp8", label="precisions to try"),
         Param("s_tps", "2,4,8", label="TP degrees to try"),
         Param("s_policies", "chunked", label="policies to try"),
-        Param("s_serving", "both", label="serving to try"),
+        # aggregated by default here (the CLI's default is both): the page searches a small grid as it opens, and
+        # both would add 28 splits per GPU x precision of an 8-GPU node (12 -> 124 configurations by default)
+        Param("s_serving", "agg", label="serving to try"),
         *[Param(k, "", label=label) for k, (_, label, _) in KNOB_INPUTS.items()],
         *[Param(f"usd_{g}", default_gpu_hour_usd(g), 0.01, 1000.0, label=f"price per GPU-hour, {g} ($)")
           for g in GPUS],
@@ -211,8 +213,9 @@ def search_view(base: Scenario) -> None:
                        help="Aggregated: each node's GPUs as GPUs / TP replicas that prefill and decode. "
                             "Disaggregated: every split of a node into prefill and decode instances "
                             "(P × TP + D × TP; a split leaving GPUs idle beside the same copies per node is dominated and not run; "
-                            "iteration-level presets only). Both (the default): the only way to answer which is "
-                            "cheaper, as `search --serving both` does.", **state.bind("s_serving"))
+                            "iteration-level presets only). Both: the only way to answer which is cheaper (the "
+                            "CLI's default, `search --serving both`); aggregated is the page's default so that the "
+                            "default grid searches as the page opens.", **state.bind("s_serving"))
     k = st.columns(2, gap="medium")
     for col, (key, (_, label, hint)) in zip(k, KNOB_INPUTS.items()):
         col.text_input(label, placeholder=hint, help=f"Comma-separated values to try ({hint}); varied only for "

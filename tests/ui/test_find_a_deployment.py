@@ -123,13 +123,18 @@ def test_an_unreachable_ray_cluster_falls_back_to_the_server(monkeypatch):
     assert res["grid_size"] == 4 and "in this process" in res["backend"] and res["configs"][0]["meets_slo"]
 
 
-def test_serving_defaults_to_both_and_prices_to_the_cited_table():
-    """Issue 24: the page offers the search's serving choice (default both, as the CLI) and its prices default from
-    batching/data/gpu_hour_usd.csv (pricing.default_gpu_hour_usd), not a page-local table."""
-    at = run_page(PAGE, n="100", s_gpus="h100-sxm,h200-sxm", s_precs="fp8", s_tps="8", target="20")
+def test_serving_choice_and_prices_from_the_cited_table():
+    """Issue 24: the page offers the search's serving choice (aggregated by default, so the default grid searches
+    as it opens; both adds the splits) and its prices default from batching/data/gpu_hour_usd.csv
+    (pricing.default_gpu_hour_usd), not a page-local table."""
+    query = dict(n="100", s_gpus="h100-sxm,h200-sxm", s_precs="fp8", s_tps="8", target="20")
+    at = run_page(PAGE, **query)
     assert_clean(at)
-    assert at.radio(key="wid:s_serving").value == "both"
+    assert at.radio(key="wid:s_serving").value == "agg"
     assert at.number_input(key="wid:usd_h100-sxm").value == pytest.approx(2.69)
     assert at.number_input(key="wid:usd_h200-sxm").value == pytest.approx(3.59)
+    assert any("2 configurations" in c.value for c in at.caption)
+    both = run_page(PAGE, **(query | {"s_serving": "both"}))
+    assert_clean(both)
     # 2 aggregated + 2 x 28 splits: more than the page searches on open, so it waits for the button
-    assert any("58 configurations" in c.value for c in at.caption)
+    assert any("58 configurations" in c.value for c in both.caption)
