@@ -163,3 +163,16 @@ def test_the_aggregated_side_tries_every_tp_the_node_divides_the_sidebar_first()
     assert [c.kind for c in configs].count("aggregated") == 3
     only = dc.configurations(sc, agg_tps=(8,))[0]
     assert [c.label for c in only if c.kind == "aggregated"] == ["aggregated: TP 8"]
+
+
+def test_a_bad_serving_is_one_line():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.run([sys.executable, "-m", "batching", "search", "--slo-ttft-ms", "1000", "--target-rate", "10",
+                        "--serving", "split"], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                       text=True, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "--serving" in lines[0] and "'split'" in lines[0] and "agg" in lines[0] and "both" in lines[0]

@@ -1,6 +1,8 @@
-"""``python -m batching search``: the cheapest deployment (GPU, precision, TP, policy, knob values) that serves a
-target traffic within the SLOs: per configuration the capacity within the SLOs per node, the nodes needed and $
-per million output tokens, ranked by cost, with the Pareto front of cost against P99 TTFT and TPOT; the top
+"""``python -m batching search``: the cheapest deployment (GPU, precision, aggregated TP or a prefill/decode split
+(--serving agg/disagg/both), policy, knob values) that serves a target traffic within the SLOs: per configuration
+the capacity within the SLOs per copy, the nodes needed and $ per million output tokens (``studies.pricing``; prices
+default per GPU from its table), ranked by cost then by P99 TTFT and TPOT at the target traffic, with the Pareto
+front of cost against them and the best of every GPU type and serving mode with why it lost; the top
 configurations are then checked as a fleet of that many nodes behind --router (nodes added while the SLOs fail);
 configurations that do not fit or meet no rate are listed with why. Runs on a local process pool or on Ray
 (--backend)."""
@@ -283,8 +285,8 @@ def _print(res: dict, slo_text: str) -> None:
     print(f"target: {fmt(res['target_rate_req_s'])} req/s, {res['mean_output_tokens']:,.0f} output tokens per "
           f"request on average; {res['num_gpus_per_node']} GPUs per node"
           + (f"; headroom {res['headroom']:g}x" if res["headroom"] != 1 else ""))
-    print(f"P99 TTFT and TPOT at the target traffic (each copy carrying target / copies); ranked by cost, then by "
-          f"them")
+    print("P99 TTFT and TPOT at the target traffic (each copy carrying target / copies); ranked by cost, then by "
+          "them")
     head = (f"{'#':>3} {'configuration':52s} {'rate/copy':>11} {'nodes':>6} {'$/M out tok':>12} "
             f"{'P99 TTFT':>10} {'P99 TPOT':>9}  binding  pareto  fleet")
     print(head)
