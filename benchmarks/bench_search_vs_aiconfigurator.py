@@ -56,8 +56,13 @@ def run_aiconfigurator(exe: str | None) -> dict:
     t = time.perf_counter()
     proc = subprocess.run([exe, *AIC_ARGS], capture_output=True, text=True)
     seconds = time.perf_counter() - t
-    tail = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "completed in" in ln or "Rank" in ln]
-    return {"installed": True, "seconds": seconds, "returncode": proc.returncode, "lines": tail[-3:]}
+    lines = (proc.stdout + proc.stderr).splitlines()
+    done = [ln.strip() for ln in lines if "completed in" in ln]
+    # each table's title and its rank-1 row (its best aggregated and disaggregated configuration)
+    best = [ln.strip() for i, ln in enumerate(lines) if "Top Configurations" in ln
+            or (ln.startswith("|  1 ") and i > 0)]
+    return {"installed": True, "seconds": seconds, "returncode": proc.returncode, "lines": done[-1:],
+            "best": best}
 
 
 def main() -> int:
@@ -92,6 +97,8 @@ def main() -> int:
                     "best_by_serving": best}}
     if aic.get("installed"):
         print(f"aiconfigurator: {aic['seconds']:,.1f} s wall (exit {aic['returncode']}); " + " | ".join(aic["lines"]))
+        for ln in aic["best"]:
+            print(f"  {ln}")
     else:
         print(aic["note"])
     print(f"ours: {ours_s:,.1f} s wall for {res['grid_size']} configurations ({res['searched']} searched, "
