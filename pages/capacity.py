@@ -385,10 +385,11 @@ def split_view(base: Scenario, names: tuple[str, ...], vps: list[Param]) -> None
     st.subheader("Aggregated or disaggregated, within your SLOs", divider="gray")
     gpus = base.deployment.node.num_gpus
     st.caption(f"The sidebar's model, hardware and workload served two ways on the same GPUs: aggregated (every "
-               f"replica prefills and decodes) and disaggregated (prefill instances hand each prompt's KV cache to "
-               f"decode instances): the sidebar's split if it has one, and splits of the node's {gpus} GPUs that "
-               "fit the model. Each configuration's highest rate within the SLOs is searched as in the per-policy "
-               "view. The SLOs are the page's (shared with Tune a knob).")
+               f"replica prefills and decodes; the sidebar's TP and every other TP that divides the node) and "
+               f"disaggregated (prefill instances hand each prompt's KV cache to decode instances): the sidebar's "
+               f"split if it has one, and splits of the node's {gpus} GPUs that fit the model. Each "
+               "configuration's highest rate within the SLOs is searched as in the per-policy view. The SLOs are "
+               "the page's (shared with Tune a knob).")
     planning.slo_inputs(names)
     st.selectbox("Policy", list(SPLIT_POLICIES), help="The batching policy every configuration runs: iteration-level "
                  "presets only (static and dynamic batching run each batch as a whole; disaggregation needs "
@@ -430,9 +431,10 @@ def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
     sentence = study.verdict()
     st.info(plain(sentence), icon=":material/call_split:")
     df = split_frame(study, base)
-    config = {"Configuration": st.column_config.TextColumn("Configuration", help="Aggregated: the sidebar's TP and "
-                                                           "replicas. A split: prefill instances × TP + decode "
-                                                           "instances × TP.")}
+    config = {"Configuration": st.column_config.TextColumn("Configuration", help="Aggregated: the sidebar's TP "
+                                                           "first, then every other TP that divides the node, "
+                                                           "replicas filling it. A split: prefill instances × TP + "
+                                                           "decode instances × TP.")}
     for key, (header, tip, _, fmt) in SPLIT_COLUMNS.items():
         config[header] = st.column_config.TextColumn(header, help=tip) if fmt is None else \
             st.column_config.NumberColumn(header, help=tip, format=fmt)

@@ -15,7 +15,8 @@ from batching.sim.simulate import Scenario
 from batching.sim.hardware.specs import GPUS, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
-from batching.studies.search import COST_NOTE, TPS, Grid, parse_knobs, router_note, search
+from batching.studies.pricing import default_gpu_hour_usd, price_note
+from batching.studies.search import COST_NOTE, LATENCY_NOTE, SERVING, TPS, Grid, parse_knobs, router_note, search
 from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
@@ -26,7 +27,7 @@ RAY_MIN_CONFIGS = max(1, int(os.environ.get("BATCHING_RAY_MIN_CONFIGS", "32")))
 RAY_TIMEOUT = min(3600.0, max(0.1, float(os.environ.get("BATCHING_RAY_TIMEOUT_S", str(RAY_TIMEOUT_S)))))
 AUTO_MAX_CONFIGS = 16  # a grid this small searches as soon as the page opens or an input changes; larger ones wait
 # for the Search button
-DEFAULT_PRICES = {"h100-sxm": 2.5, "h200-sxm": 3.5, "b200": 5.0, "a100-80gb": 1.8}
+SERVING_LABELS = {"agg": "Aggregated", "disagg": "Disaggregated", "both": "Both (aggregated and disaggregated)"}
 KNOB_INPUTS = {"s_seqs": ("max_num_seqs", "max_num_seqs values", "e.g. 128,256,512; empty = each preset's own"),
                "s_budget": ("max_num_batched_tokens", "max_num_batched_tokens values",
                             "e.g. 512,2048,8192; empty = each preset's own")}
@@ -49,8 +50,11 @@ def params() -> list[Param]:
         Param("s_precs", "bf16,fp8", label="precisions to try"),
         Param("s_tps", "2,4,8", label="TP degrees to try"),
         Param("s_policies", "chunked", label="policies to try"),
+        # aggregated by default here (the CLI's default is both): the page searches a small grid as it opens, and
+        # both would add 28 splits per GPU x precision of an 8-GPU node (12 -> 124 configurations by default)
+        Param("s_serving", "agg", label="serving to try"),
         *[Param(k, "", label=label) for k, (_, label, _) in KNOB_INPUTS.items()],
-        *[Param(f"usd_{g}", DEFAULT_PRICES.get(g, 2.5), 0.01, 1000.0, label=f"price per GPU-hour, {g} ($)")
+        *[Param(f"usd_{g}", default_gpu_hour_usd(g), 0.01, 1000.0, label=f"price per GPU-hour, {g} ($)")
           for g in GPUS],
     ]
 
@@ -153,14 +157,23 @@ def nodes_text(c: dict) -> str:
     return f"≥ {n} ✗ fleet, {c['router']}"
 
 
+def shape_text(c: dict) -> str:
+    """The table's TP cell: '4' (aggregated), '2×TP2 P + 1×TP4 D' (a prefill/decode split)."""
+    sp = c.get("split")
+    if sp is None:
+        return str(c["tp"])
+    return (f"{sp['prefill_instances']}×TP{sp['prefill_tp']} P + {sp['decode_instances']}×TP{sp['decode_tp']} D")
+
+
 def _table(configs: list[dict], target: float) -> pd.DataFrame:
     rows = []
     for i, c in enumerate(configs):
         rows.append({
-            "Rank": i + 1, "GPU": c["gpu"], "Precision": c["precision"].upper(), "TP": c["tp"],
-            "Replicas per node": c["replicas_per_node"], "Policy": c["policy"],
+            "Rank": i + 1, "GPU": c["gpu"], "Precision": c["precision"].upper(), "TP": shape_text(c),
+            "Replicas per node": c["replicas_per_node"] if c.get("split") is None else c["copies_per_node"],
+            "Policy": c["policy"],
             "Knobs": ", ".join(f"{k}={v:g}" for k, v in c["knobs"].items()) or "preset's",
-            "Rate per node (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": nodes_text(c),
+            "Rate per copy (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": nodes_text(c),
             "$ per M output tokens": c["usd_per_million_output_tokens"], "P99 TTFT (s)": c["ttft_p99_s"],
             "P99 TPOT (ms)": c["tpot_p99_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
             "Pareto": "yes" if c["pareto"] else "",
@@ -196,6 +209,13 @@ def search_view(base: Scenario) -> None:
     tps = _multi("s_tps", "Tensor parallel", list(TPS), kind=int, col=c[2],
                  help="GPUs per replica; 8 / TP replicas share a node's load.")
     pols = _multi("s_policies", "Policies", list(PRESETS), col=c[3], help="Batching policy presets.")
+    serving = st.radio("Serving", list(SERVING), format_func=SERVING_LABELS.get, horizontal=True,
+                       help="Aggregated: each node's GPUs as GPUs / TP replicas that prefill and decode. "
+                            "Disaggregated: every split of a node into prefill and decode instances "
+                            "(P × TP + D × TP; a split leaving GPUs idle beside the same copies per node is dominated and not run; "
+                            "iteration-level presets only). Both: the only way to answer which is cheaper (the "
+                            "CLI's default, `search --serving both`); aggregated is the page's default so that the "
+                            "default grid searches as the page opens.", **state.bind("s_serving"))
     k = st.columns(2, gap="medium")
     for col, (key, (_, label, hint)) in zip(k, KNOB_INPUTS.items()):
         col.text_input(label, placeholder=hint, help=f"Comma-separated values to try ({hint}); varied only for "
@@ -204,6 +224,7 @@ def search_view(base: Scenario) -> None:
         pc = st.columns(len(gpus), gap="medium")
         for col, g in zip(pc, gpus):
             col.number_input(f"{GPUS[g].name} ($ per GPU-hour)", **r[f"usd_{g}"], step=0.25, format="%.2f",
+                             help=f"Default {price_note(g)} (batching/data/gpu_hour_usd.csv).",
                              **state.bind(f"usd_{g}"))
     state.publish([*sps, *ps])
 
@@ -217,7 +238,8 @@ def search_view(base: Scenario) -> None:
     items = [f"{KNOB_INPUTS[key][0]}={str(state.value(key)).strip()}" for key in KNOB_INPUTS
              if str(state.value(key, "")).strip()]
     try:
-        grid = Grid(tuple(gpus), tuple(precs), tuple(tps), tuple(pols), parse_knobs(items))
+        grid = Grid(tuple(gpus), tuple(precs), tuple(tps), tuple(pols), parse_knobs(items),
+                    serving if serving in SERVING else "both", base.deployment.node.num_gpus)
         grid.validate()
     except ValueError as exc:
         st.error(f"**These knob values cannot be searched:** {plain(exc)}", icon=":material/error:")
@@ -278,21 +300,31 @@ def _results(res: dict, slo_text: str) -> None:
                             key="search_chosen", help="The cheapest by default; the chart marks it.")
         pick = pick if pick is not None and pick < len(ok) else 0
         best = ok[pick]
-        st.info(f"**{plain(best['label'])}**: {best['max_rate_req_s']:,.3g} req/s per node within the SLOs, "
+        st.info(f"**{plain(best['label'])}**: {best['max_rate_req_s']:,.3g} req/s per copy within the SLOs, "
                 f"{best['nodes_needed']} node(s) for {target:,.4g} req/s{_fleet_sentence(best)}, "
                 f"${best['usd_per_million_output_tokens']:,.3f} per million output tokens; P99 TTFT "
                 f"{best['ttft_p99_s']:,.3f} s, P99 TPOT {best['tpot_p99_s'] * 1e3:,.1f} ms at that rate.",
                 icon=":material/dns:")
-        st.page_link(nav.EXPLORE.path, label=f"Open {best['label']} on Explore", icon=":material/open_in_new:",
-                     query_params=explore_link_params(best))
-        cfg = {"Rate per node (req/s)": st.column_config.NumberColumn(format="%.3g"),
+        if best.get("split") is None:
+            st.page_link(nav.EXPLORE.path, label=f"Open {best['label']} on Explore", icon=":material/open_in_new:",
+                         query_params=explore_link_params(best))
+        else:
+            st.caption("A prefill/decode split: set its split in the sidebar's disaggregation inputs to open it on "
+                       "Explore.")
+        cfg = {"Rate per copy (req/s)": st.column_config.NumberColumn(format="%.3g"),
                "$ per M output tokens": st.column_config.NumberColumn(format="$%.3f"),
                "P99 TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
                "P99 TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
         st.dataframe(_table(ok, target), column_config=cfg, hide_index=True, width="stretch")
-        st.caption(f"{router_note(res.get('router', 'least-outstanding'), res.get('fleet_top', 3))} {COST_NOTE} P99 TTFT and TPOT at each "
-                   "configuration's own rate per node; the binding SLO is the one most requests miss at the first "
-                   "rate that fails.")
+        st.caption(f"{router_note(res.get('router', 'least-outstanding'), res.get('fleet_top', 3))} {COST_NOTE} "
+                   f"{LATENCY_NOTE} The binding SLO is the one most requests miss at the first rate that fails.")
+        bests = [(k, b) for key, k in (("best_by_gpu", "gpu"), ("best_by_serving", "serving"))
+                 if len(res.get(key) or []) > 1 for b in res[key]]
+        if bests:
+            st.caption("Best of each: " + "; ".join(
+                f"{plain(b[k])}: " + (f"#{b['rank']} {plain(b['label'])}" if b["label"] else "none")
+                + (f" ({plain(b['why_not_best'])})" if b["why_not_best"] else " (the answer)") for k, b in bests)
+                + ".")
         notes = [f"{plain(c['label'])}: {plain(c['fleet_note'])}" for c in ok if c.get("fleet_note")]
         if notes:
             st.caption("Fleet check: " + "; ".join(notes) + ".")

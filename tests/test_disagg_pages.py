@@ -72,11 +72,13 @@ def test_configurations_keep_the_scenario_split_first_and_refuse_what_does_not_f
     sc = Scenario(workload=workload_preset("chat", 1.0, 20, 0), disagg=Disagg(1, 2, 1, 2))
     configs, refused = dc.configurations(sc)
     assert [c.label for c in configs][:2] == ["aggregated: TP 8", "1 prefill × TP 2 + 1 decode × TP 2"]
-    assert [c.gpus for c in configs] == [8, 4, 8, 8, 8]
+    # then the other aggregated TPs (TP 1 cannot hold Qwen2.5-72B: refused), then the standard splits
+    assert [c.label for c in configs][2:4] == ["aggregated: 2 × TP 4", "aggregated: 4 × TP 2"]
+    assert [c.gpus for c in configs] == [8, 4, 8, 8, 8, 8, 8] and list(refused) == ["aggregated: 8 × TP 1"]
     assert all(c.scenario.policy == PRESETS["chunked"] for c in configs)  # the default policy
     assert configs[0].scenario.disagg is None and configs[0].kind == "aggregated"
     # TP 1 cannot hold Qwen2.5-72B: a 2 x TP 1 prefill split of a 4-GPU quarter is refused with the reason
-    _, refused = dc.configurations(sc, splits=[Disagg(2, 1, 1, 4)])
+    _, refused = dc.configurations(sc, splits=[Disagg(2, 1, 1, 4)], agg_tps=(8,))
     assert list(refused) == ["2 prefill × TP 1 + 1 decode × TP 4"]
     assert "the prefill instances (TP 1)" in refused["2 prefill × TP 1 + 1 decode × TP 4"]
     # a request-level policy falls back to the chunked preset
@@ -87,7 +89,7 @@ def test_configurations_keep_the_scenario_split_first_and_refuse_what_does_not_f
 def test_the_study_returns_aggregated_and_split_capacities_for_a_tiny_case():
     sc = Scenario(workload=workload_preset("code", 1.0, 150, 0))
     slo = SLO(ttft_s=5.0, tpot_s=0.05)
-    study = dc.disagg_capacity(sc, slo, splits=[SPLIT], rel_tol=0.05)
+    study = dc.disagg_capacity(sc, slo, splits=[SPLIT], rel_tol=0.05, agg_tps=(8,))
     f = study.frame
     assert list(f.columns) == list(dc.COLUMNS)
     assert list(f["configuration"]) == ["aggregated: TP 8", "1 prefill × TP 4 + 1 decode × TP 4"]
@@ -112,8 +114,8 @@ def test_a_tight_tpot_slo_favours_the_split_and_a_loose_one_aggregation_and_the_
     split wins per GPU and aggregation is held back by TPOT; TPOT <= 200 ms: aggregation wins, the splits are
     held back by TTFT."""
     sc = Scenario(workload=workload_preset("code", 1.0, 1000, 0))
-    tight = dc.disagg_capacity(sc, SLO(ttft_s=5.0, tpot_s=0.05), splits=[SPLIT], rel_tol=0.03)
-    loose = dc.disagg_capacity(sc, SLO(ttft_s=5.0, tpot_s=0.2), splits=[SPLIT], rel_tol=0.03)
+    tight = dc.disagg_capacity(sc, SLO(ttft_s=5.0, tpot_s=0.05), splits=[SPLIT], rel_tol=0.03, agg_tps=(8,))
+    loose = dc.disagg_capacity(sc, SLO(ttft_s=5.0, tpot_s=0.2), splits=[SPLIT], rel_tol=0.03, agg_tps=(8,))
     t, lo = tight.frame.set_index("kind"), loose.frame.set_index("kind")
     assert t.loc["disaggregated", "capacity_req_s"] > 1.5 * t.loc["aggregated", "capacity_req_s"]
     assert lo.loc["aggregated", "capacity_req_s"] > lo.loc["disaggregated", "capacity_req_s"]

@@ -44,7 +44,7 @@ def test_ranked_by_cost_with_costs_from_nodes(exhaustive):
     for c in ok:
         assert c["replicas_per_node"] == 8 // c["tp"]
         # the perfect-balance estimate; the top rows' nodes are then the fleet check's (tests/test_search_fleet.py)
-        assert c["nodes_needed_perfect_balance"] == math.ceil(TARGET / c["max_rate_req_s"] - 1e-9)
+        assert c["nodes_needed_perfect_balance"] == math.ceil(TARGET * exhaustive["headroom"] / c["max_rate_req_s"] - 1e-9)
         if c["fleet_checked"]:
             assert c["nodes_needed"] >= c["nodes_needed_perfect_balance"]
         else:
@@ -132,7 +132,7 @@ def test_bad_knobs(items, message):
 
 
 def test_bad_inputs():
-    with pytest.raises(ValueError, match="no price for a100-80gb"):
-        search(base(), default_slo(2), TARGET, {"h100-sxm": 2.5}, GRID, backend=make_backend("inline"))
+    with pytest.raises(ValueError, match="gpu_hour_usd a100-80gb=-1 is out of range"):
+        search(base(), default_slo(2), TARGET, {"h100-sxm": 2.5, "a100-80gb": -1}, GRID, backend=make_backend("inline"))
     with pytest.raises(ValueError, match="gpus"):
         Grid(("tpu",)).validate()

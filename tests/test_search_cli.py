@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG_KEYS = {"gpu", "precision", "tp", "replicas_per_node", "policy", "knobs", "max_rate_req_s", "nodes_needed",
                "usd_per_million_output_tokens", "ttft_p99_s", "tpot_p99_s", "binding_slo", "meets_slo"}
 BASE = ["search", "--model", "qwen2.5-72b", "--slo-ttft-ms", "1000,30000", "--slo-tpot-ms", "100", "--target-rate",
-        "40", "--requests", "150", "--workers", "2"]
+        "40", "--requests", "150", "--workers", "2", "--serving", "agg"]
 
 
 def test_search_json_and_table(tmp_path, capsys):
@@ -39,7 +39,7 @@ def test_search_json_and_table(tmp_path, capsys):
     assert best["gpu"] == "h100-sxm" and best["precision"] == "fp8" and best["replicas_per_node"] == 1
     assert best["knobs"]["max_num_seqs"] in (128, 256)
     # the perfect-balance estimate, then the fleet check (behind the CLI's default router) may add nodes
-    assert best["nodes_needed_perfect_balance"] == math.ceil(40 / best["max_rate_req_s"] - 1e-9)
+    assert best["nodes_needed_perfect_balance"] == math.ceil(40 * d["headroom"] / best["max_rate_req_s"] - 1e-9)
     assert best["fleet_checked"] and best["fleet_verified"] and d["router"] == best["router"] == "round-robin"
     assert best["nodes_needed"] == best["fleet_nodes_needed"] >= best["nodes_needed_perfect_balance"]
     why = {s["label"]: s["why"] for s in d["skipped"]}
@@ -64,7 +64,7 @@ def _one_line_exit_2(*argv: str) -> str:
 @pytest.mark.parametrize("extra,expected", [
     (["--gpus", "h100-sxm,tpu", "--gpu-hour-usd", "2"], "--gpus: 'tpu' is not allowed; allowed: h100-sxm"),
     (["--tp", "3", "--gpu-hour-usd", "2"], "argument --tp: '3' is not allowed; allowed: 1, 2, 4, 8"),
-    (["--gpus", "h100-sxm,b200", "--gpu-hour-usd", "h100-sxm=2"], "--gpu-hour-usd: no price for b200"),
+    (["--gpus", "h100-sxm,b200", "--gpu-hour-usd", "a100-80gb=2"], "--gpu-hour-usd: 'a100-80gb' is not searched"),
     (["--gpu-hour-usd", "h100-sxm=-1"], "h100-sxm=-1 is out of range; allowed > 0 to"),
     (["--gpu-hour-usd", "2", "--knobs", "max_num_seqs=0"], "--knobs: knob max_num_seqs=0 is out of range; allowed 1"),
     (["--gpu-hour-usd", "2", "--knobs", "foo=1"], "knob 'foo' is not allowed; allowed: max_num_seqs"),
@@ -94,7 +94,7 @@ def test_ray_backend_without_ray_says_how_to_install(without_ray, capsys):
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -r requirements-cluster.txt)")
 TINY = ["search", "--requests", "100", "--slo-ttft-ms", "1000", "--target-rate", "10", "--gpu-hour-usd", "2",
-        "--knobs", "max_num_seqs=16", "--tp", "8"]
+        "--knobs", "max_num_seqs=16", "--tp", "8", "--serving", "agg"]
 
 
 def closed_port() -> int:

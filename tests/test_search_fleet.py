@@ -52,7 +52,7 @@ def test_the_top_three_are_checked_as_a_fleet(res):
     assert len(ok) == 4 and res["router"] == "least-outstanding" and res["fleet_top"] == 3
     for c in ok[:3]:
         assert c["fleet_checked"] is True and c["fleet_verified"] is True and c["router"] == "least-outstanding"
-        assert c["nodes_needed_perfect_balance"] == math.ceil(TARGET / c["max_rate_req_s"] - 1e-9)
+        assert c["nodes_needed_perfect_balance"] == math.ceil(TARGET * res["headroom"] / c["max_rate_req_s"] - 1e-9)
         assert c["fleet_nodes_needed"] >= c["nodes_needed_perfect_balance"]
         assert c["nodes_needed"] == c["fleet_nodes_needed"]
         assert c["usd_per_million_output_tokens"] == pytest.approx(usd(c, c["nodes_needed"], res["mean_output_tokens"]))
@@ -74,7 +74,7 @@ def test_the_top_row_rerun_as_a_fleet_meets_the_slos(res):
     n = top["fleet_nodes_needed"]
     sc = config_scenario(base(), config_of(top))
     fleet = replace(sc, nodes=n, router="least-outstanding",
-                    workload=sc.workload.with_num_requests(N * n).with_rate(TARGET))
+                    workload=sc.workload.with_num_requests(N * n).with_rate(TARGET * res["headroom"]))
     run = simulate(fleet)
     p = slo_reading(run, default_slo(2))
     assert meets_slo(p, default_slo(2))
@@ -111,7 +111,7 @@ def test_the_fleet_check_adds_a_node_where_the_estimate_is_optimistic():
     b = base(workload="chat", shared_prefix=2000)
     slo = default_slo(1)
     grid = Grid(("h100-sxm",), ("fp8",), (8,), ("chunked",))
-    res = search(b, slo, 45.0, PRICES, grid, backend=make_backend("inline"))
+    res = search(b, slo, 45.0, PRICES, grid, backend=make_backend("inline"), headroom=1.0)  # as designed: no headroom
     (c,) = res["configs"]
     assert c["nodes_needed_perfect_balance"] == 2  # 45 req/s is just under twice the rate per node
     assert c["fleet_checked"] and c["fleet_verified"] and c["router"] == "least-outstanding"
@@ -202,7 +202,7 @@ def test_cli_table_marks_the_checked_rows(tmp_path, capsys):
     out = tmp_path / "out.json"
     rc = main(["search", "--slo-ttft-ms", "1000,30000", "--slo-tpot-ms", "100", "--target-rate", "40",
                "--requests", "150", "--workers", "1", "--gpus", "h100-sxm", "--precisions", "fp8", "--tp", "4,8",
-               "--gpu-hour-usd", "2.5", "--router", "least-outstanding", "--json", str(out)])
+               "--gpu-hour-usd", "2.5", "--serving", "agg", "--router", "least-outstanding", "--json", str(out)])
     assert rc == 0
     d = json.loads(out.read_text())
     assert d["router"] == "least-outstanding"

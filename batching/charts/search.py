@@ -37,7 +37,7 @@ def pareto_chart(configs: Sequence[dict], chosen: int | None = 0) -> go.Figure:
                         subplot_titles=("Cost vs P99 TTFT", "Cost vs P99 TPOT"))
     fig.update_annotations(font_size=13)
     fig.update_layout(template=TEMPLATE, height=440, margin=dict(t=TOP_MARGIN_SUBPLOTS),
-                      title=_title(TITLE, "Each point one configuration at its own highest rate within the SLOs; "
+                      title=_title(TITLE, "Each point one configuration: its cost, and its P99 latencies at the target traffic; "
                                           "coloured: the Pareto front (no other is cheaper and faster); "
                                           "red ring: the chosen one. Lower left is better."))
     rows = [c for c in configs if c.get("meets_slo")]

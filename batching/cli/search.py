@@ -1,6 +1,8 @@
-"""``python -m batching search``: the cheapest deployment (GPU, precision, TP, policy, knob values) that serves a
-target traffic within the SLOs: per configuration the capacity within the SLOs per node, the nodes needed and $
-per million output tokens, ranked by cost, with the Pareto front of cost against P99 TTFT and TPOT; the top
+"""``python -m batching search``: the cheapest deployment (GPU, precision, aggregated TP or a prefill/decode split
+(--serving agg/disagg/both), policy, knob values) that serves a target traffic within the SLOs: per configuration
+the capacity within the SLOs per copy, the nodes needed and $ per million output tokens (``studies.pricing``; prices
+default per GPU from its table), ranked by cost then by P99 TTFT and TPOT at the target traffic, with the Pareto
+front of cost against them and the best of every GPU type and serving mode with why it lost; the top
 configurations are then checked as a fleet of that many nodes behind --router (nodes added while the SLOs fail);
 configurations that do not fit or meet no rate are listed with why. Runs on a local process pool or on Ray
 (--backend)."""
@@ -21,8 +23,9 @@ from batching.sim.hardware.specs import GPUS, MODELS, PRECISIONS, Deployment, No
 from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
                                        worker_cap)
 from batching.studies.capacity import HEADROOM_LIMITS, class_names
+from batching.studies.pricing import DEFAULT_HEADROOM, price_table
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
-                                     ROUTER_NOTE, SEARCH_KNOBS, TPS, Grid, parse_knobs, search)
+                                     ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, Grid, parse_knobs, search)
 
 MAX_TARGET_RATE_REQ_S = 1e9
 CUSTOM_GPU = "custom"  # the grid's name for the GPU of --gpu-json
@@ -103,18 +106,24 @@ def add_parser(subparsers):
     g.add_argument("--knobs", nargs="+", default=(), metavar="NAME=V1,V2",
                    help=f"knob values to try, e.g. max_num_seqs=128,256,512 max_num_batched_tokens=512,2048,8192; "
                         f"knobs: {', '.join(SEARCH_KNOBS)} (each varied only in the presets whose mode uses it)")
+    g.add_argument("--serving", choices=list(SERVING), default="both",
+                   help="agg: aggregated nodes (TP x replicas); disagg: every prefill/decode split P x TP + D x TP "
+                        "that fits a node (splits that leave GPUs idle beside the same copies per node are dominated "
+                        "and not run); both (default: the question is which is cheaper, and only a search of both "
+                        "answers it)")
     add_prefix_caching_arg(g, every_preset=True)
     add_slo_args(p)
     plan = p.add_argument_group("plan")
     plan.add_argument("--target-rate", type=float_arg(0.0, MAX_TARGET_RATE_REQ_S, low_open=True), required=True,
                       help="traffic to serve, req/s")
-    plan.add_argument("--gpu-hour-usd", type=prices_arg, required=True, metavar="GPU=USD,...",
-                      help="price of one GPU-hour per GPU searched, e.g. h100-sxm=2.5,h200-sxm=3.5,b200=5,"
-                           "a100-80gb=1.8 (or one number for every GPU)")
+    plan.add_argument("--gpu-hour-usd", type=prices_arg, default=None, metavar="GPU=USD,...",
+                      help="price of one GPU-hour per GPU searched, e.g. h100-sxm=2.5,h200-sxm=3.5 (or one number "
+                           "for every GPU); a GPU not given takes the default table's ("
+                           + ", ".join(f"{g} ${p.usd_per_gpu_hour:g}" for g, p in price_table().items()) + ")")
     low, high = HEADROOM_LIMITS
-    plan.add_argument("--headroom", type=float_arg(low, high), default=1.0,
+    plan.add_argument("--headroom", type=float_arg(low, high), default=DEFAULT_HEADROOM,
                       help=f"plan for the simulated rate per node divided by this factor ({low:g} to {high:g}; "
-                           "see `capacity --help`); default 1")
+                           f"see `capacity --help`); default {DEFAULT_HEADROOM:g}")
     plan.add_argument("--router", default="round-robin", choices=list(ROUTERS),
                       help="the router the fleet check runs behind (default round-robin, as for run; the search "
                            f"library defaults to {ROUTER_DEFAULT}): " + "; ".join(
@@ -181,14 +190,20 @@ def _base(args) -> tuple[Scenario, dict]:
 
 
 def _prices(args) -> dict:
+    """The prices given (one number: every GPU); a GPU not given takes the default table's (a GPU without a
+    default, e.g. --gpu-json's, must be given)."""
     v = args.gpu_hour_usd
     if isinstance(v, float):
         return {g: v for g in args.gpus}
-    missing = [g for g in args.gpus if g not in v]
+    v = dict(v or {})
+    unknown = [g for g in v if g not in args.gpus]
+    if unknown:
+        raise CliError(f"--gpu-hour-usd: {shown(unknown[0])} is not searched; allowed: {', '.join(args.gpus)}")
+    missing = [g for g in args.gpus if g not in v and g not in price_table()]
     if missing:
-        raise CliError(f"--gpu-hour-usd: no price for {', '.join(missing)}; give one per GPU searched, e.g. "
-                       + ",".join(f"{g}=2.5" for g in args.gpus))
-    return {g: v[g] for g in args.gpus}
+        raise CliError(f"--gpu-hour-usd: no price for {', '.join(missing)} and no default; give one, e.g. "
+                       + ",".join(f"{g}=2.5" for g in missing))
+    return {g: v[g] for g in args.gpus if g in v}
 
 
 def _ms(v) -> str:
@@ -202,8 +217,8 @@ def cmd_search(args) -> int:
     if getattr(args, "kv_link_gbps", None) is not None:
         split.append("--kv-link-gbps")
     if split:
-        raise CliError(f"{split[0]}: the search tries aggregated nodes only (its grid has no prefill/decode splits); "
-                       "compare a split with `capacity` and its split flags")
+        raise CliError(f"{split[0]}: the search enumerates the prefill/decode splits itself (--serving disagg or "
+                       "both); leave the split flags out")
     if args.backend != "ray":
         for flag, value in (("--ray-address", args.ray_address), ("--ray-timeout-s", args.ray_timeout_s)):
             if value is not None:
@@ -222,7 +237,8 @@ def cmd_search(args) -> int:
     base, custom = _base(args)
     slo = slo_from_args(args, base)
     prices = _prices(args)
-    grid = Grid(tuple(args.gpus), tuple(args.precisions), tuple(args.tps), tuple(args.policies), knobs)
+    grid = Grid(tuple(args.gpus), tuple(args.precisions), tuple(args.tps), tuple(args.policies), knobs,
+                args.serving, args.num_gpus)
     try:
         grid.validate(custom)
     except ValueError as exc:
@@ -269,14 +285,23 @@ def _print(res: dict, slo_text: str) -> None:
     print(f"target: {fmt(res['target_rate_req_s'])} req/s, {res['mean_output_tokens']:,.0f} output tokens per "
           f"request on average; {res['num_gpus_per_node']} GPUs per node"
           + (f"; headroom {res['headroom']:g}x" if res["headroom"] != 1 else ""))
-    head = (f"{'#':>3} {'configuration':44s} {'replicas':>8} {'rate/node':>11} {'nodes':>6} {'$/M out tok':>12} "
+    print("P99 TTFT and TPOT at the target traffic (each copy carrying target / copies); ranked by cost, then by "
+          "them")
+    head = (f"{'#':>3} {'configuration':52s} {'rate/copy':>11} {'nodes':>6} {'$/M out tok':>12} "
             f"{'P99 TTFT':>10} {'P99 TPOT':>9}  binding  pareto  fleet")
     print(head)
     for i, c in enumerate(r for r in res["configs"] if r["meets_slo"]):
-        print(f"{i + 1:>3} {c['label'][:44]:44s} {c['replicas_per_node']:>8} {c['max_rate_req_s']:>7,.3g} req/s "
+        print(f"{i + 1:>3} {c['label'][:52]:52s} {c['max_rate_req_s']:>7,.3g} req/s "
               f"{c['nodes_needed']:>6} {'$' + format(c['usd_per_million_output_tokens'], ',.3f'):>12} "
               f"{_ms(c['ttft_p99_s']):>10} {_ms(c['tpot_p99_s']):>9}  {c['binding_slo'] or '-':7s}  "
               f"{'*' if c['pareto'] else ' ':6s}  {fleet_text(c)}")
+    for key, what in (("best_by_gpu", "gpu"), ("best_by_serving", "serving")):
+        rows = res.get(key) or []
+        if len(rows) < 2:
+            continue
+        for b in rows:
+            head = f"best {b[what]}: " + (f"#{b['rank']} {b['label']}" if b["label"] else "none")
+            print(head + (f" ({b['why_not_best']})" if b["why_not_best"] else " (the best)"))
     for c in res["configs"]:
         if c.get("fleet_note"):
             print(f"fleet   {c['label']}: {c['fleet_note']}")
@@ -286,8 +311,12 @@ def _print(res: dict, slo_text: str) -> None:
         print(f"skipped {s['label']}: {s['reason']}: {s['why']}")
     for s in res["pruned"]:
         print(f"pruned  {s['label']}: {s['why']}")
+    if res.get("dominated"):
+        print(f"not run: {len(res['dominated'])} split shapes or policies (e.g. {res['dominated'][0]['label']}: "
+              f"{res['dominated'][0]['why']}); the JSON lists them")
     print(f"searched {res['searched']} of {res['grid_size']} configurations, {len(res['skipped'])} skipped, "
           f"{len(res['pruned'])} pruned, {len(res['failed'])} failed; {res['simulations']:,} simulations in "
           f"{res['seconds']:,.1f} s ({res['backend']})")
     print(f"note: {res['notes'][0] if res.get('notes') else ROUTER_NOTE}")
-    print(f"note: {COST_NOTE}")
+    for note in (res.get("notes") or [])[1:] or [COST_NOTE]:
+        print(f"note: {note}")

@@ -119,21 +119,43 @@ def policy_for(policy: BatchingPolicy | None) -> BatchingPolicy:
     return policy if policy is not None and skip_reason(policy) is None else PRESETS[DEFAULT_POLICY]
 
 
+def aggregated_tps(scenario: Scenario) -> list[int]:
+    """The TP degrees an aggregated node of this scenario can run (1, 2, 4, 8 dividing its GPUs), its own first:
+    the comparison's aggregated side is the best of them, not only the sidebar's TP."""
+    n = scenario.deployment.node.num_gpus
+    own = scenario.deployment.node.tp
+    return [own] + [t for t in (8, 4, 2, 1) if t != own and t <= n and n % t == 0]
+
+
 def configurations(scenario: Scenario, policy: BatchingPolicy | None = None,
-                   splits: Sequence[Disagg] | None = None) -> tuple[list[Config], dict[str, str]]:
-    """(the configurations to search: aggregated first, then the scenario's own split if any and ``splits``
-    (default ``standard_splits`` of one node), each once; label -> reason for the splits that do not validate
-    for this model and hardware)."""
+                   splits: Sequence[Disagg] | None = None, agg_tps: Sequence[int] | None = None
+                   ) -> tuple[list[Config], dict[str, str]]:
+    """(the configurations to search: the scenario aggregated at its own TP, its own split if any, the other
+    aggregated TPs (``agg_tps``, default ``aggregated_tps``: every TP that divides the node, replicas filling it)
+    and ``splits`` (default ``standard_splits`` of one node), each once; label -> reason for those that do not
+    validate for this model and hardware)."""
     pol = policy_for(policy)
     base = scenario.with_policy(pol)
     agg = replace(base, disagg=None)
     agg.validate()  # the scenario itself is wrong: the caller says so
     configs = [Config(aggregated_label(agg), agg, aggregated_gpus(agg))]
+    refused: dict[str, str] = {}
+    others = []
+    for tp in (aggregated_tps(agg) if agg_tps is None else agg_tps):
+        if tp == agg.deployment.node.tp:
+            continue
+        sc = replace(agg, deployment=replace(agg.deployment, node=replace(agg.deployment.node, tp=int(tp))))
+        try:
+            sc.validate()
+        except ValueError as exc:
+            refused[aggregated_label(sc)] = str(exc)
+            continue
+        others.append(Config(aggregated_label(sc), sc, aggregated_gpus(sc)))
     wanted = [scenario.disagg] if scenario.disagg is not None else []
     for d in (standard_splits(scenario.deployment.node.num_gpus) if splits is None else splits):
         if d not in wanted:
             wanted.append(d)
-    refused: dict[str, str] = {}
+    split_configs = []
     for d in wanted:
         sc = replace(agg, disagg=d)
         try:
@@ -141,8 +163,9 @@ def configurations(scenario: Scenario, policy: BatchingPolicy | None = None,
         except ValueError as exc:
             refused[split_label(d)] = str(exc)
             continue
-        configs.append(Config(split_label(d), sc, d.gpus))
-    return configs, refused
+        split_configs.append(Config(split_label(d), sc, d.gpus))
+    own = [c for c in split_configs if scenario.disagg is not None and c.label == split_label(scenario.disagg)]
+    return configs + own + others + [c for c in split_configs if c not in own], refused
 
 
 # ---------------------------------------------------------------- the study
@@ -234,7 +257,8 @@ def _attempt(search: Search, sc: Scenario) -> CapacityResult | str:
 
 def disagg_capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
                     splits: Sequence[Disagg] | None = None, search: Search | None = None,
-                    run_all: RunAll | None = None, rel_tol: float = 0.01) -> SplitCapacity:
+                    run_all: RunAll | None = None, rel_tol: float = 0.01,
+                    agg_tps: Sequence[int] | None = None) -> SplitCapacity:
     """Capacity within ``slo`` of the scenario aggregated and of each split (``configurations``), under
     ``policy`` (default: the chunked preset; a policy a split cannot run falls back to it).
 
@@ -243,7 +267,7 @@ def disagg_capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None 
     requests do not fit (a prompt larger than a prefill instance's KV cache, ...) lands in ``failed``."""
     slo.validate()
     pol = policy_for(policy)
-    configs, failed = configurations(scenario, pol, splits)
+    configs, failed = configurations(scenario, pol, splits, agg_tps)
     search = search or (lambda sc: capacity(sc, slo, rel_tol=rel_tol))
     tasks = [(c.label, lambda c=c: _attempt(search, c.scenario)) for c in configs]
     found = run_all(tasks) if run_all is not None else [fn() for _, fn in tasks]

@@ -1,56 +1,49 @@
-"""Deployment search: the cheapest configuration (GPU, precision, tensor parallelism, batching policy and knob values)
-that serves a target traffic within the SLOs, and how many nodes it takes.
+"""Deployment search: the cheapest configuration (GPU, precision, serving: an aggregated node of TP x replicas or a
+prefill/decode split P x T + D x U inside a node, batching policy and knob values) that serves a target traffic
+within the SLOs, and how many nodes it takes. Stages (each a small function or class below):
 
-For every configuration of the grid:
-
-1. **fit**: the model must fit the GPU at that precision and TP (weights + activations below the usable memory),
-   the policy's knobs must be valid, the longest request must fit one replica's KV cache and, without chunked
-   prefill, the longest prompt the token budget. Otherwise it is *skipped*, with why;
-2. **capacity within the SLOs per node** (``studies.capacity``: the highest request rate at which the attainment
-   share of requests meets the SLOs of their class, on a node of ``num_gpus`` GPUs = num_gpus / tp replicas);
-   a configuration at which no rate meets the SLOs is skipped, with the binding SLO;
-3. **nodes needed** for the target rate, ⌈target × headroom / rate per node⌉: the estimate under perfect load
-   balancing across nodes (``nodes_needed_perfect_balance``);
-4. **$ per million output tokens** at the target: nodes × GPUs per node × $ per GPU-hour / output tokens per hour
-   at the target (target × mean output tokens per request × 3600) × 10⁶.
-
-Ranked by cost (then the higher rate per node, the lower P99 TTFT); the Pareto front of cost against P99 TTFT and
-P99 TPOT (each at the configuration's own rate found) is marked.
-
-5. **fleet check** of the top of the ranking (``fleet_top``, 3 by default): the configuration's scenario with
-   nodes = its estimate behind ``router`` (``sim.fleet``; a request-level policy runs round-robin, as
-   ``Scenario.with_policy`` does), the workload at target × headroom with num_requests × nodes requests (each node
-   sees about as many requests as one node's capacity search; a trace replays at most all its requests, at most
-   ``MAX_REQUESTS``), read with the capacity search's rule (``meets_slo``: attainment and a queue that keeps up).
-   If it fails, one more node and again, at most ``FLEET_EXTRA_NODES`` more (and ``MAX_NODES``); a configuration
-   that still fails is *not verified* (``fleet_verified`` false) and ranked at the lower bound (one node more than
-   the last tried). The nodes found replace the estimate in ``nodes_needed`` and the cost; the rows are re-ranked,
-   and while a row not yet checked rises into the top ``fleet_top`` it is checked too (at most 2 × fleet_top
-   configurations in all). The other rows keep the perfect-balance estimate (``fleet_checked`` false). The check
-   only adds nodes, so a configuration pruned against the best *estimate* is not revisited when the check raises
-   the best's cost (pruning stays exact for the perfect-balance ranking).
+1. **grid** (``Grid.configs``): GPUs x precisions x (``serving`` agg: TP degrees, the node's GPUs / TP replicas;
+   disagg: every split of the node kept by ``splits_of``, a split that leaves GPUs idle beside the same copies per
+   node being dominated by the bigger one; both: the two) x policies (a split runs iteration-level policies only)
+   x knob values;
+2. **fit** (``fitting``): the model must fit the GPU at that precision and TP, the longest request one replica's
+   (a split: a decode instance's) KV cache, the longest prompt a prefill instance's and, without chunked prefill,
+   the token budget; otherwise *skipped*, with why. Then each one's saturated run (``saturate``);
+3. **prune and capacity** (``CapacityStage``): the highest rate per copy (a node, or a split) within the SLOs
+   (``studies.capacity``), cheapest estimate first; the nodes and price from ``pricing.price`` (copies for target
+   x headroom, in whole nodes); then one run of a copy at the target traffic (target / copies deployed) gives the
+   P99 TTFT and TPOT the rows report and rank by. Pruning compares a configuration only with the best of its own
+   GPU type and serving mode (``prune_group``), so every GPU type's best (and the best aggregated and
+   disaggregated configuration) is found with a cost;
+4. **fleet check** (``FleetStage``) of the top of the ranking (``fleet_top``, 3 by default): the configuration as a
+   fleet of its estimated nodes behind ``router`` (``sim.fleet``; a request-level policy runs round-robin) at
+   target x headroom, read with the capacity search's rule (``meets_slo``); one node more while it fails, at most
+   ``FLEET_EXTRA_NODES`` more; still failing: *not verified*, ranked at the lower bound. The nodes found replace the
+   estimate and are re-priced; re-ranked, a row rising into the top is checked too (at most 2 x fleet_top). A split
+   is not simulated as a fleet (its copies keep the perfect-balance count);
+5. **rank** (``ranked``, ``best_per``): by cost, then by P99 TTFT and P99 TPOT at the target traffic (so rank 1 is
+   always on the Pareto front of cost against them); the best row of every GPU type and of each serving mode, with
+   why it lost to rank 1.
 
 Speed-ups that cannot change the answer:
 
-- **pruning**: once a best cost is known, a configuration can only tie or beat it with at most ``n_max`` nodes
-  (its price per node fixed), i.e. with a rate per node of at least target × headroom / n_max. If even one node
-  costs more than the best (n_max = 0) it is pruned without a simulation; otherwise one run at that rate decides:
-  if the SLOs fail there, its capacity is below it (the capacity search itself assumes attainment falls as the
-  rate rises) and it is pruned after that one run. A short run's saturated throughput is *not* an upper bound on
-  the rate within the SLOs here (a finite run's tail drains with a thin batch, and loose SLOs let a backlog
-  pass: measured 0.85x to 5x at 200-2,000 requests with the default SLOs), so pruning never relies on it.
-- **warm starts**: configurations that differ only in knob values (same GPU, precision, TP and policy) form a
-  family; its first in grid order runs ``studies.capacity.capacity`` as it is (cold), and the others start their
-  bisection from a bracket around their own saturated rate times the family's ratio (rate within the SLOs /
-  saturated rate), instead of [saturated / 4, 1.05 × saturated]. Reading one fixed configuration per family keeps
-  every answer independent of which task happened to finish first, so every backend gives the same ranking.
+- **pruning**: once a group's best cost is known, a configuration can only tie or beat it with at most ``n_max``
+  nodes (its price per node fixed), i.e. with a rate per copy of at least target x headroom / (n_max x copies per
+  node). If even one node costs more (n_max = 0) it is pruned without a simulation; otherwise one run at that rate
+  decides: if the SLOs fail there, its capacity is below it and it is pruned after that one run. A short run's
+  saturated throughput is *not* an upper bound on the rate within the SLOs, so pruning never relies on it.
+- **dominated splits** are not enumerated (``splits_of``, listed in ``dominated`` with why).
+- **warm starts**: configurations that differ only in knob values form a family; its first in grid order runs
+  ``studies.capacity.capacity`` as it is (cold), the others start their bisection from a bracket around their own
+  saturated rate times the family's ratio (rate within the SLOs / saturated rate).
 
 Configurations are searched cheapest estimate first (the saturated rate times the ratios found so far), so a good
 best is known early and pruning bites; the order changes which configurations are pruned, never the best one.
 
 Configurations run as tasks on a backend (``studies.backends``: a local process pool or Ray), each one capacity
 search or one fleet check, results as plain dicts. ``search`` returns a plain dict: ``configs`` (best first),
-``searched``, ``skipped`` (with why), ``pruned``, ``failed``, ``simulations`` (fleet checks included), ``router``.
+``best_by_gpu``, ``best_by_serving``, ``searched``, ``skipped`` (with why), ``pruned``, ``dominated``, ``failed``,
+``simulations`` (fleet checks and the runs at the target included), ``router``.
 """
 from __future__ import annotations
 
@@ -58,16 +51,17 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from batching.sim.topology.disagg import Disagg
 from batching.sim.topology.fleet import MAX_NODES, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, PRESETS, BatchingPolicy, with_knobs
 from batching.sim.simulate import MAX_REQUESTS, Scenario, simulate
 from batching.sim.hardware.specs import GPU, GPUS, KV_BLOCK_TOKENS, PRECISIONS, Deployment, Node
-from batching.studies.capacity import (SLO, binding_of, capacity, check_headroom, meets_slo, plan_costs, slo_point,
-                                       sustained)
+from batching.studies.capacity import SLO, binding_of, capacity, check_headroom, meets_slo, slo_point, sustained
+from batching.studies.pricing import DEFAULT_HEADROOM, copies_needed, default_gpu_hour_usd, price
 
 TPS = (1, 2, 4, 8)
 # the knobs a search may vary, by the mode that uses them (a knob a policy's mode ignores is not varied for it)
@@ -106,6 +100,8 @@ def router_note(router: str, fleet_top: int = FLEET_TOP) -> str:
         return NO_FLEET_NOTE
     return (f"{ROUTER_NOTE} Router: {router} (a request-level policy, static or dynamic, runs round-robin: the "
             "other routers read replica state built for the continuous modes).")
+LATENCY_NOTE = ("P99 TTFT and TPOT are at the target traffic: one copy (a node, or a prefill/decode split) "
+                "carrying target / copies deployed for it (perfect balance); rows are ranked by cost, then by them.")
 COST_NOTE = ("$ per million output tokens = nodes × GPUs per node × $ per GPU-hour / (target req/s × mean output "
              "tokens per request × 3600) × 10⁶: what serving the target costs, whole nodes included.")
 
@@ -113,32 +109,89 @@ COST_NOTE = ("$ per million output tokens = nodes × GPUs per node × $ per GPU-
 # ---------------------------------------------------------------- the grid
 
 
+SERVING = ("agg", "disagg", "both")  # what a search enumerates: aggregated nodes, prefill/decode splits, or both
+
+
 @dataclass(frozen=True)
 class Config:
     """One deployment to try: GPU (a preset name, or a custom GPU's key), precision, TP, a policy preset and knob
-    values that change it (sorted (name, value) pairs)."""
+    values that change it (sorted (name, value) pairs). ``split`` (P, T, D, U): a prefill/decode split of P prefill
+    instances of TP T and D decode instances of TP U inside one node (``tp`` is then the decode TP); None: an
+    aggregated node of GPUs / TP replicas."""
 
     gpu: str
     precision: str
     tp: int
     policy: str
     knobs: tuple[tuple[str, float], ...] = ()
+    split: tuple[int, int, int, int] | None = None
+
+    @property
+    def serving(self) -> str:
+        return "agg" if self.split is None else "disagg"
 
     def knob_dict(self) -> dict:
         return {k: (int(v) if k in INT_KNOBS else float(v)) for k, v in self.knobs}
 
     def family(self) -> tuple:
         """Configurations that differ only in knob values."""
-        return (self.gpu, self.precision, self.tp, self.policy)
+        return (self.gpu, self.precision, self.tp, self.policy, self.split)
+
+    def gpus_per_copy(self, num_gpus: int) -> int:
+        """GPUs one copy runs on: the whole node (aggregated), or the split's P x T + D x U."""
+        if self.split is None:
+            return num_gpus
+        p, t, d, u = self.split
+        return p * t + d * u
+
+    def copies_per_node(self, num_gpus: int) -> int:
+        """Copies one node holds: 1 (aggregated: a node of replicas), or the splits that fit it side by side."""
+        return 1 if self.split is None else num_gpus // self.gpus_per_copy(num_gpus)
+
+    def shape(self) -> str:
+        if self.split is None:
+            return f"tp{self.tp}"
+        p, t, d, u = self.split
+        return f"{p}xTP{t} prefill + {d}xTP{u} decode"
 
     def label(self) -> str:
         knobs = "".join(f", {k}={v:g}" for k, v in self.knobs)
-        return f"{self.gpu} {self.precision} tp{self.tp} {self.policy}{knobs}"
+        return f"{self.gpu} {self.precision} {self.shape()} {self.policy}{knobs}"
 
     def to_dict(self, num_gpus: int) -> dict:
-        return {"gpu": self.gpu, "precision": self.precision, "tp": self.tp,
-                "replicas_per_node": num_gpus // self.tp if self.tp <= num_gpus else 0,
+        split = None
+        if self.split is not None:
+            split = dict(zip(("prefill_instances", "prefill_tp", "decode_instances", "decode_tp"), self.split))
+        return {"gpu": self.gpu, "precision": self.precision, "serving": self.serving,
+                "tp": self.tp if self.split is None else None,
+                "replicas_per_node": (num_gpus // self.tp if self.tp <= num_gpus else 0) if self.split is None
+                else None, "split": split, "gpus_per_copy": self.gpus_per_copy(num_gpus),
+                "copies_per_node": self.copies_per_node(num_gpus),
                 "policy": self.policy, "knobs": self.knob_dict()}
+
+
+def splits_of(num_gpus: int) -> tuple[list[tuple[int, int, int, int]], dict[tuple, str]]:
+    """Every prefill/decode split P x T + D x U of one node's GPUs (T, U in 1, 2, 4, 8; P, D >= 1), as (kept,
+    dominated -> why). A split is dominated when one more prefill or decode instance still fits beside the same
+    number of copies per node: the bigger split costs the same nodes per copy and adding an instance never lowers
+    a split's capacity, so it is never dearer (the search keeps the bigger one)."""
+    kept, dominated = [], {}
+    for t, u in itertools.product(TPS, TPS):
+        if t > num_gpus or u > num_gpus:
+            continue
+        for p in range(1, num_gpus // t + 1):
+            for d in range(1, (num_gpus - p * t) // u + 1):
+                g = p * t + d * u
+                c = num_gpus // g
+                grow = [(f"{p + 1} prefill", g + t), (f"{d + 1} decode", g + u)]
+                bigger = next((name for name, g2 in grow if g2 <= num_gpus and num_gpus // g2 == c), None)
+                if bigger is None:
+                    kept.append((p, t, d, u))
+                else:
+                    dominated[(p, t, d, u)] = (
+                        f"leaves GPUs of the node idle: {bigger} instances fit beside the same {c} cop"
+                        f"{'y' if c == 1 else 'ies'} per node, never dearer (an instance more never lowers capacity)")
+    return kept, dominated
 
 
 @dataclass(frozen=True)
@@ -150,8 +203,12 @@ class Grid:
     tps: tuple[int, ...] = TPS
     policies: tuple[str, ...] = ("chunked",)
     knobs: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    serving: str = "agg"
+    num_gpus: int = 8  # GPUs per node: the splits enumerated (serving disagg or both)
 
     def validate(self, custom_gpus: Mapping[str, GPU] | None = None) -> None:
+        if self.serving not in SERVING:
+            raise ValueError(f"serving={self.serving!r} is not allowed; allowed: {', '.join(SERVING)}")
         known = set(GPUS) | set(custom_gpus or {})
         for name, values, allowed in (("gpus", self.gpus, known), ("precisions", self.precisions, PRECISIONS),
                                       ("tp", self.tps, TPS), ("policies", self.policies, PRESETS)):
@@ -177,17 +234,47 @@ class Grid:
                              "precisions, TP degrees, policies or knob values)")
 
     def configs(self) -> list[Config]:
+        """Every configuration: the aggregated ones (serving agg or both), then each kept split (serving disagg or
+        both) of a policy that can run split (iteration-level batching, no speculative decoding)."""
         out = []
-        for gpu, prec, tp, pol in itertools.product(self.gpus, self.precisions, self.tps, self.policies):
+        shapes: list[tuple[int, tuple | None]] = []
+        if self.serving in ("agg", "both"):
+            shapes += [(int(tp), None) for tp in self.tps]
+        if self.serving in ("disagg", "both"):
+            shapes += [(sp[3], sp) for sp in splits_of(self.num_gpus)[0]]
+        for gpu, prec, pol in itertools.product(self.gpus, self.precisions, self.policies):
             mode = PRESETS[pol].mode
             used = [(k, vals) for k, vals in self.knobs if mode in SEARCH_KNOBS[k]]
-            for combo in itertools.product(*[vals for _, vals in used]):
-                knobs = tuple(sorted((k, float(v)) for (k, _), v in zip(used, combo)))
-                out.append(Config(gpu, prec, int(tp), pol, knobs))
+            for tp, split in shapes:
+                if split is not None and split_refusal(PRESETS[pol]):
+                    continue
+                for combo in itertools.product(*[vals for _, vals in used]):
+                    knobs = tuple(sorted((k, float(v)) for (k, _), v in zip(used, combo)))
+                    out.append(Config(gpu, prec, tp, pol, knobs, split))
         return list(dict.fromkeys(out))
+
+    def refused(self) -> list[tuple[str, str]]:
+        """(what, why) for the parts of the grid not enumerated: policies that cannot run split, dominated
+        splits."""
+        out = []
+        if self.serving in ("disagg", "both"):
+            for pol in self.policies:
+                why = split_refusal(PRESETS[pol])
+                if why:
+                    out.append((f"{pol} split", why))
+            for sp, why in splits_of(self.num_gpus)[1].items():
+                out.append((Config("", "", sp[3], "", (), sp).shape(), why))
+        return out
 
     def size(self) -> int:
         return len(self.configs())
+
+
+def split_refusal(policy: BatchingPolicy) -> str | None:
+    """Why a policy cannot run as a prefill/decode split (``studies.disagg_capacity.skip_reason``), or None."""
+    from batching.studies.disagg_capacity import skip_reason
+
+    return skip_reason(policy)
 
 
 def parse_knobs(items: Sequence[str]) -> tuple[tuple[str, tuple[float, ...]], ...]:
@@ -249,17 +336,28 @@ def config_scenario(base: Scenario, cfg: Config, custom_gpus: Mapping[str, GPU] 
     if pol.mode == "continuous":
         pol = replace(pol, prefix_caching=base.policy.prefix_caching)
     pol = with_knobs(pol, **cfg.knob_dict())
-    return Scenario(dep, base.workload, pol, base.allreduce)
+    split = None
+    if cfg.split is not None:
+        split = Disagg(*cfg.split)
+        split.validate(dep)
+        split.check_policy(pol)
+    return Scenario(dep, base.workload, pol, base.allreduce, disagg=split)
 
 
 def fit_problem(sc: Scenario, longest_request: int, longest_prompt: int) -> str | None:
-    """Why the requests cannot run on this scenario (one replica's KV cache or the token budget), or None."""
+    """Why the requests cannot run on this scenario (one replica's KV cache or the token budget; for a split, a
+    prefill instance's cache must hold the longest prompt and a decode instance's the longest request), or None."""
     dep, pol = sc.deployment, sc.policy
-    need = -(-longest_request // KV_BLOCK_TOKENS)
-    if need > dep.kv_capacity_blocks:
-        return (f"the longest request needs {longest_request:,} tokens of KV cache but one replica holds "
-                f"{dep.kv_capacity_tokens:,} ({dep.model.name} in {dep.precision} on {dep.node.gpu.name}, "
-                f"tp={dep.node.tp})")
+    roles = [("one replica", dep, longest_request)]
+    if sc.disagg is not None:
+        roles = [("one prefill instance", sc.disagg.deployment(dep, "prefill"), longest_prompt),
+                 ("one decode instance", sc.disagg.deployment(dep, "decode"), longest_request)]
+    for who, d, tokens in roles:
+        if -(-tokens // KV_BLOCK_TOKENS) > d.kv_capacity_blocks:
+            what = "request" if tokens == longest_request else "prompt"
+            return (f"the longest {what} needs {tokens:,} tokens of KV cache but {who} holds "
+                    f"{d.kv_capacity_tokens:,} ({d.model.name} in {d.precision} on {d.node.gpu.name}, "
+                    f"tp={d.node.tp})")
     if pol.mode == "continuous" and not pol.chunked_prefill and longest_prompt > pol.max_num_batched_tokens:
         return (f"max_num_batched_tokens={pol.max_num_batched_tokens} is below the longest prompt "
                 f"({longest_prompt:,} tokens) without chunked prefill")
@@ -341,6 +439,26 @@ def warm_capacity(sc: Scenario, slo: SLO, ceiling: float, estimate: float, known
     return points
 
 
+def copies_at_target(rate_per_copy: float, target_rate_req_s: float, headroom: float, copies_per_node: int
+                     ) -> tuple[int, int]:
+    """(nodes, copies deployed) for the target: ⌈target x headroom / rate⌉ copies, in whole nodes of
+    ``copies_per_node``; every copy a whole node holds is deployed."""
+    copies = copies_needed(target_rate_req_s, rate_per_copy, headroom)
+    nodes = math.ceil(copies / copies_per_node - 1e-9)
+    return nodes, nodes * copies_per_node
+
+
+def at_target(sc: Scenario, slo: SLO, rate_per_copy: float, payload: dict) -> dict:
+    """One copy at the rate it carries when the target traffic (no headroom) is spread evenly over the copies
+    deployed for it: its P99 TTFT and TPOT and attainment there (what a user of that fleet sees)."""
+    _, copies = copies_at_target(rate_per_copy, float(payload["target_rate_req_s"]), float(payload["headroom"]),
+                                 int(payload.get("copies_per_node", 1)))
+    rate = float(payload["target_rate_req_s"]) / copies
+    p = slo_point(sc.with_workload(sc.workload.with_rate(rate)), slo)
+    return {"rate_per_copy_req_s": rate, "copies": copies, "ttft_p99_s": float(p["ttft_p99_s"]),
+            "tpot_p99_s": float(p["tpot_p99_s"]), "attainment": float(p["attainment"])}
+
+
 def search_task(payload: dict) -> dict:
     """One configuration's work on a worker: its capacity within the SLOs (pruned after one run when it cannot
     beat ``prune_rate``), as a plain dict. ``payload``: scenario, slo, ceiling, estimate (None: a cold start with
@@ -382,6 +500,9 @@ def search_task(payload: dict) -> dict:
             out = {"status": "done", "simulations": len(points), "warm": True,
                    "max_rate_req_s": best["rate_req_s"] if best else 0.0, "binding_slo": binding,
                    "binding_class": cls}
+        if out["max_rate_req_s"] > 0 and payload.get("target_rate_req_s"):
+            out["at_target"] = at_target(sc, slo, out["max_rate_req_s"], payload)
+            out["simulations"] += 1
     except ValueError as exc:  # the scenario cannot run (found only when simulating): skipped, with why
         return {"status": "skipped", "why": str(exc), "simulations": len(known),
                 "seconds": time.perf_counter() - started}
@@ -446,22 +567,400 @@ def fleet_task(payload: dict) -> dict:
             "seconds": time.perf_counter() - started}
 
 
-# ---------------------------------------------------------------- the search
+# ---------------------------------------------------------------- the search: setup and ledger
 
 
-def check_prices(configs: Sequence[Config], gpu_hour_usd: Mapping[str, float]) -> None:
+def check_prices(configs: Sequence[Config], gpu_hour_usd: Mapping[str, float] | None) -> dict[str, float]:
+    """$ per GPU-hour of every GPU searched: the one given, else the default table's (``pricing``); ValueError
+    naming the GPU, the value and the allowed range."""
+    given = dict(gpu_hour_usd or {})
+    out = {}
     for gpu in dict.fromkeys(c.gpu for c in configs):
-        if gpu not in gpu_hour_usd:
-            raise ValueError(f"gpu_hour_usd has no price for {gpu}; give one per GPU searched, e.g. {gpu}=2.5")
-        v = gpu_hour_usd[gpu]
+        if gpu not in given:
+            try:
+                out[gpu] = default_gpu_hour_usd(gpu)
+            except ValueError:
+                raise ValueError(f"gpu_hour_usd has no price for {gpu} and no default exists; give one, e.g. "
+                                 f"{gpu}=2.5") from None
+            continue
+        v = given[gpu]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_GPU_HOUR_USD:
             raise ValueError(f"gpu_hour_usd {gpu}={v!r} is out of range; allowed > 0 to {MAX_GPU_HOUR_USD:g}")
+        out[gpu] = float(v)
+    return out
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every stage reads: the question (scenario, SLOs, target, prices, headroom) and how to search."""
+
+    base: Scenario
+    slo: SLO
+    target_rate_req_s: float
+    prices: dict[str, float]
+    headroom: float
+    num_gpus: int
+    mean_output: float
+    longest_request: int
+    longest_prompt: int
+    custom_gpus: Mapping[str, GPU] | None
+    rel_tol: float
+    router: str
+    fleet_top: int
+    prune: bool
+    warm: bool
+
+    def nodes(self, cfg: Config, rate_per_copy: float) -> int:
+        return copies_at_target(rate_per_copy, self.target_rate_req_s, self.headroom,
+                                cfg.copies_per_node(self.num_gpus))[0]
+
+    def price(self, cfg: Config, rate_per_copy: float, nodes: int | None = None):
+        """``pricing.price`` of this configuration (nodes: the whole nodes its copies need, or those given)."""
+        if nodes is None and rate_per_copy > 0:
+            nodes = self.nodes(cfg, rate_per_copy)
+        return price(rate_per_copy, cfg.gpus_per_copy(self.num_gpus), self.num_gpus, self.target_rate_req_s,
+                     self.prices[cfg.gpu], self.mean_output, self.headroom, nodes=nodes)
+
+    def cost(self, cfg: Config, nodes: int) -> float:
+        """$ per million output tokens at the target of ``nodes`` nodes of this configuration's GPU."""
+        return nodes * self.num_gpus * self.prices[cfg.gpu] / (self.target_rate_req_s * self.mean_output
+                                                              * 3600.0) * 1e6
+
+    def node_usd_per_hour(self, cfg: Config) -> float:
+        return self.num_gpus * self.prices[cfg.gpu]
+
+
+@dataclass
+class Ledger:
+    """What the stages found besides the rows: skipped (with why), pruned (with why), failed; simulations run;
+    progress."""
+
+    num_gpus: int
+    progress: Callable[[int, int, str], None] | None = None
+    skipped: list[dict] = field(default_factory=list)
+    pruned: list[dict] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)
+    simulations: int = 0
+    done: int = 0
+    total: int = 0
+
+    def tick(self, text: str, steps: int = 1) -> None:
+        self.done += steps
+        if self.progress:
+            self.progress(min(self.done, self.total), self.total, text)
+
+    def skip(self, cfg: Config, why: str, reason: str = "does not fit") -> None:
+        self.skipped.append(cfg.to_dict(self.num_gpus) | {"label": cfg.label(), "reason": reason, "why": why})
+
+    def fail(self, cfg: Config, failure, stage: str | None = None) -> None:
+        extra = {"stage": stage, "error": f"{stage}: {failure.error}"} if stage else {"error": failure.error}
+        self.failed.append(cfg.to_dict(self.num_gpus) | {"label": cfg.label(), "tries": failure.tries} | extra)
+
+
+# ---------------------------------------------------------------- stage 1: the grid, what fits
+
+
+def fitting(setup: Setup, ledger: Ledger, configs: Sequence[Config]) -> dict[Config, Scenario]:
+    """Each configuration's scenario, or skipped with why it does not fit (no simulation)."""
+    out: dict[Config, Scenario] = {}
+    for cfg in configs:
+        try:
+            if cfg.tp > setup.num_gpus:
+                raise ValueError(f"tp={cfg.tp} is more than the {setup.num_gpus} GPUs of a node")
+            sc = config_scenario(setup.base, cfg, setup.custom_gpus)
+        except ValueError as exc:
+            ledger.skip(cfg, str(exc))
+            continue
+        why = fit_problem(sc, setup.longest_request, setup.longest_prompt)
+        if why:
+            ledger.skip(cfg, why)
+            continue
+        out[cfg] = sc
+    return out
+
+
+def saturate(ledger: Ledger, backend, scenarios: Mapping[Config, Scenario]) -> dict[Config, float]:
+    """Every configuration's saturated run (requests/s flat out): orders the search and scales warm starts."""
+    from batching.studies.backends import run_tasks
+
+    ceilings: dict[Config, float] = {}
+    order = list(scenarios)
+
+    def next_task():
+        if not order:
+            return None
+        cfg = order.pop(0)
+        return cfg, cfg.label(), ceiling_task, {"scenario": scenarios[cfg]}
+
+    def got(cfg: Config, out: dict) -> None:
+        ledger.simulations += out.get("simulations", 0)
+        if out["status"] == "done":
+            ceilings[cfg] = out["ceiling_req_s"]
+            ledger.tick(f"{cfg.label()}: saturated run")
+        else:
+            ledger.skip(cfg, out["why"])
+            ledger.tick(f"{cfg.label()}: does not fit", 2)
+
+    def failed(cfg: Config, failure) -> None:
+        ledger.fail(cfg, failure)
+        ledger.tick(f"{cfg.label()}: failed", 2)
+
+    run_tasks(backend, next_task, on_result=got, on_failure=failed)
+    return ceilings
+
+
+# ---------------------------------------------------------------- stages 2 and 3: prune, capacity
+
+
+def prune_group(cfg: Config) -> tuple:
+    """Pruning compares a configuration only with the best of its GPU and serving mode, so the best of every GPU
+    type (and of aggregated and disaggregated serving) is found, with a cost, never pruned wholesale."""
+    return (cfg.gpu, cfg.serving)
+
+
+class CapacityStage:
+    """The capacity searches, cheapest estimate first, each pruned when it cannot beat its group's best
+    (``prune_group``); warm starts from the anchor of its family. Rows are plain dicts (``rows``)."""
+
+    def __init__(self, setup: Setup, ledger: Ledger, scenarios: Mapping[Config, Scenario],
+                 ceilings: Mapping[Config, float], configs: Sequence[Config]):
+        self.setup, self.ledger, self.scenarios, self.ceilings = setup, ledger, scenarios, ceilings
+        self.rows: dict[Config, dict] = {}
+        self.ratios: dict[tuple, list[float]] = {}
+        self.best: dict[tuple, float] = {}
+        # warm starts read one fixed configuration per family (its first in grid order, searched cold), so each
+        # answer does not depend on which task happened to finish first (the same on every backend)
+        self.anchors: dict[tuple, Config] = {}
+        for cfg in configs:
+            if cfg in ceilings:
+                self.anchors.setdefault(cfg.family(), cfg)
+        self.anchor_ratio: dict[tuple, float | None] = {}
+        self.pending = list(ceilings)
+
+    def ratio_for(self, cfg: Config) -> float | None:
+        for key in (("family",) + cfg.family(), ("policy", cfg.policy, cfg.serving), ("any",)):
+            if self.ratios.get(key):
+                return float(np.median(self.ratios[key]))
+        return None
+
+    def estimate_cost(self, cfg: Config) -> float:
+        rate = self.ceilings[cfg] * (self.ratio_for(cfg) or 1.0)
+        return self.setup.cost(cfg, self.setup.nodes(cfg, rate))
+
+    def ready(self, cfg: Config) -> bool:
+        return not self.setup.warm or self.anchors[cfg.family()] == cfg or cfg.family() in self.anchor_ratio
+
+    def prune_rate(self, cfg: Config) -> tuple[float | None, str | None]:
+        """(the least rate per copy at which it could cost at most its group's best, or None; why it is pruned
+        without a simulation, or None)."""
+        best = self.best.get(prune_group(cfg), math.inf)
+        if not self.setup.prune or not math.isfinite(best):
+            return None, None
+        one = self.setup.cost(cfg, 1)
+        n_max = math.floor(best / one * (1 + 1e-12))
+        if n_max < 1:
+            return None, (f"one node costs ${one:,.4g} per million output tokens at the target, more than the best "
+                          f"{cfg.gpu} {cfg.serving} configuration found (${best:,.4g})")
+        rate = self.setup.target_rate_req_s * self.setup.headroom / (n_max * cfg.copies_per_node(self.setup.num_gpus))
+        if rate > self.ceilings[cfg] * CEILING_REACH:
+            return None, (f"it would need {rate:,.4g} req/s per copy to cost at most the best {cfg.gpu} "
+                          f"{cfg.serving} configuration (${best:,.4g}), beyond what the capacity search can find")
+        return rate, None
+
+    def next_task(self):
+        while True:
+            self.pending.sort(key=lambda c: (self.estimate_cost(c), c.label()))
+            cfg = next((c for c in self.pending if self.ready(c)), None)
+            if cfg is None:
+                return None  # the rest wait for their family's anchor (running now)
+            self.pending.remove(cfg)
+            rate, why = self.prune_rate(cfg)
+            if why:
+                self.drop(cfg, {"simulations": 0, "why": why})
+                continue
+            warm = self.setup.warm and self.anchors[cfg.family()] != cfg
+            ratio = self.anchor_ratio.get(cfg.family()) if warm else None
+            s = self.setup
+            payload = {"scenario": self.scenarios[cfg], "slo": s.slo, "ceiling": self.ceilings[cfg],
+                       "estimate": None if ratio is None else self.ceilings[cfg] * ratio, "prune_rate": rate,
+                       "rel_tol": s.rel_tol, "target_rate_req_s": s.target_rate_req_s, "headroom": s.headroom,
+                       "copies_per_node": cfg.copies_per_node(s.num_gpus)}
+            return cfg, cfg.label(), search_task, payload
+
+    def settle(self, cfg: Config, ratio: float | None) -> None:
+        """The anchor of a family is done: its members may start (cold when it found no rate)."""
+        if self.anchors.get(cfg.family()) == cfg:
+            self.anchor_ratio[cfg.family()] = ratio
+
+    def drop(self, cfg: Config, info: dict) -> None:
+        self.ledger.pruned.append(cfg.to_dict(self.setup.num_gpus) | {"label": cfg.label()} | info)
+        self.settle(cfg, None)
+        self.ledger.tick(f"{cfg.label()}: pruned")
+
+    def got(self, cfg: Config, out: dict) -> None:
+        self.ledger.simulations += out.get("simulations", 0)
+        if out["status"] == "pruned":
+            self.drop(cfg, {"simulations": out["simulations"],
+                            "why": f"the SLOs fail at {out['prune_rate_req_s']:,.4g} req/s per copy (attainment "
+                                   f"{out['attainment_at_prune_rate'] * 100:.1f} %), the least it would need to cost "
+                                   f"at most the best {cfg.gpu} {cfg.serving} configuration found"})
+            return
+        if out["status"] == "skipped":
+            self.ledger.skip(cfg, out["why"])
+            self.settle(cfg, None)
+            self.ledger.tick(f"{cfg.label()}: does not fit")
+            return
+        rate = out["max_rate_req_s"]
+        ceiling = self.ceilings[cfg]
+        if rate > 0:
+            for key in (("family",) + cfg.family(), ("policy", cfg.policy, cfg.serving), ("any",)):
+                self.ratios.setdefault(key, []).append(rate / ceiling)
+        row = capacity_row(self.setup, cfg, ceiling, out)
+        self.rows[cfg] = row
+        self.settle(cfg, rate / ceiling if rate > 0 else None)
+        if rate > 0:
+            g = prune_group(cfg)
+            self.best[g] = min(self.best.get(g, math.inf), row["usd_per_million_output_tokens"])
+        self.ledger.tick(f"{cfg.label()}: {rate:,.3g} req/s per copy")
+
+    def failed(self, cfg: Config, failure) -> None:
+        if self.anchors.get(cfg.family()) == cfg:
+            self.anchor_ratio[cfg.family()] = None
+        self.ledger.fail(cfg, failure)
+        self.ledger.tick(f"{cfg.label()}: failed")
+
+    def run(self, backend) -> dict[Config, dict]:
+        from batching.studies.backends import run_tasks
+
+        run_tasks(backend, self.next_task, on_result=self.got, on_failure=self.failed)
+        return self.rows
+
+
+def capacity_row(setup: Setup, cfg: Config, ceiling: float, out: dict) -> dict:
+    """One searched configuration as a row: its capacity per copy, nodes and price (``pricing.price``), and its
+    P99 TTFT and TPOT at the target traffic (each copy carrying target / copies deployed)."""
+    rate = out["max_rate_req_s"]
+    b = out["best"] or {}
+    t = out.get("at_target") or {}
+    p = setup.price(cfg, rate)
+    return cfg.to_dict(setup.num_gpus) | {
+        "label": cfg.label(), "max_rate_req_s": rate, "nodes_needed": p.nodes,
+        "usd_per_million_output_tokens": p.usd_per_million_output_tokens,
+        "usd_per_million_output_tokens_at_capacity": p.usd_per_million_output_tokens_at_capacity,
+        "usd_per_hour": p.usd_per_hour, "usd_per_node_hour": setup.node_usd_per_hour(cfg),
+        "price": p.to_dict(),
+        "ttft_p99_s": t.get("ttft_p99_s"), "tpot_p99_s": t.get("tpot_p99_s"),
+        "attainment_at_target": t.get("attainment"), "rate_per_copy_at_target_req_s": t.get("rate_per_copy_req_s"),
+        "ttft_p99_at_max_rate_s": b.get("ttft_p99_s"), "tpot_p99_at_max_rate_s": b.get("tpot_p99_s"),
+        "throughput_output_tok_s": b.get("throughput_output_tok_s"),
+        "binding_slo": out["binding_slo"], "binding_class": out["binding_class"],
+        "meets_slo": rate > 0, "ceiling_req_s": ceiling, "simulations": out["simulations"] + 1,
+        "warm_start": bool(out.get("warm"))}
+
+
+# ---------------------------------------------------------------- stage 4: the fleet check
+
+
+class FleetStage:
+    """The fleet check of the top of the ranking: the estimate's nodes behind the router at the target x
+    headroom, one node more while the SLOs fail; re-ranked after each round, until the top ``fleet_top`` are all
+    checked (at most 2 x fleet_top). A prefill/decode split is not simulated as a fleet (its copies keep the
+    perfect-balance count)."""
+
+    def __init__(self, setup: Setup, ledger: Ledger, rows: dict[Config, dict], scenarios: Mapping[Config, Scenario]):
+        self.setup, self.ledger, self.rows, self.scenarios = setup, ledger, rows, scenarios
+        for cfg, r in rows.items():
+            r.update(nodes_needed_perfect_balance=r["nodes_needed"], fleet_checked=False, fleet_verified=None,
+                     fleet_nodes_needed=None, fleet_ttft_p99_s=None, fleet_tpot_p99_s=None, fleet_attainment=None,
+                     fleet_nodes_tried=[], fleet_simulations=0, fleet_note=None,
+                     router=fleet_router(setup.router, scenarios[cfg].policy) if cfg.split is None
+                     else "disaggregated")
+
+    def round(self, attempted: set[Config]) -> list[Config]:
+        """The configurations of the top not yet checked that can be simulated as a fleet (the others noted)."""
+        ranked = sorted((r for r in self.rows.values() if r["meets_slo"]), key=rank_key)
+        by_label = {cfg.label(): cfg for cfg in self.rows}
+        todo = [by_label[r["label"]] for r in ranked[:self.setup.fleet_top] if by_label[r["label"]] not in attempted]
+        todo = todo[:max(0, 2 * self.setup.fleet_top - len(attempted))]
+        for cfg in todo:
+            attempted.add(cfg)
+            n0 = self.rows[cfg]["nodes_needed"]
+            if cfg.split is not None:
+                self.rows[cfg]["fleet_note"] = ("not simulated as a fleet: a prefill/decode split's copies are "
+                                                "counted with perfect load balancing")
+            elif n0 > MAX_NODES:
+                self.rows[cfg]["fleet_note"] = (f"not simulated as a fleet: {n0} nodes, more than the {MAX_NODES} "
+                                                "a fleet simulation holds")
+        return todo
+
+    def got(self, cfg: Config, out: dict) -> None:
+        self.ledger.simulations += out.get("simulations", 0)
+        r = self.rows[cfg]
+        r.update(fleet_simulations=r["fleet_simulations"] + out.get("simulations", 0),
+                 fleet_nodes_tried=out.get("tried", []), router=out.get("router", r["router"]))
+        if out["status"] != "done" or not out.get("tried"):
+            r["fleet_note"] = f"not simulated as a fleet: {out.get('why', 'no run')}"
+            self.ledger.tick(f"{cfg.label()}: fleet not simulated")
+            return
+        last = out["tried"][-1]
+        r.update(fleet_checked=True, fleet_ttft_p99_s=last["ttft_p99_s"], fleet_tpot_p99_s=last["tpot_p99_s"],
+                 fleet_attainment=last["attainment"])
+        if out["nodes"] is not None:
+            n = int(out["nodes"])
+            r.update(fleet_verified=True, fleet_nodes_needed=n)
+            self.reprice(cfg, n)
+            self.ledger.tick(f"{cfg.label()}: {n} node(s) behind {r['router']} meet the SLOs")
+        else:
+            n = int(out["last_nodes"]) + 1  # a lower bound: the last tried missed the SLOs
+            r.update(fleet_verified=False,
+                     fleet_note=f"not verified: {out['last_nodes']} nodes behind {r['router']} still miss the SLOs "
+                                f"(attainment {last['attainment'] * 100:.1f} %"
+                                + ("" if last["sustained"] else ", the queue grows") + f"); {n} or more needed")
+            self.reprice(cfg, n)
+            self.ledger.tick(f"{cfg.label()}: not verified as a fleet")
+
+    def reprice(self, cfg: Config, nodes: int) -> None:
+        r = self.rows[cfg]
+        p = self.setup.price(cfg, r["max_rate_req_s"], nodes=nodes)
+        r.update(nodes_needed=nodes, usd_per_million_output_tokens=p.usd_per_million_output_tokens,
+                 usd_per_hour=p.usd_per_hour, price=p.to_dict())
+
+    def failed(self, cfg: Config, failure) -> None:
+        self.rows[cfg]["fleet_note"] = f"the fleet check failed on a worker: {failure.error}"
+        self.ledger.fail(cfg, failure, "fleet check")
+        self.ledger.tick(f"{cfg.label()}: fleet check failed")
+
+    def run(self, backend) -> None:
+        from batching.studies.backends import run_tasks
+
+        attempted: set[Config] = set()
+        rate_all = self.setup.target_rate_req_s * self.setup.headroom
+        while True:
+            batch = self.round(attempted)
+            if not batch:
+                return
+            queue = [c for c in batch if c.split is None and self.rows[c]["fleet_note"] is None]
+            self.ledger.total += len(queue)
+
+            def next_task():
+                if not queue:
+                    return None
+                cfg = queue.pop(0)
+                payload = {"scenario": self.scenarios[cfg], "slo": self.setup.slo,
+                           "nodes": self.rows[cfg]["nodes_needed"], "router": self.setup.router,
+                           "rate_req_s": rate_all, "extra": FLEET_EXTRA_NODES}
+                return cfg, f"{cfg.label()} (fleet)", fleet_task, payload
+
+            run_tasks(backend, next_task, on_result=self.got, on_failure=self.failed)
+
+
+# ---------------------------------------------------------------- stage 5: the ranking
 
 
 def pareto(rows: Sequence[dict], keys: Sequence[str] = ("usd_per_million_output_tokens", "ttft_p99_s",
                                                         "tpot_p99_s")) -> list[bool]:
     """Whether each row is on the Pareto front: no other row is at most as large in every key and smaller in one."""
-    vals = np.array([[float(r[k]) for k in keys] for r in rows], float) if rows else np.zeros((0, len(keys)))
+    vals = np.array([[_num(r[k]) for k in keys] for r in rows], float) if rows else np.zeros((0, len(keys)))
     out = []
     for i in range(len(rows)):
         other = np.delete(vals, i, axis=0)
@@ -470,327 +969,157 @@ def pareto(rows: Sequence[dict], keys: Sequence[str] = ("usd_per_million_output_
     return out
 
 
+def _num(v) -> float:
+    return math.inf if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
 def rank_key(row: dict) -> tuple:
-    """Cost, then the higher rate per node (more headroom), then the lower P99 TTFT and TPOT, then the label."""
-    return (row["usd_per_million_output_tokens"], -row["max_rate_req_s"], row["ttft_p99_s"], row["tpot_p99_s"],
-            row["label"])
+    """Cost at the target, then the lower P99 TTFT and then P99 TPOT at the target traffic, then the label: the
+    first row is therefore always on the Pareto front of cost against those latencies."""
+    return (row["usd_per_million_output_tokens"], _num(row["ttft_p99_s"]), _num(row["tpot_p99_s"]), row["label"])
 
 
-def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Mapping[str, float], grid: Grid,
-           backend=None, prune: bool = True, warm: bool = True, headroom: float = 1.0,
+def _ms(v) -> str:
+    return "-" if v is None else (f"{v:,.2f} s" if v >= 10 else f"{v * 1e3:,.0f} ms")
+
+
+def why_lost(row: dict, top: dict) -> str | None:
+    """Why ``row`` is not the answer ``top`` is (None when it is)."""
+    if row["label"] == top["label"]:
+        return None
+    c, t = row["usd_per_million_output_tokens"], top["usd_per_million_output_tokens"]
+    if c > t * (1 + 1e-9):
+        return (f"costs ${c:,.4g} per million output tokens against ${t:,.4g} ({row['nodes_needed']} node(s) at "
+                f"${row['usd_per_node_hour']:,.4g}/h against {top['nodes_needed']} at ${top['usd_per_node_hour']:,.4g}"
+                f"/h; {row['max_rate_req_s']:,.3g} against {top['max_rate_req_s']:,.3g} req/s per copy)")
+    return (f"the same cost (${c:,.4g} per million output tokens) with P99 TTFT {_ms(row['ttft_p99_s'])} and TPOT "
+            f"{_ms(row['tpot_p99_s'])} at the target, against {_ms(top['ttft_p99_s'])} and {_ms(top['tpot_p99_s'])}")
+
+
+def best_per(good: Sequence[dict], key: str, values: Sequence[str], ledger: Ledger) -> list[dict]:
+    """The best row of each value of ``key`` (a GPU, or a serving mode) with why it lost to the overall best; a
+    value without a row says why (nothing fits, nothing meets the SLOs, or every configuration failed)."""
+    out = []
+    top = good[0] if good else None
+    for v in values:
+        row = next((r for r in good if r[key] == v), None)
+        if row is not None:
+            out.append({key: v, "label": row["label"], "rank": good.index(row) + 1,
+                        "usd_per_million_output_tokens": row["usd_per_million_output_tokens"],
+                        "nodes_needed": row["nodes_needed"], "max_rate_req_s": row["max_rate_req_s"],
+                        "ttft_p99_s": row["ttft_p99_s"], "tpot_p99_s": row["tpot_p99_s"],
+                        "why_not_best": why_lost(row, top)})
+            continue
+        reasons = sorted({s["reason"] for s in ledger.skipped if s.get(key) == v})
+        fails = [f for f in ledger.failed if f.get(key) == v]
+        why = ("no configuration meets the SLOs" if "no rate meets the SLOs" in reasons else
+               "no configuration fits" if reasons else
+               "every configuration failed on a worker" if fails else "nothing of it was searched")
+        out.append({key: v, "label": None, "rank": None, "usd_per_million_output_tokens": None,
+                    "nodes_needed": None, "max_rate_req_s": None, "ttft_p99_s": None, "tpot_p99_s": None,
+                    "why_not_best": why})
+    return out
+
+
+def ranked(ledger: Ledger, rows: Mapping[Config, dict]) -> tuple[list[dict], list[dict]]:
+    """(the rows that meet the SLOs best first, Pareto front marked; those that do not, also listed as skipped)."""
+    good = sorted((r for r in rows.values() if r["meets_slo"]), key=rank_key)
+    for r, on in zip(good, pareto(good)):
+        r["pareto"] = on
+    bad = sorted((r for r in rows.values() if not r["meets_slo"]), key=lambda r: r["label"])
+    for r in bad:
+        r["pareto"] = False
+        ledger.skipped.append({k: r[k] for k in ("gpu", "precision", "serving", "tp", "replicas_per_node", "split",
+                                                 "policy", "knobs", "label")}
+                              | {"reason": "no rate meets the SLOs",
+                                 "why": "no rate tried meets the SLOs, even the lowest (binding: "
+                                        f"{r['binding_slo'] or 'none'}" + (f", class {r['binding_class']}"
+                                                                           if r["binding_class"] else "") + ")"})
+    return good, bad
+
+
+# ---------------------------------------------------------------- the search
+
+
+def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Mapping[str, float] | None, grid: Grid,
+           backend=None, prune: bool = True, warm: bool = True, headroom: float = DEFAULT_HEADROOM,
            custom_gpus: Mapping[str, GPU] | None = None, rel_tol: float = REL_TOL,
            progress: Callable[[int, int, str], None] | None = None, router: str = ROUTER_DEFAULT,
            fleet_top: int = FLEET_TOP) -> dict:
     """Search the grid on ``base``'s model and workload (its rate is what each capacity search varies); see the
-    module's docstring. ``backend``: a ``studies.backends`` backend (left open), or a function of the number of
-    configurations to run that makes one (called only when some configuration fits, so a grid where every one is
-    skipped starts nothing; closed at the end), default a local process pool. ``router``: the router the fleet
-    checks run behind (``sim.fleet.ROUTERS``); ``fleet_top``: how many of the top configurations to check as a
-    fleet (0: none, every row keeps the perfect-balance estimate). ``base``'s own nodes and router are not read.
-    Returns a plain dict (JSON-ready)."""
-    from batching.studies.backends import NothingToRun, make_backend, run_tasks
+    module's docstring. Stages: the grid and what fits (``fitting``), the saturated runs (``saturate``), the
+    capacity searches with pruning (``CapacityStage``), the fleet check (``FleetStage``), the ranking
+    (``ranked``, ``best_per``). ``gpu_hour_usd``: $ per GPU-hour by GPU; a GPU not given takes the default
+    table's (``pricing.default_gpu_hour_usd``). ``backend``: a ``studies.backends`` backend (left open), or a
+    function of the number of configurations to run that makes one (called only when some configuration fits;
+    closed at the end), default a local process pool. ``router``: the router the fleet checks run behind;
+    ``fleet_top``: how many of the top configurations to check as a fleet (0: none). Returns a plain dict."""
+    from batching.studies.backends import NothingToRun, make_backend
+    from batching.studies.capacity import class_names
 
     started = time.perf_counter()
     if router not in ROUTERS:
         raise ValueError(f"router={router!r} is not allowed; allowed: {', '.join(ROUTERS)}")
     if isinstance(fleet_top, bool) or not isinstance(fleet_top, int) or not 0 <= fleet_top <= MAX_CONFIGS:
         raise ValueError(f"fleet_top={fleet_top!r} is out of range; allowed a whole number from 0 to {MAX_CONFIGS}")
+    num_gpus = base.deployment.node.num_gpus
+    if grid.num_gpus != num_gpus:
+        grid = replace(grid, num_gpus=num_gpus)
     grid.validate(custom_gpus)
     slo.validate()
     headroom = check_headroom(headroom)
-    plan_costs(1.0, 1.0, 1, target_rate_req_s, None, headroom)  # the target's range
+    if isinstance(target_rate_req_s, bool) or not isinstance(target_rate_req_s, (int, float)) \
+            or not 0 < target_rate_req_s < math.inf:
+        raise ValueError(f"target_rate_req_s={target_rate_req_s!r} is out of range; allowed > 0")
     configs = grid.configs()
-    check_prices(configs, gpu_hour_usd)
-    num_gpus = base.deployment.node.num_gpus
+    prices = check_prices(configs, gpu_hour_usd)
     base.workload.validate()
     reqs, _ = base.requests()  # the requests the model serves (those beyond its context are rejected, never run)
-    from batching.studies.capacity import class_names
-
     slo.validate(len(class_names(base)))
-    mean_output = float(np.mean(reqs.output_tokens))
-    longest_request = int(np.max(reqs.prompt_tokens + reqs.output_tokens))
-    longest_prompt = int(np.max(reqs.prompt_tokens))
-    tokens_per_hour = target_rate_req_s * mean_output * 3600.0
+    setup = Setup(base, slo, float(target_rate_req_s), prices, headroom, num_gpus, float(np.mean(reqs.output_tokens)),
+                  int(np.max(reqs.prompt_tokens + reqs.output_tokens)), int(np.max(reqs.prompt_tokens)),
+                  custom_gpus, rel_tol, router, fleet_top, prune, warm)
+    ledger = Ledger(num_gpus, progress)
+    dominated = [{"label": what, "why": why} for what, why in grid.refused()]
 
-    def node_usd_per_hour(cfg: Config) -> float:
-        return num_gpus * float(gpu_hour_usd[cfg.gpu])
-
-    def cost(cfg: Config, nodes: int) -> float:
-        return nodes * node_usd_per_hour(cfg) / tokens_per_hour * 1e6
-
-    skipped: list[dict] = []
-    pruned: list[dict] = []
-    failed: list[dict] = []
-    scenarios: dict[Config, Scenario] = {}
-    for cfg in configs:
-        try:
-            if cfg.tp > num_gpus:
-                raise ValueError(f"tp={cfg.tp} is more than the {num_gpus} GPUs of a node")
-            sc = config_scenario(base, cfg, custom_gpus)
-        except ValueError as exc:
-            skipped.append(cfg.to_dict(num_gpus) | {"label": cfg.label(), "reason": "does not fit",
-                                                    "why": str(exc)})
-            continue
-        why = fit_problem(sc, longest_request, longest_prompt)
-        if why:
-            skipped.append(cfg.to_dict(num_gpus) | {"label": cfg.label(), "reason": "does not fit", "why": why})
-            continue
-        scenarios[cfg] = sc
-
+    scenarios = fitting(setup, ledger, configs)
     own = not hasattr(backend, "submit")  # None or a factory: the backend is made here, for what fits
     if own:
         make = backend or (lambda tasks: make_backend("local", tasks=tasks))
         backend = make(len(scenarios)) if scenarios else NothingToRun()
-    simulations = 0
-    done_count = [0]
-    total = 2 * len(scenarios)
-
-    def tick(text: str) -> None:
-        done_count[0] += 1
-        if progress:
-            progress(min(done_count[0], total), total, text)
-
+    ledger.total = 2 * len(scenarios)
     try:
-        # 1. the saturated run of every configuration that fits: orders the search (cheapest estimate first) and
-        #    scales the warm starts
-        ceilings: dict[Config, float] = {}
-        locals_box: dict = {}  # the search phase's anchors, for failures to release their family
-        order = list(scenarios)
-
-        def next_ceiling():
-            while order:
-                cfg = order.pop(0)
-                return cfg, cfg.label(), ceiling_task, {"scenario": scenarios[cfg]}
-            return None
-
-        def got_ceiling(cfg, out):
-            nonlocal simulations
-            simulations += out.get("simulations", 0)
-            if out["status"] == "done":
-                ceilings[cfg] = out["ceiling_req_s"]
-            else:
-                skipped.append(cfg.to_dict(num_gpus) | {"label": cfg.label(), "reason": "does not fit",
-                                                        "why": out["why"]})
-                tick(f"{cfg.label()}: does not fit")
-            tick(f"{cfg.label()}: saturated run")
-
-        def failed_task(cfg, failure):
-            if "anchors" in locals_box and locals_box["anchors"].get(cfg.family()) == cfg:
-                locals_box["anchor_ratio"][cfg.family()] = None
-            failed.append(cfg.to_dict(num_gpus) | {"label": cfg.label(), "error": failure.error,
-                                                   "tries": failure.tries})
-            tick(f"{cfg.label()}: failed")
-            tick(f"{cfg.label()}: failed")
-
-        run_tasks(backend, next_ceiling, on_result=got_ceiling, on_failure=failed_task)
-
-        # 2. the capacity searches, cheapest estimate first; the ratio rate within the SLOs / saturated rate of the
-        #    configurations done so far sharpens the estimates
-        rows: dict[Config, dict] = {}
-        ratios: dict[tuple, list[float]] = {}
-
-        def ratio_for(cfg: Config) -> float | None:
-            for key in (("family",) + cfg.family(), ("policy", cfg.policy), ("any",)):
-                if ratios.get(key):
-                    return float(np.median(ratios[key]))
-            return None
-
-        def estimate_cost(cfg: Config) -> float:
-            r = ceilings[cfg] * (ratio_for(cfg) or 1.0)
-            return cost(cfg, math.ceil(target_rate_req_s * headroom / r - 1e-9))
-
-        pending = sorted(ceilings, key=lambda c: (estimate_cost(c), c.label()))
-        best = [math.inf]
-        # warm starts read one fixed configuration per family (its first in grid order, searched cold), so each
-        # configuration's answer does not depend on which task happened to finish first (same on every backend)
-        anchors: dict[tuple, Config] = {}
-        for cfg in configs:
-            if cfg in ceilings:
-                anchors.setdefault(cfg.family(), cfg)
-        anchor_ratio: dict[tuple, float | None] = {}  # family -> rate / ceiling of its anchor (None: none found)
-        locals_box.update(anchors=anchors, anchor_ratio=anchor_ratio)
-
-        def ready(cfg: Config) -> bool:
-            return not warm or anchors[cfg.family()] == cfg or cfg.family() in anchor_ratio
-
-        def next_search():
-            while True:
-                pending.sort(key=lambda c: (estimate_cost(c), c.label()))
-                cfg = next((c for c in pending if ready(c)), None)
-                if cfg is None:
-                    return None  # the rest wait for their family's anchor (running now)
-                pending.remove(cfg)
-                prune_rate = None
-                if prune and math.isfinite(best[0]):
-                    n_max = math.floor(best[0] / cost(cfg, 1) * (1 + 1e-12))
-                    if n_max < 1:
-                        drop(cfg, {"simulations": 0,
-                                   "why": f"one node costs ${cost(cfg, 1):,.4g} per million output tokens at the "
-                                          f"target, more than the best found (${best[0]:,.4g})"})
-                        continue
-                    prune_rate = target_rate_req_s * headroom / n_max
-                    if prune_rate > ceilings[cfg] * CEILING_REACH:
-                        drop(cfg, {"simulations": 0,
-                                   "why": f"it would need {prune_rate:,.4g} req/s per node to cost at most the best "
-                                          f"(${best[0]:,.4g}), beyond what the capacity search can find"})
-                        continue
-                ratio = anchor_ratio.get(cfg.family()) if warm and anchors[cfg.family()] != cfg else None
-                estimate = ceilings[cfg] * ratio if ratio is not None else None
-                payload = {"scenario": scenarios[cfg], "slo": slo, "ceiling": ceilings[cfg], "estimate": estimate,
-                           "prune_rate": prune_rate, "rel_tol": rel_tol}
-                return cfg, cfg.label(), search_task, payload
-
-        def settle(cfg: Config, ratio: float | None) -> None:
-            """The anchor of a family is done: its members may start (cold when it found no rate)."""
-            if anchors.get(cfg.family()) == cfg:
-                anchor_ratio[cfg.family()] = ratio
-
-        def drop(cfg: Config, info: dict) -> None:
-            pruned.append(cfg.to_dict(num_gpus) | {"label": cfg.label()} | info)
-            settle(cfg, None)
-            tick(f"{cfg.label()}: pruned")
-
-        def got_search(cfg, out):
-            nonlocal simulations
-            simulations += out.get("simulations", 0)
-            d = cfg.to_dict(num_gpus) | {"label": cfg.label()}
-            if out["status"] == "pruned":
-                drop(cfg, {"simulations": out["simulations"],
-                           "why": f"the SLOs fail at {out['prune_rate_req_s']:,.4g} req/s per node (attainment "
-                                  f"{out['attainment_at_prune_rate'] * 100:.1f} %), the least it would need to cost "
-                                  "at most the best found"})
-                return
-            if out["status"] == "skipped":
-                skipped.append(d | {"reason": "does not fit", "why": out["why"]})
-                settle(cfg, None)
-                tick(f"{cfg.label()}: does not fit")
-                return
-            rate = out["max_rate_req_s"]
-            b = out["best"]
-            if rate > 0:
-                ratios.setdefault(("family",) + cfg.family(), []).append(rate / ceilings[cfg])
-                ratios.setdefault(("policy", cfg.policy), []).append(rate / ceilings[cfg])
-                ratios.setdefault(("any",), []).append(rate / ceilings[cfg])
-            nodes = plan_costs(rate, 1.0, num_gpus, target_rate_req_s, None, headroom)[0] if rate > 0 else None
-            row = d | {"max_rate_req_s": rate, "nodes_needed": nodes,
-                       "usd_per_million_output_tokens": cost(cfg, nodes) if nodes else None,
-                       "usd_per_node_hour": node_usd_per_hour(cfg),
-                       "ttft_p99_s": b["ttft_p99_s"] if b else None, "tpot_p99_s": b["tpot_p99_s"] if b else None,
-                       "throughput_output_tok_s": b["throughput_output_tok_s"] if b else None,
-                       "binding_slo": out["binding_slo"], "binding_class": out["binding_class"],
-                       "meets_slo": rate > 0, "ceiling_req_s": ceilings[cfg], "simulations": out["simulations"] + 1,
-                       "warm_start": bool(out.get("warm"))}
-            rows[cfg] = row
-            settle(cfg, rate / ceilings[cfg] if rate > 0 else None)
-            if rate > 0:
-                best[0] = min(best[0], row["usd_per_million_output_tokens"])
-            tick(f"{cfg.label()}: {rate:,.3g} req/s per node")
-
-        run_tasks(backend, next_search, on_result=got_search, on_failure=failed_task)
-
-        # 3. the fleet check of the top of the ranking: the estimate's nodes behind the router at the target, one
-        #    node more while the SLOs fail; re-ranked after each round, until the top fleet_top are all checked
-        rate_all = target_rate_req_s * headroom
-        for cfg, r in rows.items():
-            r.update(nodes_needed_perfect_balance=r["nodes_needed"], fleet_checked=False, fleet_verified=None,
-                     fleet_nodes_needed=None, fleet_ttft_p99_s=None, fleet_tpot_p99_s=None, fleet_attainment=None,
-                     fleet_nodes_tried=[], fleet_simulations=0, fleet_note=None,
-                     router=fleet_router(router, scenarios[cfg].policy))
-        attempted: set[Config] = set()
-
-        def got_fleet(cfg: Config, out: dict) -> None:
-            nonlocal simulations
-            simulations += out.get("simulations", 0)
-            r = rows[cfg]
-            r.update(fleet_simulations=r["fleet_simulations"] + out.get("simulations", 0),
-                     fleet_nodes_tried=out.get("tried", []), router=out.get("router", r["router"]))
-            if out["status"] != "done" or not out.get("tried"):
-                r["fleet_note"] = f"not simulated as a fleet: {out.get('why', 'no run')}"
-                tick(f"{cfg.label()}: fleet not simulated")
-                return
-            last = out["tried"][-1]
-            r.update(fleet_checked=True, fleet_ttft_p99_s=last["ttft_p99_s"], fleet_tpot_p99_s=last["tpot_p99_s"],
-                     fleet_attainment=last["attainment"])
-            if out["nodes"] is not None:
-                n = int(out["nodes"])
-                r.update(fleet_verified=True, fleet_nodes_needed=n, nodes_needed=n,
-                         usd_per_million_output_tokens=cost(cfg, n))
-                tick(f"{cfg.label()}: {n} node(s) behind {r['router']} meet the SLOs")
-            else:
-                n = int(out["last_nodes"]) + 1  # a lower bound: the last tried missed the SLOs
-                r.update(fleet_verified=False, nodes_needed=n, usd_per_million_output_tokens=cost(cfg, n),
-                         fleet_note=f"not verified: {out['last_nodes']} nodes behind {r['router']} still miss the "
-                                    f"SLOs (attainment {last['attainment'] * 100:.1f} %"
-                                    + ("" if last["sustained"] else ", the queue grows") + f"); {n} or more needed")
-                tick(f"{cfg.label()}: not verified as a fleet")
-
-        def fleet_failed(cfg: Config, failure) -> None:
-            rows[cfg]["fleet_note"] = f"the fleet check failed on a worker: {failure.error}"
-            failed.append(cfg.to_dict(num_gpus) | {"label": cfg.label(), "stage": "fleet check",
-                                                   "error": f"fleet check: {failure.error}",
-                                                   "tries": failure.tries})
-            tick(f"{cfg.label()}: fleet check failed")
-
-        while True:
-            ranked = sorted((r for cfg, r in rows.items() if r["meets_slo"]), key=rank_key)
-            by_label = {cfg.label(): cfg for cfg in rows}
-            todo = [by_label[r["label"]] for r in ranked[:fleet_top] if by_label[r["label"]] not in attempted]
-            todo = todo[:max(0, 2 * fleet_top - len(attempted))]
-            if not todo:
-                break
-            queue = []
-            for cfg in todo:
-                attempted.add(cfg)
-                n0 = rows[cfg]["nodes_needed"]
-                if n0 > MAX_NODES:
-                    rows[cfg]["fleet_note"] = (f"not simulated as a fleet: {n0} nodes, more than the {MAX_NODES} a "
-                                               "fleet simulation holds")
-                    continue
-                queue.append(cfg)
-            total += len(queue)
-
-            def next_fleet():
-                if not queue:
-                    return None
-                cfg = queue.pop(0)
-                payload = {"scenario": scenarios[cfg], "slo": slo, "nodes": rows[cfg]["nodes_needed"],
-                           "router": router, "rate_req_s": rate_all, "extra": FLEET_EXTRA_NODES}
-                return cfg, f"{cfg.label()} (fleet)", fleet_task, payload
-
-            run_tasks(backend, next_fleet, on_result=got_fleet, on_failure=fleet_failed)
+        ceilings = saturate(ledger, backend, scenarios)
+        rows = CapacityStage(setup, ledger, scenarios, ceilings, configs).run(backend)
+        FleetStage(setup, ledger, rows, scenarios).run(backend)
     finally:
         if own:
             backend.close()
 
-    good = sorted((r for r in rows.values() if r["meets_slo"]), key=rank_key)
-    front = pareto(good)
-    for r, on in zip(good, front):
-        r["pareto"] = on
-    bad = sorted((r for r in rows.values() if not r["meets_slo"]), key=lambda r: r["label"])
-    for r in bad:
-        r["pareto"] = False
-        skipped.append({k: r[k] for k in ("gpu", "precision", "tp", "replicas_per_node", "policy", "knobs", "label")}
-                       | {"reason": "no rate meets the SLOs",
-                          "why": "no rate tried meets the SLOs, even the lowest (binding: "
-                                 f"{r['binding_slo'] or 'none'}" + (f", class {r['binding_class']}"
-                                                                    if r["binding_class"] else "") + ")"})
+    good, bad = ranked(ledger, rows)
+    gpus = list(dict.fromkeys(c.gpu for c in configs))
+    servings = list(dict.fromkeys(c.serving for c in configs))
     return {
         "configs": good + bad,
+        "best_by_gpu": best_per(good, "gpu", gpus, ledger),
+        "best_by_serving": best_per(good, "serving", servings, ledger),
+        "serving": grid.serving,
         "searched": len(rows),
         "grid_size": len(configs),
-        "skipped": skipped,
-        "pruned": pruned,
-        "failed": failed,
-        "simulations": simulations,
+        "skipped": ledger.skipped,
+        "pruned": ledger.pruned,
+        "dominated": dominated,
+        "failed": ledger.failed,
+        "simulations": ledger.simulations,
         "seconds": time.perf_counter() - started,
         "backend": backend.describe(),
-        "target_rate_req_s": target_rate_req_s,
-        "gpu_hour_usd": dict(gpu_hour_usd),
+        "target_rate_req_s": setup.target_rate_req_s,
+        "gpu_hour_usd": dict(prices),
         "headroom": headroom,
         "num_gpus_per_node": num_gpus,
-        "mean_output_tokens": mean_output,
+        "mean_output_tokens": setup.mean_output,
         "slo": slo.to_dict(),
         "router": router,
         "fleet_top": fleet_top,
-        "notes": [router_note(router, fleet_top), COST_NOTE],
+        "notes": [router_note(router, fleet_top), COST_NOTE, LATENCY_NOTE],
     }

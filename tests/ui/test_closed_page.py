@@ -170,7 +170,8 @@ def test_a_closed_page_stops_its_deployment_search(starts, runners, monkeypatch)
 
     monkeypatch.setattr(search_module, "search_task", task)
     at = AppTest.from_file(str(ROOT / "app.py"))
-    for k, v in dict(n=str(N), s_gpus="h100-sxm,a100-80gb", s_precs="bf16,fp8", s_tps="8", target="20").items():
+    for k, v in dict(n=str(N), s_gpus="h100-sxm,a100-80gb", s_precs="bf16,fp8", s_tps="8", target="20",
+                     s_serving="agg").items():
         at.query_params[k] = v
     at.switch_page("pages/find_a_deployment.py")  # 4 configurations: searched as the page opens
     # closed once two capacity searches have run a few simulations each

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs
 
+import pytest
+
 from uihelpers import assert_clean, chart, chart_titles, data_traces, run_page
 
 from batching.studies.search import ROUTER_NOTE
 
 PAGE = "pages/find_a_deployment.py"
-QUERY = dict(n="100", s_gpus="h100-sxm,a100-80gb", s_precs="bf16,fp8", s_tps="8", target="20")
+QUERY = dict(n="100", s_gpus="h100-sxm,a100-80gb", s_precs="bf16,fp8", s_tps="8", target="20", s_serving="agg")
 
 
 def searched(**query):
@@ -51,13 +53,13 @@ def test_search_ranks_marks_and_links():
     at = searched()
     df = at.dataframe[0].value
     assert list(df.columns) == ["Rank", "GPU", "Precision", "TP", "Replicas per node", "Policy", "Knobs",
-                                "Rate per node (req/s)", "Nodes for 20 req/s", "$ per M output tokens",
+                                "Rate per copy (req/s)", "Nodes for 20 req/s", "$ per M output tokens",
                                 "P99 TTFT (s)", "P99 TPOT (ms)", "Binding SLO", "Pareto"]
     costs = list(df["$ per M output tokens"])
     assert costs == sorted(costs) and len(df) >= 2
     assert df.iloc[0]["GPU"] == "h100-sxm" and df.iloc[0]["Precision"] == "FP8"
     res = at.session_state["search_last"][1]
-    assert df.iloc[0]["Rate per node (req/s)"] == res["configs"][0]["max_rate_req_s"]
+    assert df.iloc[0]["Rate per copy (req/s)"] == res["configs"][0]["max_rate_req_s"]
     assert any(ROUTER_NOTE in c.value for c in at.caption)
     # the chart: the chosen (cheapest) configuration ringed in both panels
     spec = chart(at, "Cost against tail latency")
@@ -119,3 +121,20 @@ def test_an_unreachable_ray_cluster_falls_back_to_the_server(monkeypatch):
     assert len(notes) == 1 and address in notes[0] and "searching on this server" in notes[0], notes
     res = at.session_state["search_last"][1]
     assert res["grid_size"] == 4 and "in this process" in res["backend"] and res["configs"][0]["meets_slo"]
+
+
+def test_serving_choice_and_prices_from_the_cited_table():
+    """Issue 24: the page offers the search's serving choice (aggregated by default, so the default grid searches
+    as it opens; both adds the splits) and its prices default from batching/data/gpu_hour_usd.csv
+    (pricing.default_gpu_hour_usd), not a page-local table."""
+    query = dict(n="100", s_gpus="h100-sxm,h200-sxm", s_precs="fp8", s_tps="8", target="20")
+    at = run_page(PAGE, **query)
+    assert_clean(at)
+    assert at.radio(key="wid:s_serving").value == "agg"
+    assert at.number_input(key="wid:usd_h100-sxm").value == pytest.approx(2.69)
+    assert at.number_input(key="wid:usd_h200-sxm").value == pytest.approx(3.59)
+    assert any("2 configurations" in c.value for c in at.caption)
+    both = run_page(PAGE, **(query | {"s_serving": "both"}))
+    assert_clean(both)
+    # 2 aggregated + 2 x 28 splits: more than the page searches on open, so it waits for the button
+    assert any("58 configurations" in c.value for c in both.caption)
