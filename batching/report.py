@@ -32,6 +32,7 @@ from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
 from batching.studies.capacity import class_names
 from batching.studies.compare import Comparison, verdict
+from batching.studies.launch import launch
 from batching.studies.planning import CapacityPlan, SweepStudy
 from batching.studies.sweeps import KNOBS
 
@@ -196,6 +197,8 @@ def summary_json(summaries: Mapping[str, dict], scenario: Scenario,
         "scenario": dict(scenario_rows(scenario)),
         "policies": {k: {"description": p.describe(), **dataclasses.asdict(p)} for k, p in (policies or {}).items()},
         "summaries": summaries,
+        # the vLLM and SGLang commands that run each policy on this scenario (studies.launch, docs/LAUNCH.md)
+        "launch": {k: launch(scenario.with_policy(p)) for k, p in (policies or {}).items()},
     }
     return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
 
@@ -523,7 +526,8 @@ def capacity_json(plan: CapacityPlan) -> bytes:
            "headroom": plan.headroom, "scenario": dict(scenario_rows(plan.scenario)),
            "policies": {n: {"description": PRESETS[n].describe() if n in PRESETS else n, **r.to_dict(),
                             "rates_tried": r.rates_tried} for n, r in plan.results.items()},
-           "points": _capacity_points(plan).to_dict(orient="records")}
+           "points": _capacity_points(plan).to_dict(orient="records"),
+           "launch": {n: launch(plan.scenario.with_policy(PRESETS[n])) for n in plan.results if n in PRESETS}}
     return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
 
 

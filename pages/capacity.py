@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from batching.ui.launch import launch_expander
 from batching.charts import policy as charts
 
 from batching import report
@@ -252,6 +253,7 @@ def _results(plan: CapacityPlan) -> None:
         else:
             config[header] = st.column_config.NumberColumn(header, help=tip, format=fmt)
     st.dataframe(df, column_config=config, width="stretch")
+    launch_expander({n: base.with_policy(PRESETS[n]) for n in plan.results if n in PRESETS})
     room = (f" Nodes and cost include a headroom of {plan.headroom:g}× for the cost model's known error (its TPOT "
             f"is {TPOT_UNDERESTIMATE[0] * 100:.0f}–{TPOT_UNDERESTIMATE[1] * 100:.0f} % below published vLLM and "
             "SGLang runs); the rate per node is the simulator's own." if plan.headroom != 1.0 else

@@ -9,6 +9,7 @@ from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add
                                build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
 from batching.studies.capacity import HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names
 from batching.charts.formatting import shown
+from batching.studies.launch import launch
 
 MAX_TARGET_RATE_REQ_S = 1e9
 MAX_GPU_HOUR_USD = 1e6
@@ -69,5 +70,6 @@ def cmd_capacity(args) -> int:
         print(f"  {level} {c['class_name']}: attainment {_pct(c['attainment'])}, goodput {fmt(c['goodput_req_s'])} "
               f"req/s, TTFT P50 {shown('ttft_p50_s', c['ttft_p50_s'])} P99 {shown('ttft_p99_s', c['ttft_p99_s'])}, TPOT P50 {shown('tpot_p50_s', c['tpot_p50_s'])} "
               f"P99 {shown('tpot_p99_s', c['tpot_p99_s'])}")
-    write_json(args.json, d | {"slo": slo.to_dict(), "points": res.points.to_dict(orient="records")})
+    write_json(args.json, d | {"slo": slo.to_dict(), "points": res.points.to_dict(orient="records"),
+                               "launch": launch(sc)})  # the vLLM and SGLang commands (docs/LAUNCH.md)
     return 0

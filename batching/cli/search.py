@@ -21,6 +21,7 @@ from batching.sim.hardware.specs import GPUS, MODELS, PRECISIONS, Deployment, No
 from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
                                        worker_cap)
 from batching.studies.capacity import HEADROOM_LIMITS, class_names
+from batching.studies.launch import with_launch
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
                                      ROUTER_NOTE, SEARCH_KNOBS, TPS, Grid, parse_knobs, search)
 
@@ -241,6 +242,7 @@ def cmd_search(args) -> int:
                  warm=args.warm_start, headroom=args.headroom, custom_gpus=custom, progress=_progress,
                  router=args.router, fleet_top=args.fleet_top)
     _print(res, slo.describe(class_names(base)))
+    with_launch(res["configs"], base, custom)  # each row's vLLM and SGLang commands (docs/LAUNCH.md)
     write_json(args.json, res)
     if res["failed"]:
         print(f"{len(res['failed'])} configuration(s) failed on a worker after a retry: "
