@@ -217,7 +217,7 @@ POLICY_METRICS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p
 
 def policy_label(policy: BatchingPolicy) -> str:
     """The preset a policy is, else ``"custom <mode>"`` (the caption's name for a run without a page label)."""
-    return next((name for name, p in PRESETS.items() if p == policy), f"custom {policy.mode}")
+    return next((name for name, p in PRESETS.items() if p == policy.unsized()), f"custom {policy.mode}")
 
 
 def policy_figure_keys(result: SimResult) -> tuple[str, ...]:

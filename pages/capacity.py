@@ -391,7 +391,7 @@ def split_frame(study: dc.SplitCapacity, base: Scenario) -> pd.DataFrame:
 def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
     names = class_names(base)
     slo_text = study.slo.describe(names)
-    pol = next((n for n, p in PRESETS.items() if p == study.policy), study.policy.describe())
+    pol = next((n for n, p in PRESETS.items() if p == study.policy.unsized()), study.policy.describe())
     st.subheader(f"Aggregated vs disaggregated: {plain(slo_text)}", divider="gray")
     sentence = study.verdict()
     st.info(plain(sentence), icon=":material/call_split:")

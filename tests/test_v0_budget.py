@@ -92,3 +92,12 @@ def test_a_model_without_a_stated_context_gets_its_longest_prompt(tmp_path):
     res = simulate(Scenario(deployment=Deployment(model=ctx0), workload=TraceWorkload.from_path(MOONCAKE,
                                                                                                max_requests=12)))
     assert res.scenario.policy.max_num_batched_tokens == int(res.requests.prompt_tokens.max()) > 8192
+
+
+def test_a_sized_preset_is_still_named_as_its_preset():
+    from batching.report import policy_label
+
+    sized = Scenario().policy
+    assert sized != PRESETS["continuous"] and sized.unsized() == PRESETS["continuous"]
+    assert policy_label(sized) == "continuous"
+    assert with_knobs(PRESETS["continuous"], max_num_batched_tokens=4096).unsized() != PRESETS["continuous"]

@@ -86,6 +86,10 @@ class BatchingPolicy:
         budget = min(budget, int(KNOB_LIMITS["max_num_batched_tokens"][1]))
         return self if budget == self.max_num_batched_tokens else replace(self, max_num_batched_tokens=budget)
 
+    def unsized(self) -> "BatchingPolicy":
+        """The policy before a deployment sized its budget (``sized_for``): what compares equal to its preset."""
+        return replace(self, max_num_batched_tokens=V0_MIN_BUDGET) if self.sizes_budget else self
+
     def validate(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is not allowed; allowed: {', '.join(MODES)}")
