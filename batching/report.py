@@ -32,6 +32,7 @@ from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
 from batching.studies.capacity import class_names, default_price, default_price_note, mean_output_tokens
 from batching.studies.compare import Comparison, verdict
+from batching.studies.launch import launch
 from batching.studies.planning import CapacityPlan, SweepStudy
 from batching.studies.sweeps import KNOBS
 
@@ -196,6 +197,8 @@ def summary_json(summaries: Mapping[str, dict], scenario: Scenario,
         "scenario": dict(scenario_rows(scenario)),
         "policies": {k: {"description": p.describe(), **dataclasses.asdict(p)} for k, p in (policies or {}).items()},
         "summaries": summaries,
+        # the vLLM and SGLang commands that run each policy on this scenario (studies.launch, docs/LAUNCH.md)
+        "launch": {k: launch(scenario.with_policy(p)) for k, p in (policies or {}).items()},
     }
     return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
 
@@ -214,7 +217,7 @@ POLICY_METRICS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p
 
 def policy_label(policy: BatchingPolicy) -> str:
     """The preset a policy is, else ``"custom <mode>"`` (the caption's name for a run without a page label)."""
-    return next((name for name, p in PRESETS.items() if p == policy), f"custom {policy.mode}")
+    return next((name for name, p in PRESETS.items() if p == policy.unsized()), f"custom {policy.mode}")
 
 
 def policy_figure_keys(result: SimResult) -> tuple[str, ...]:
@@ -531,7 +534,8 @@ def capacity_json(plan: CapacityPlan) -> bytes:
            "mean_output_tokens": mean_output_tokens(plan.scenario), "scenario": dict(scenario_rows(plan.scenario)),
            "policies": {n: {"description": PRESETS[n].describe() if n in PRESETS else n, **r.to_dict(),
                             "rates_tried": r.rates_tried} for n, r in plan.results.items()},
-           "points": _capacity_points(plan).to_dict(orient="records")}
+           "points": _capacity_points(plan).to_dict(orient="records"),
+           "launch": {n: launch(plan.scenario.with_policy(PRESETS[n])) for n in plan.results if n in PRESETS}}
     return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
 
 

@@ -4,6 +4,7 @@ price from the price table unless the user enters one)."""
 import pandas as pd
 import streamlit as st
 
+from batching.ui.launch import launch_expander
 from batching.charts import policy as charts
 
 from batching import report
@@ -282,6 +283,7 @@ def _results(plan: CapacityPlan) -> None:
         else:
             config[header] = st.column_config.NumberColumn(header, help=tip, format=fmt)
     st.dataframe(df, column_config=config, width="stretch")
+    launch_expander({n: base.with_policy(PRESETS[n]) for n in plan.results if n in PRESETS})
     room = (f" Nodes and the cost at the target include a headroom of {plan.headroom:g}× for the cost model's known "
             f"error (its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}–{TPOT_UNDERESTIMATE[1] * 100:.0f} % below "
             "published vLLM and SGLang runs); the rate per node is the simulator's own." if plan.headroom != 1.0 else
@@ -426,7 +428,7 @@ def split_frame(study: dc.SplitCapacity, base: Scenario) -> pd.DataFrame:
 def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
     names = class_names(base)
     slo_text = study.slo.describe(names)
-    pol = next((n for n, p in PRESETS.items() if p == study.policy), study.policy.describe())
+    pol = next((n for n, p in PRESETS.items() if p == study.policy.unsized()), study.policy.describe())
     st.subheader(f"Aggregated vs disaggregated: {plain(slo_text)}", divider="gray")
     sentence = study.verdict()
     st.info(plain(sentence), icon=":material/call_split:")

@@ -3,6 +3,7 @@ from dataclasses import replace
 
 import streamlit as st
 
+from batching.ui.launch import launch_expander
 from batching.charts import fleet as fleet_charts
 from batching.charts import policy as charts
 
@@ -145,6 +146,7 @@ def explore(base: Scenario) -> None:
         requests_csv=lambda: report.requests_csv(cache.result_for_download(run)),
         steps_csv=lambda: report.steps_csv(cache.result_for_download(run)),
         summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html)
+    launch_expander(run)  # the vLLM and SGLang commands of this run (issue 24)
 
 
 FIGURES = "explore_figures"  # session: (run, label) -> the figures drawn from it so far, the last run only

@@ -8,6 +8,7 @@ import os
 import pandas as pd
 import streamlit as st
 
+from batching.ui.launch import launch_expander, with_launch_rows
 from batching.charts import policy as charts
 from batching.charts.search import pareto_chart
 from batching.sim.policy import PRESETS
@@ -121,7 +122,8 @@ def _run(base: Scenario, slo, target: float, prices: dict, grid: Grid, router: s
             return slots.StoppableBackend(backend)  # closed on the way out: a closed page's tasks stop there
 
         try:  # search closes the backend it made
-            return search(base, slo, target, prices, grid, backend=open_backend, progress=progress, router=router)
+            return with_launch_rows(search(base, slo, target, prices, grid, backend=open_backend, progress=progress,
+                                           router=router), base)
         finally:
             for _ in range(taken[0]):
                 cache.SLOTS.release()
@@ -311,6 +313,7 @@ def _results(res: dict, slo_text: str) -> None:
         else:
             st.caption("A prefill/decode split: set its split in the sidebar's disaggregation inputs to open it on "
                        "Explore.")
+        launch_expander(best.get("launch"))
         cfg = {"Rate per copy (req/s)": st.column_config.NumberColumn(format="%.3g"),
                "$ per M output tokens": st.column_config.NumberColumn(format="$%.3f"),
                "P99 TTFT (s)": st.column_config.NumberColumn(format="%.3f"),

@@ -66,7 +66,7 @@ def test_report_writes_every_figure_the_html_and_the_json(tmp_path, capsys):
         assert width == 2 * 1200 and 600 <= height <= 2 * 1000, (key, width, height)
         assert len(data) > 20_000, key  # a real chart, not a blank image
     doc = json.loads((out / "explore_summary.json").read_text())
-    assert set(doc) == {"scenario", "policies", "summaries"}
+    assert set(doc) == {"scenario", "policies", "summaries", "launch"}
     assert list(doc["summaries"]) == ["chunked"] and doc["policies"]["chunked"]["chunked_prefill"] is True
     s = doc["summaries"]["chunked"]
     assert set(SUMMARY_KEYS) <= set(s) and s["num_requests"] == 300

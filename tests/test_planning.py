@@ -298,7 +298,8 @@ def test_read_sweeps_and_the_checks_text():
     assert list(study.frames) == ["mine", "chunked"] and study.frame is main
     assert study.values == (16.0, 32.0, 64.0, 128.0)
     assert study.knees == {"mine": 64.0, "chunked": None} and study.knee == 64.0
-    assert study.policies == {"mine": PRESETS["continuous"], "chunked": PRESETS["chunked"]}
+    assert {k: p.unsized() for k, p in study.policies.items()} == {"mine": PRESETS["continuous"],
+                                                                  "chunked": PRESETS["chunked"]}
     assert study.cards == tuple(sp.cards(main, "max_num_seqs", sc, 64.0, 0.05))
     assert [c.fired for c in study.cards] == [True, False, False] and study.fired == [study.cards[0]]
     assert study.cards[0].suggestion == 64.0

@@ -630,6 +630,7 @@ def build_scenario(args) -> Scenario:
         reqs, _ = admitted(wl.generate(), dep.model)  # requests beyond the context are rejected, not all of them
     except ValueError as exc:
         raise CliError(f"{_workload_flag(args)}: {exc}") from None
+    pol = pol.sized_for(dep.model.max_context_tokens, int(reqs.prompt_tokens.max()) if len(reqs) else 0)  # as vLLM V0
     dis = _disagg(args, dep, reqs, pol)
     sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router, disagg=dis)
     sc.validate()

@@ -13,6 +13,7 @@ from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UND
                                        default_price, default_price_note)
 from batching.studies.pricing import DEFAULT_HEADROOM, MAX_GPU_HOUR_USD, PRICES_ENV
 from batching.charts.formatting import shown
+from batching.studies.launch import launch
 
 MAX_TARGET_RATE_REQ_S = 1e9
 
@@ -94,5 +95,6 @@ def cmd_capacity(args) -> int:
     print(f"per class, {where} (each against its own SLOs at {slo.attainment * 100:.3g} %):")
     for level, c in res.by_priority.items():
         print(f"  {level} {c['class_name']}: {class_line(c)}")
-    write_json(args.json, d | {"slo": slo.to_dict(), "points": res.points.to_dict(orient="records")})
+    write_json(args.json, d | {"slo": slo.to_dict(), "points": res.points.to_dict(orient="records"),
+                               "launch": launch(sc)})  # the vLLM and SGLang commands (docs/LAUNCH.md)
     return 0

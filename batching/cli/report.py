@@ -231,7 +231,7 @@ def page_export(args, scenario):
     from batching.sim.simulate import simulate
     from batching.studies.compare import compare
 
-    label = args.preset + ("*" if scenario.policy != PRESETS[args.preset] else "")
+    label = args.preset + ("*" if scenario.policy.unsized() != PRESETS[args.preset] else "")
     if args.page == "explore":
         return report.explore_export(simulate(scenario), label)
     if args.page == "showdown":

@@ -24,6 +24,7 @@ from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEO
                                        worker_cap)
 from batching.studies.capacity import HEADROOM_LIMITS, class_names
 from batching.studies.pricing import DEFAULT_HEADROOM, price_table
+from batching.studies.launch import with_launch
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
                                      ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, Grid, parse_knobs, search)
 
@@ -257,6 +258,7 @@ def cmd_search(args) -> int:
                  warm=args.warm_start, headroom=args.headroom, custom_gpus=custom, progress=_progress,
                  router=args.router, fleet_top=args.fleet_top)
     _print(res, slo.describe(class_names(base)))
+    with_launch(res["configs"], base, custom)  # each row's vLLM and SGLang commands (docs/LAUNCH.md)
     write_json(args.json, res)
     if res["failed"]:
         print(f"{len(res['failed'])} configuration(s) failed on a worker after a retry: "

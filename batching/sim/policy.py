@@ -17,6 +17,9 @@ PREEMPTION_MODES = tuple(PREEMPTION_CODE)
 # speculative decoding methods (batching/sim/engine/speculative.py prices them)
 SPEC_METHODS = ("off", "draft", "eagle", "ngram", "mtp")
 DEFAULT_DRAFT_MODEL = "qwen2.5-7b"  # the default target's family (Qwen2.5-72B)
+# vLLM V0's step budget when nobody sets max_num_batched_tokens: without chunked prefill max(max_model_len, 2048), with
+# it 2048 (vllm/config.py SchedulerConfig.__post_init__, _DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048)
+V0_MIN_BUDGET = 2048
 # knob -> (lowest, highest) value a policy accepts: validate() checks them, the CLI's options, the dashboard's
 # widgets and links, and sweep ranges read them (the one place they are defined)
 KNOB_LIMITS: dict[str, tuple[float, float]] = {
@@ -63,6 +66,29 @@ class BatchingPolicy:
     spec_acceptance: float = 0.8
     spec_draft_model: str = DEFAULT_DRAFT_MODEL
     spec_disable_batch_size: int = 0
+    # the step budget as vLLM V0 sizes it when nobody sets it: without chunked prefill max(max_model_len, 2048) (the
+    # deployment's model context, and at least the longest prompt), so every prompt fits one step; a Scenario fills it
+    # in from its deployment (``sized_for``). An explicit max_num_batched_tokens (``with_knobs``) turns it off.
+    budget_from_context: bool = False
+
+    @property
+    def sizes_budget(self) -> bool:
+        """True when the step budget comes from the model's context (continuous, no chunked prefill, not set)."""
+        return self.budget_from_context and self.mode == "continuous" and not self.chunked_prefill
+
+    def sized_for(self, context_tokens: int, longest_prompt: int = 0) -> "BatchingPolicy":
+        """This policy with the step budget vLLM V0 gives it on a model of ``context_tokens`` (max_model_len; 0 = not
+        stated): max(max_model_len, 2048), at least ``longest_prompt``; the policy itself when the budget is set, or
+        when neither is known."""
+        if not self.sizes_budget or not (context_tokens or longest_prompt):
+            return self  # set by the user, or nothing known yet (no stated context: the run sizes it from its prompts)
+        budget = max(int(context_tokens or 0), V0_MIN_BUDGET, int(longest_prompt or 0))
+        budget = min(budget, int(KNOB_LIMITS["max_num_batched_tokens"][1]))
+        return self if budget == self.max_num_batched_tokens else replace(self, max_num_batched_tokens=budget)
+
+    def unsized(self) -> "BatchingPolicy":
+        """The policy before a deployment sized its budget (``sized_for``): what compares equal to its preset."""
+        return replace(self, max_num_batched_tokens=V0_MIN_BUDGET) if self.sizes_budget else self
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -112,7 +138,13 @@ class BatchingPolicy:
             return f"static batching, batch {self.max_batch_size}"
         if self.mode == "dynamic":
             return f"dynamic batching, max batch {self.max_batch_size}, max wait {self.max_wait_s * 1e3:g} ms"
-        parts = [f"continuous batching, max {self.max_num_seqs} seqs, {self.max_num_batched_tokens} tokens/step"]
+        if self.sizes_budget:
+            n = self.max_num_batched_tokens
+            budget = (f"max(max_model_len, {V0_MIN_BUDGET}){f' = {n:,}' if n > V0_MIN_BUDGET else ''} tokens/step "
+                      "as vLLM V0 sizes it")
+        else:
+            budget = f"{self.max_num_batched_tokens} tokens/step"
+        parts = [f"continuous batching, max {self.max_num_seqs} seqs, {budget}"]
         if self.chunked_prefill:
             parts.append("chunked prefill")
         if self.priority:
@@ -132,9 +164,11 @@ PRESETS: dict[str, BatchingPolicy] = {
     "static": BatchingPolicy(mode="static", max_batch_size=32),
     # Triton dynamic batcher: up to 64, the oldest waits at most 100 ms
     "dynamic": BatchingPolicy(mode="dynamic", max_batch_size=64, max_wait_s=0.1),
-    # vLLM V0 defaults: 256 sequences, whole-prompt prefill steps, recompute preemption (prefix caching on in
-    # every iteration-level preset, as vLLM V1 and SGLang default to; it changes nothing without shared prefixes)
-    "continuous": BatchingPolicy(mode="continuous", prefix_caching=True),
+    # vLLM V0 defaults: 256 sequences, whole-prompt prefill steps in a budget of max(max_model_len, 2048) tokens,
+    # recompute preemption (prefix caching on in every iteration-level preset, as vLLM V1 and SGLang default to; it
+    # changes nothing without shared prefixes)
+    "continuous": BatchingPolicy(mode="continuous", max_num_batched_tokens=V0_MIN_BUDGET, prefix_caching=True,
+                                 budget_from_context=True),
     # vLLM V1 / Sarathi-Serve: mixed steps with a 2,048-token budget
     "chunked": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048,
                               prefix_caching=True),
@@ -152,7 +186,11 @@ def preset(name: str) -> BatchingPolicy:
 
 
 def with_knobs(policy: BatchingPolicy, **knobs) -> BatchingPolicy:
-    """A copy with the given knobs changed (None values are ignored), validated."""
-    p = replace(policy, **{k: v for k, v in knobs.items() if v is not None})
+    """A copy with the given knobs changed (None values are ignored), validated. A max_num_batched_tokens given is the
+    user's: the budget no longer follows the model's context."""
+    given = {k: v for k, v in knobs.items() if v is not None}
+    if "max_num_batched_tokens" in given and "budget_from_context" not in given:
+        given["budget_from_context"] = False
+    p = replace(policy, **given)
     p.validate()
     return p

@@ -37,6 +37,13 @@ class Scenario:
     router: str = "round-robin"  # how a request picks its replica (fleet.ROUTERS)
     disagg: dg.Disagg | None = None  # prefill/decode disaggregation: the GPUs split into prefill and decode instances
 
+    def __post_init__(self) -> None:
+        # a policy whose step budget follows the context (the continuous preset, as vLLM V0 sizes it) gets this
+        # deployment's: max(max_model_len, 2048); every reader of scenario.policy sees the budget that runs
+        pol, model = self.policy, getattr(self.deployment, "model", None)
+        if isinstance(pol, BatchingPolicy) and model is not None:
+            object.__setattr__(self, "policy", pol.sized_for(getattr(model, "max_context_tokens", 0)))
+
     @property
     def replicas(self) -> int:
         """Replicas in the fleet: nodes x replicas per node."""
@@ -374,6 +381,9 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     dep = scenario.deployment
     reqs, rejected = admitted(reqs, dep.model)
     rejected = tuple(int(x) for x in rejected)
+    if scenario.policy.sizes_budget and len(reqs):  # a model without a stated context: at least the longest prompt
+        scenario = replace(scenario, policy=scenario.policy.sized_for(dep.model.max_context_tokens,
+                                                                      int(reqs.prompt_tokens.max())))
     if saturated:
         reqs = reqs.saturated()
     check_size(scenario, reqs)

@@ -156,8 +156,10 @@ def policy_knobs(prefix: str, preset: str, columns: int = 3,
     if reset_button:
         st.button("Reset knobs to the preset", key=f"reset_knobs_{prefix or 'main'}", on_click=_reset_knobs,
                   args=(prefix,), icon=":material/undo:")
-    values = {FIELDS[k][0]: _field_value(k, state.value(prefix + k)) for k in keys}
     customised = any(state.value(prefix + k) != _defaults(base)[k] for k in keys)
+    # a budget left at the preset's follows the model's context (the continuous preset, as vLLM V0 sizes it)
+    follow = base.budget_from_context and state.value(prefix + "budget") == _defaults(base)["budget"]
+    values = {FIELDS[k][0]: _field_value(k, state.value(prefix + k)) for k in keys if not (follow and k == "budget")}
     try:
         pol = with_knobs(base, **values)
         return ps, PolicyChoice(preset, pol, None, customised)
@@ -190,7 +192,8 @@ def _knob_widget(prefix: str, k: str) -> None:
     elif k == "budget":
         label = "Chunk size (tokens per step)" if chunked else "Token budget per step"
         st.slider(label, **_range(k), help="max_num_batched_tokens: tokens one step may compute. Without "
-                  "chunked prefill it must hold the longest prompt.", **kw)
+                  "chunked prefill it must hold the longest prompt; the continuous preset sizes it as vLLM V0 does, "
+                  "max(the model's context, 2,048) tokens, until you move this slider.", **kw)
     elif k == "chunked":
         st.toggle("Chunked prefill", help="Mixed steps: decodes first, prompt chunks fill the rest of the "
                   "budget (Sarathi-Serve, vLLM V1).", **kw)

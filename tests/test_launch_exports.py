@@ -1,0 +1,40 @@
+"""The launch commands in the CLI's and the report's JSON (issue 24, item 7)."""
+import json
+
+from batching import report
+from batching.cli.main import main
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import Scenario
+from batching.studies.launch import launch
+
+
+def test_capacity_json_has_the_launch_commands(tmp_path):
+    out = tmp_path / "c.json"
+    assert main(["capacity", "--preset", "chunked", "--slo-ttft-ms", "2000", "--requests", "60", "--json",
+                 str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["launch"]) == {"vllm", "sglang"}
+    assert "vllm serve Qwen/Qwen2.5-72B-Instruct" in doc["launch"]["vllm"]
+    assert "--max-num-batched-tokens 2048 \\\n  --enable-chunked-prefill" in doc["launch"]["vllm"]
+    assert "--chunked-prefill-size 2048" in doc["launch"]["sglang"]
+
+
+def test_search_json_rows_have_the_launch_commands(tmp_path):
+    out = tmp_path / "s.json"
+    rc = main(["search", "--slo-ttft-ms", "2000", "--target-rate", "5", "--gpu-hour-usd", "2", "--requests", "40",
+               "--gpus", "h100-sxm", "--precisions", "bf16", "--tp", "4,8", "--policies", "chunked", "--workers", "1",
+               "--fleet-top", "0", "--json", str(out)])
+    assert rc == 0
+    rows = json.loads(out.read_text())["configs"]
+    assert rows and all(set(r["launch"]) == {"vllm", "sglang"} for r in rows)
+    for r in rows:
+        assert f"--tensor-parallel-size {r['tp']}" in r["launch"]["vllm"]
+        assert f"--tp-size {r['tp']}" in r["launch"]["sglang"]
+        assert ("--data-parallel-size 2" in r["launch"]["vllm"]) == (r["tp"] == 4)
+
+
+def test_the_summary_json_export_carries_each_policys_commands():
+    sc = Scenario()
+    doc = json.loads(report.summary_json({}, sc, {"continuous": PRESETS["continuous"], "chunked": PRESETS["chunked"]}))
+    assert doc["launch"]["chunked"] == launch(sc.with_policy(PRESETS["chunked"]))
+    assert "--max-num-batched-tokens 32768" in doc["launch"]["continuous"]["vllm"]
