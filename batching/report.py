@@ -166,6 +166,12 @@ def steps_csv(result: SimResult) -> bytes:
     return frame_csv(result.steps)
 
 
+def summary_csv(summary: Mapping) -> bytes:
+    """A summary as a one-row CSV of its scalar figures (``by_priority`` and other nested parts left to the JSON)."""
+    row = {k: v for k, v in summary.items() if not isinstance(v, (Mapping, list, tuple))}
+    return frame_csv(pd.DataFrame([row]))
+
+
 def combined_csv(results: Mapping[str, SimResult], table: str = "requests") -> bytes:
     """Requests or steps of several runs in one CSV, a ``policy`` column first."""
     if not results:
