@@ -9,6 +9,7 @@ from batching.studies.compare import COMPARE_COLUMNS, verdict
 from batching.studies import article, load_curve
 from batching.sim.policy import PRESETS
 from batching.ui import cache, nav, page, state, tables, widgets
+from batching.ui.safe import plain
 
 scenario = page.setup(
     nav.HOME,
@@ -40,6 +41,13 @@ def _load_curve():
 
 
 rate = float(scenario.workload.rate_req_s)
+# the first cards say how full the node is (issue 24 item 10): load (share of capacity), then MFU and MBU, then GPU
+# busy, of the policy with the highest capacity; every policy's figures are in the classic table below
+lead = max(summaries, key=lambda k: summaries[k]["capacity_output_tok_s"])
+st.markdown(f"**How full the node is** under '{plain(lead)}', the policy with the highest capacity, at "
+            f"{rate:g} req/s (every policy's figures are in the table below; hover a card for its definition)")
+widgets.metric_cards(summaries[lead], (*report.LOAD_CARDS, "capacity_output_tok_s"))
+
 st.subheader("Latency against load", divider="gray")
 # drawn here, computed last: the load curve takes more runs than everything below it (17 s of a 20,000-request
 # link against 5 s for the rest), so the table and bars below appear first and the curve fills this place after

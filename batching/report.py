@@ -213,8 +213,12 @@ def figure_png(fig: go.Figure, scale: float = 2, width: int = 1200, height: int 
 
 # ---------------------------------------------------------------- one policy's figures (Explore a policy)
 
+# how full the node is, the first cards of the showdown and of Explore (issue 24 item 10): the share of capacity the
+# traffic takes first, then how much of the peak FLOP/s and HBM bandwidth does useful work, then the time a forward
+# pass runs (what nvidia-smi calls GPU-Util: near 100 % at any load that keeps a batch running)
+LOAD_CARDS = ("load", "mfu", "mbu", "busy")
 # the metric cards of "Explore a policy", and the rows of its report's metrics table
-POLICY_METRICS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+POLICY_METRICS = (*LOAD_CARDS, "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
                   "e2e_p50_s", "e2e_p99_s", "gpu_util", "batch_efficiency", "preemptions")
 
 

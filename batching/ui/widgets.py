@@ -16,7 +16,8 @@ from batching.ui.safe import plain
 from batching.ui.tables import metric_spec, shown
 
 T = TypeVar("T")
-CARD_LABELS = {"throughput_output_tok_s": "Throughput at this load", "batch_efficiency": "Batch efficiency"}
+CARD_LABELS = {"throughput_output_tok_s": "Throughput at this load", "batch_efficiency": "Batch efficiency",
+               "busy": "GPU busy", "load": "Load (share of capacity)"}
 
 
 def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None, scenario_line: str | None = None) -> None:
