@@ -146,7 +146,9 @@ def explore(base: Scenario) -> None:
         name=name, link=link,
         requests_csv=lambda: report.requests_csv(cache.result_for_download(run)),
         steps_csv=lambda: report.steps_csv(cache.result_for_download(run)),
-        summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html)
+        summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html,
+        figures=lambda: {f"{name}_{k}": fig for k, (fig, _) in
+                         report.policy_figures(cache.result_for_download(run), label).items()})
 
 
 def _with_load(summary: dict, run: Scenario) -> dict:
