@@ -34,7 +34,7 @@ from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
 from batching.studies import article as art
 from batching.studies import load_curve as lc
 from batching.studies.capacity import class_names
-from batching.studies.compare import Comparison, verdict
+from batching.studies.compare import Comparison, verdict, with_capacity
 from batching.studies.planning import CapacityPlan, SweepStudy
 from batching.studies.sweeps import KNOBS
 
@@ -474,9 +474,13 @@ def _indexed(df: pd.DataFrame, name: str = "policy") -> pd.DataFrame:
     return df.rename_axis(name).reset_index()
 
 
-def explore_export(result: SimResult, label: str) -> PageExport:
-    """Explore a policy: the run's figures (``policy_figures``), its metrics, requests and steps, summary JSON."""
+def explore_export(result: SimResult, label: str, saturated: SimResult | None = None) -> PageExport:
+    """Explore a policy: the run's figures (``policy_figures``), its metrics, requests and steps, summary JSON.
+    ``saturated``: the run's capacity twin (every request at t = 0), for its load and overload, the page's first
+    card; without it those read "–"."""
     summary = result.summary()
+    if saturated is not None:
+        summary = with_capacity(summary, saturated.summary())
     one, policies = {label: summary}, {label: result.scenario.policy}
     metrics = report_frame(one, POLICY_METRICS)
     _, sample_note = charts.timeline_sample(result.requests)

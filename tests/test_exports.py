@@ -103,3 +103,14 @@ def test_every_figure_as_png_and_svg(showdown):
         assert z.namelist() == ["a.svg"] and z.read("a.svg").startswith(b"<svg")
     with pytest.raises(ValueError, match="image format 'jpg' is not one of png, svg"):
         report.figure_images({"a": export.figures["bars"][0]}, ("jpg",))
+
+
+def test_explore_export_leads_with_load_from_its_capacity_run():
+    from batching.sim.simulate import simulate
+
+    sc = SC.with_policy(PRESETS["continuous"])
+    export = report.explore_export(simulate(sc), "continuous", simulate(sc, saturated=True))
+    metrics = pd.read_csv(io.BytesIO(export.files()["explore_metrics.csv"]))
+    assert list(metrics.columns[1:5]) == ["Load", "MFU", "MBU", "Busy"]  # how full the node is, first
+    load = float(metrics["Load"][0].removesuffix(" %"))
+    assert 0 < load < 100 and json.loads(export.json)["summaries"]["continuous"]["overloaded"] is False

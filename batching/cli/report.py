@@ -230,7 +230,7 @@ def page_export(args, scenario):
 
     label = args.preset + ("*" if scenario.policy != PRESETS[args.preset] else "")
     if args.page == "explore":
-        return report.explore_export(simulate(scenario), label)
+        return report.explore_export(simulate(scenario), label, simulate(scenario, saturated=True))
     if args.page == "showdown":
         every = presets_with_caching(getattr(args, "prefix_caching", None))
         from batching.studies.load_curve import load_curve
