@@ -9,6 +9,7 @@ from batching.studies.compare import COMPARE_COLUMNS, verdict
 from batching.studies import article, load_curve
 from batching.sim.policy import PRESETS
 from batching.ui import cache, nav, page, state, tables, widgets
+from batching.ui.safe import plain
 
 scenario = page.setup(
     nav.HOME,
@@ -40,6 +41,13 @@ def _load_curve():
 
 
 rate = float(scenario.workload.rate_req_s)
+# the first cards say how full the node is (issue 24 item 10): load (share of capacity), then MFU and MBU, then GPU
+# busy, of the policy with the highest capacity; every policy's figures are in the classic table below
+lead = max(summaries, key=lambda k: summaries[k]["capacity_output_tok_s"])
+st.markdown(f"**How full the node is** under '{plain(lead)}', the policy with the highest capacity, at "
+            f"{rate:g} req/s (every policy's figures are in the table below; hover a card for its definition)")
+widgets.metric_cards(summaries[lead], (*report.LOAD_CARDS, "capacity_output_tok_s"))
+
 st.subheader("Latency against load", divider="gray")
 # drawn here, computed last: the load curve takes more runs than everything below it (17 s of a 20,000-request
 # link against 5 s for the rest), so the table and bars below appear first and the curve fills this place after
@@ -80,13 +88,21 @@ def _summary_json() -> bytes:
     return report.summary_json(summaries, scenario, policies)
 
 
+# what the exports take from parts of the page drawn further down (the load curve, the article's runs): a download
+# is made on its click, after the whole page has run
+drawn: dict = {}
+
+
+def _figures() -> dict:
+    """The page's figures in page order, latency against load first (issue 24 item 11)."""
+    return report.showdown_figures(summaries, scenario, drawn.get("curve"), rate)
+
+
 def _report_html() -> str:
     return report.html_report(
-        "Strategy showdown", scenario, figures=[(bars, "Throughput vs capacity, TTFT and TPOT by policy."),
-                                                 (cls_fig, "P99 TTFT per priority class.")],
-        tables=[("The classic table", tables.report_frame(summaries)),
-                ("P99 TTFT by class (s)", tables.class_frame(summaries).round(3))],
-        policies=policies, verdict=sentence, link=link)
+        "Strategy showdown", scenario, figures=list(_figures().values()),
+        tables=report.showdown_tables(summaries, drawn.get("article")), policies=policies, verdict=sentence,
+        link=link)
 
 
 def _runs_csv(table: str) -> bytes:
@@ -96,7 +112,8 @@ def _runs_csv(table: str) -> bytes:
 
 link = state.current_link()
 widgets.downloads(name=name, summary_json=_summary_json, report_html=_report_html, link=link,
-                  requests_csv=lambda: _runs_csv("requests"), steps_csv=lambda: _runs_csv("steps"))
+                  requests_csv=lambda: _runs_csv("requests"), steps_csv=lambda: _runs_csv("steps"),
+                  figures=lambda: {f"{name}_{k}": fig for k, (fig, _) in _figures().items()})
 
 
 def _draw_load_curve() -> None:
@@ -108,6 +125,7 @@ def _draw_load_curve() -> None:
         if curve is not None:
             st.caption("Showing the last curve that ran.")
     if curve is not None:
+        drawn["curve"] = curve
         load_fig = load_charts.latency_vs_load(curve, load_curve.slo_targets(scenario), rate)
         caps = curve.groupby("policy", sort=False)["capacity_req_s"].first()
         _loads = {k: (summaries[k].get("load") if summaries[k].get("load") is not None else rate / caps[k])
@@ -134,6 +152,7 @@ st.subheader("The article's table", divider="gray")
 art_sc = article.article_scenario(scenario.workload.num_requests, getattr(scenario.workload, "seed", 0))
 art = widgets.guarded(lambda: cache.compare_summaries(art_sc, article.article_policies()), "The article's table")
 if art is not None:
+    drawn["article"] = art
     st.markdown(f"**As published** ({article.SOURCE}): a cited measurement; latencies are TTFT.")
     st.dataframe(article.article_table(), width="stretch", column_config={
         "Throughput (output tok/s)": st.column_config.NumberColumn(format="%,.0f"),

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from batching.charts import fleet as fleet_charts
+from batching.charts import load as load_charts
 from batching.charts import planning as cp
 from batching.charts import policy as charts
 from batching.charts.export import caption_of, scenario_caption, with_caption
@@ -30,8 +31,10 @@ from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
+from batching.studies import article as art
+from batching.studies import load_curve as lc
 from batching.studies.capacity import class_names, default_price, default_price_note, mean_output_tokens
-from batching.studies.compare import Comparison, verdict
+from batching.studies.compare import Comparison, verdict, with_capacity
 from batching.studies.launch import launch
 from batching.studies.planning import CapacityPlan, SweepStudy
 from batching.studies.sweeps import KNOBS
@@ -167,6 +170,12 @@ def steps_csv(result: SimResult) -> bytes:
     return frame_csv(result.steps)
 
 
+def summary_csv(summary: Mapping) -> bytes:
+    """A summary as a one-row CSV of its scalar figures (``by_priority`` and other nested parts left to the JSON)."""
+    row = {k: v for k, v in summary.items() if not isinstance(v, (Mapping, list, tuple))}
+    return frame_csv(pd.DataFrame([row]))
+
+
 def combined_csv(results: Mapping[str, SimResult], table: str = "requests") -> bytes:
     """Requests or steps of several runs in one CSV, a ``policy`` column first."""
     if not results:
@@ -208,10 +217,69 @@ def figure_png(fig: go.Figure, scale: float = 2, width: int = 1200, height: int 
     return pio.to_image(fig, format="png", scale=scale, width=width, height=height or fig.layout.height or 450)
 
 
+def figure_svg(fig: go.Figure, width: int = 1200, height: int | None = None) -> bytes:
+    """A chart as SVG (vector, for documents) through kaleido, at the size its PNG has before scaling."""
+    return pio.to_image(fig, format="svg", width=width, height=height or fig.layout.height or 450)
+
+
+IMAGE_FORMATS = ("png", "svg")
+
+
+def figure_images(figures: Mapping[str, go.Figure], formats: Sequence[str] = IMAGE_FORMATS, scale: float = 2,
+                  width: int = 1200) -> dict[str, bytes]:
+    """``<name>.<format>`` -> bytes for every figure and format, through one kaleido browser (started once: about
+    0.4 s a figure after its start). Made on demand only (a download button's click, the CLI): kaleido is slow."""
+    import warnings
+
+    import kaleido
+
+    unknown = [f for f in formats if f not in IMAGE_FORMATS]
+    if unknown:
+        raise ValueError(f"image format {unknown[0]!r} is not one of {', '.join(IMAGE_FORMATS)}")
+    out: dict[str, bytes] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # plotly: "kopts is ignored if using a server"
+        kaleido.start_sync_server(silence_warnings=True)
+        try:
+            for name, fig in figures.items():
+                for fmt in formats:
+                    out[f"{name}.{fmt}"] = (figure_png(fig, scale=scale, width=width) if fmt == "png"
+                                            else figure_svg(fig, width=width))
+        finally:
+            kaleido.stop_sync_server(silence_warnings=True)
+    return out
+
+
+def zip_bytes(files: Mapping[str, bytes]) -> bytes:
+    """Files (name -> bytes) as one zip archive."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+def figures_zip(figures: Mapping[str, go.Figure], fmt: str) -> bytes:
+    """Every figure of a page as ``<name>.<fmt>`` (png or svg) in one zip: the dashboard's chart download."""
+    return zip_bytes(figure_images(figures, (fmt,)))
+
+
+def tables_zip(tables: Mapping[str, pd.DataFrame]) -> bytes:
+    """Every table of a page as ``<name>.csv`` in one zip (formula-looking cells neutralised)."""
+    return zip_bytes({f"{k}.csv": frame_csv(df) for k, df in tables.items()})
+
+
 # ---------------------------------------------------------------- one policy's figures (Explore a policy)
 
+# how full the node is, the first cards of the showdown and of Explore (issue 24 item 10): the share of capacity the
+# traffic takes first, then how much of the peak FLOP/s and HBM bandwidth does useful work, then the time a forward
+# pass runs (what nvidia-smi calls GPU-Util: near 100 % at any load that keeps a batch running)
+LOAD_CARDS = ("load", "mfu", "mbu", "busy")
 # the metric cards of "Explore a policy", and the rows of its report's metrics table
-POLICY_METRICS = ("throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+POLICY_METRICS = (*LOAD_CARDS, "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
                   "e2e_p50_s", "e2e_p99_s", "gpu_util", "batch_efficiency", "preemptions")
 
 
@@ -382,12 +450,21 @@ class PageExport:
         """figure key -> PNG file name."""
         return {k: f"{self.page}_{k}.png" for k in self.figures}
 
+    def svg_names(self) -> dict[str, str]:
+        """figure key -> SVG file name (kaleido writes both: ``images``)."""
+        return {k: f"{self.page}_{k}.svg" for k in self.figures}
+
+    def images(self, scale: float = 2, width: int = 1200) -> dict[str, bytes]:
+        """Every figure as PNG and SVG (``<page>_<key>.png`` / ``.svg``), through one kaleido browser."""
+        return figure_images({f"{self.page}_{k}": fig for k, (fig, _) in self.figures.items()}, IMAGE_FORMATS,
+                             scale, width)
+
     def files(self, notes: Sequence[str] = ()) -> dict[str, bytes]:
         """file name -> bytes of every file but the PNGs: the tables (CSV), the JSON and the report (HTML)."""
         out = {f"{self.page}_{k}.csv": frame_csv(df) for k, df in self.tables.items()}
         out[f"{self.page}_{self.json_key}.json"] = self.json
         out[f"{self.page}_report.html"] = self.html(notes=notes).encode("utf-8")
-        names = [*out, *self.png_names().values()]
+        names = [*out, *self.png_names().values(), *self.svg_names().values()]
         if len(set(names)) != len(names):
             raise ValueError(f"file names of the {self.page} export repeat: {sorted(names)}")
         return out
@@ -402,9 +479,13 @@ def _indexed(df: pd.DataFrame, name: str = "policy") -> pd.DataFrame:
     return df.rename_axis(name).reset_index()
 
 
-def explore_export(result: SimResult, label: str) -> PageExport:
-    """Explore a policy: the run's figures (``policy_figures``), its metrics, requests and steps, summary JSON."""
+def explore_export(result: SimResult, label: str, saturated: SimResult | None = None) -> PageExport:
+    """Explore a policy: the run's figures (``policy_figures``), its metrics, requests and steps, summary JSON.
+    ``saturated``: the run's capacity twin (every request at t = 0), for its load and overload, the page's first
+    card; without it those read "–"."""
     summary = result.summary()
+    if saturated is not None:
+        summary = with_capacity(summary, saturated.summary())
     one, policies = {label: summary}, {label: result.scenario.policy}
     metrics = report_frame(one, POLICY_METRICS)
     _, sample_note = charts.timeline_sample(result.requests)
@@ -415,23 +496,69 @@ def explore_export(result: SimResult, label: str) -> PageExport:
         notes=(sample_note,) if sample_note else ())
 
 
+def showdown_figures(summaries: Mapping[str, dict], scenario: Scenario, curve: pd.DataFrame | None = None,
+                     rate_req_s: float | None = None) -> dict[str, tuple[go.Figure, str]]:
+    """The showdown's figures in page order, each with the scenario's caption line: latency against load (the page's
+    first chart, when ``curve`` is given: ``studies.load_curve``), the bars, the per-class bars."""
+    figs: dict[str, tuple[go.Figure, str]] = {}
+    if curve is not None and len(curve):
+        rate = float(scenario.workload.rate_req_s) if rate_req_s is None else rate_req_s
+        figs["latency_vs_load"] = (load_charts.latency_vs_load(curve, lc.slo_targets(scenario), rate),
+                                   f"P99 TTFT and TPOT against the offered rate, one line per policy "
+                                   f"({lc.POINTS} rates, {lc.LOW:.0%}-{lc.HIGH:.0%} of its capacity; the x ends it "
+                                   "at its capacity). Dashed: the SLOs; dotted: the scenario's rate.")
+    figs["bars"] = (charts.showdown_bars(summaries), "Throughput vs capacity, TTFT and TPOT by policy; an "
+                    "overloaded policy's latencies read unbounded.")
+    figs["class_ttft"] = (charts.class_ttft_bars(summaries), "P99 TTFT per priority class.")
+    return _captioned(figs, scenario_caption(scenario))
+
+
+def article_tables(article_summaries: Mapping[str, dict] | None) -> dict[str, pd.DataFrame]:
+    """The page's article table: as published (a cited measurement) and the simulator on the same setting."""
+    if not article_summaries:
+        return {}
+    return {"article_published": art.article_table().rename_axis("strategy").reset_index(),
+            "article_simulated": art.simulator_table(article_summaries).round(1).rename_axis("strategy").reset_index()}
+
+
+def showdown_tables(summaries: Mapping[str, dict],
+                    article_summaries: Mapping[str, dict] | None = None) -> tuple[tuple[str, pd.DataFrame], ...]:
+    """The showdown report's tables: the classic table, P99 TTFT by class, the article's table (published and
+    simulated) when its runs are given."""
+    out = [("The classic table", report_frame(summaries)), ("P99 TTFT by class (s)", class_frame(summaries).round(3))]
+    tabs = article_tables(article_summaries)
+    if tabs:
+        out += [(f"The article's table, as published ({art.SOURCE})", tabs["article_published"]),
+                ("The article's table, the simulator on the same setting", tabs["article_simulated"])]
+    return tuple(out)
+
+
+def showdown_article(scenario: Scenario) -> dict[str, dict]:
+    """The article's setting simulated with the scenario's request count and seed (as the page runs it)."""
+    from batching.studies.compare import compare
+
+    sc = art.article_scenario(scenario.workload.num_requests, getattr(scenario.workload, "seed", 0))
+    return compare(sc, art.article_policies()).summaries()
+
+
 def showdown_export(comparison: Comparison, scenario: Scenario,
-                    policies: Mapping[str, BatchingPolicy] = PRESETS) -> PageExport:
-    """The home page, the strategy showdown: its bars and per-class bars, the classic and per-class tables, every
-    run's requests and steps, the summaries JSON, the verdict."""
+                    policies: Mapping[str, BatchingPolicy] = PRESETS, curve: pd.DataFrame | None = None,
+                    article_summaries: Mapping[str, dict] | None = None) -> PageExport:
+    """The home page, the strategy showdown: latency against load (given its ``curve``), its bars and per-class
+    bars, the classic and per-class tables, the article's table (given its runs), every run's requests and steps,
+    the summaries JSON, the verdict."""
     summaries = comparison.summaries()
-    figs = _captioned({
-        "bars": (charts.showdown_bars(summaries), "Throughput vs capacity, TTFT and TPOT by policy."),
-        "class_ttft": (charts.class_ttft_bars(summaries), "P99 TTFT per priority class."),
-    }, scenario_caption(scenario))
+    figs = showdown_figures(summaries, scenario, curve)
     classic = report_frame(summaries)
     by_class = class_frame(summaries).round(3)
+    extra = {"latency_vs_load": curve} if curve is not None else {}
     return PageExport(
         "showdown", "Strategy showdown", scenario, figs,
-        {"classic_table": _indexed(classic), "class_table": _indexed(by_class),
+        {"classic_table": _indexed(classic), "class_table": _indexed(by_class), **extra,
+         **article_tables(article_summaries),
          "requests": _combined(comparison.results, "requests"), "steps": _combined(comparison.results, "steps")},
-        "summary", summary_json(summaries, scenario, policies),
-        (("The classic table", classic), ("P99 TTFT by class (s)", by_class)), policies, verdict(summaries))
+        "summary", summary_json(summaries, scenario, policies), showdown_tables(summaries, article_summaries),
+        policies, verdict(summaries))
 
 
 def compare_figures(results: Mapping[str, SimResult], line: str | None = None) -> dict[str, tuple[go.Figure, str]]:
@@ -582,3 +709,44 @@ def capacity_export(plan: CapacityPlan) -> PageExport:
         "capacity", f"Capacity planning: {plan.slo.describe(class_names(plan.scenario))}", plan.scenario, figs,
         {"plan": _indexed(table), "classes": by_class, "rates": _capacity_points(plan)}, "plan",
         capacity_json(plan), tuple(html_tables), {n: PRESETS[n] for n in plan.results if n in PRESETS}, plan.verdict())
+
+
+# ---------------------------------------------------------------- views without a page export of their own
+# Find a deployment, the disaggregation and speculation views (issue 24 item 11): every page CSV, JSON and HTML
+
+
+def _flat(rows: Sequence[Mapping]) -> pd.DataFrame:
+    """Rows of dicts as a table, nested values (knobs, per-class figures) as JSON text in their cells."""
+    return pd.DataFrame([{k: (json.dumps(jsonable(v)) if isinstance(v, (Mapping, list, tuple)) else v)
+                          for k, v in r.items()} for r in rows])
+
+
+def view_export(page: str, title: str, scenario: Scenario, figures: Mapping[str, tuple[go.Figure, str]],
+                tables: Mapping[str, pd.DataFrame], doc: Mapping | None = None,
+                notes: Sequence[str] = ()) -> PageExport:
+    """A view's export: its figures (each keeps its own caption line), its tables (CSV and the report's tables) and
+    a JSON of ``doc`` (else the tables' rows) with the scenario."""
+    body = dict(doc) if doc is not None else {k: df.to_dict(orient="records") for k, df in tables.items()}
+    data = json.dumps(jsonable({"scenario": dict(scenario_rows(scenario)), **body}), indent=2, allow_nan=False,
+                      default=str).encode()
+    return PageExport(page, title, scenario, dict(figures), dict(tables), "data", data, tuple((k.replace("_", " ").capitalize(), df) for k, df in tables.items()),
+                      notes=tuple(notes))
+
+
+def search_export(found: Mapping, scenario: Scenario, chosen: int | None = 0) -> PageExport:
+    """Find a deployment: the cost-against-latency chart (captioned with its points' own GPUs, precisions, TPs and
+    policies), every configuration searched (CSV), the ones left out and why, the search's JSON, the report."""
+    from batching.charts.export import configs_caption
+    from batching.charts.search import pareto_chart
+
+    configs = list(found.get("configs", ()))
+    fig = with_caption(pareto_chart(configs, chosen), configs_caption(configs, scenario), copy=False)
+    left = ([{**r, "left_out": r.get("reason", "skipped")} for r in found.get("skipped", ())]
+            + [{**r, "left_out": "pruned"} for r in found.get("pruned", ())]
+            + [{**r, "left_out": "failed"} for r in found.get("failed", ())])
+    tables = {"configurations": _flat(configs)}
+    if left:
+        tables["left_out"] = _flat(left)
+    return view_export("search", "Find a deployment", scenario,
+                       {"pareto": (fig, "Cost against P99 TTFT and TPOT per configuration; the Pareto front in "
+                                        "colour.")}, tables, doc=found, notes=tuple(found.get("notes", ())))

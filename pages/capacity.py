@@ -22,6 +22,7 @@ from batching.studies.planning import CapacityPlan, plan_capacity
 from batching.ui import cache, nav, page, planning, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
+from batching.ui import downloads
 
 LAST = "capacity_last"
 SPLIT_LAST = "capacity_split_last"  # session: the last aggregated-vs-disaggregated comparison that ran
@@ -359,7 +360,7 @@ def _results(plan: CapacityPlan) -> None:
          "scenario."),
         ("Report (HTML)", _html, "report.html", "text/html",
          "A standalone page with the scenario, the tables and the charts; opens offline."),
-    ], link)
+    ], link, figures=lambda: {f"{name}_bars": bars, f"{name}_goodput": curves})  # + PNG and SVG (issue 24)
 
 # ---------------------------------------------------------------- aggregated vs disaggregated (issue 13 §2)
 
@@ -456,11 +457,8 @@ def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
     widgets.chart(fig, "Left: requests per second each configuration sustains within the SLOs (higher is better). "
                   "Right: the same per GPU. Blue: aggregated; orange: prefill/decode splits.", f"{name}_bars",
                   scenario_line=line)
-    table_csv = df.to_csv(index=False).encode()
-    planning.download_row(name, [
-        ("Table (CSV)", lambda: table_csv, "disagg.csv", "text/csv",
-         "One row per configuration: GPUs, capacity, req/s per GPU, binding SLO, P99 TTFT and TPOT at that rate."),
-    ])
+    downloads.export_buttons(report.view_export(  # issue 24 item 11: CSV, JSON, HTML, PNG and SVG
+        "capacity_disagg", "Capacity: aggregated against prefill/decode splits", base, {"bars": (fig, "")}, {"disagg": df}), name)
 
 
 FIGURES = "capacity_figures"  # session: kind -> (what it was drawn from, the figure), the last one per kind

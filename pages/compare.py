@@ -4,6 +4,7 @@ import streamlit as st
 from batching.charts import policy as charts
 
 from batching import report
+from batching.charts.export import scenario_caption
 from batching.sim.simulate import Scenario
 from batching.ui import cache, knobs, nav, page, state, tables, widgets
 from batching.ui.safe import plain
@@ -118,7 +119,9 @@ def compare(base: Scenario) -> None:
         name=name, link=link,
         requests_csv=lambda: report.combined_csv(_results(base, chosen, download=True), "requests"),
         steps_csv=lambda: report.combined_csv(_results(base, chosen, download=True), "steps"),
-        summary_json=lambda: report.summary_json(summaries, base, chosen), report_html=_report_html)
+        summary_json=lambda: report.summary_json(summaries, base, chosen), report_html=_report_html,
+        figures=lambda: {f"{name}_{k}": fig for k, (fig, _) in report.compare_figures(
+            _results(base, chosen, download=True), scenario_caption(base)).items()})
 
 
 def _without_cache_figures(summaries: dict, chosen: dict) -> dict:

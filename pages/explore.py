@@ -10,6 +10,7 @@ from batching.charts import policy as charts
 from batching import report
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
+from batching.studies.compare import with_capacity
 from batching.ui import cache, knobs, nav, page, state, tables, widgets
 from batching.ui.safe import plain
 
@@ -58,7 +59,7 @@ def explore(base: Scenario) -> None:
         label = choice.label
         st.session_state[LAST] = (result.scenario, label)
     run = result.scenario
-    summary = result.summary()
+    summary = _with_load(result.summary(), run)
     # everything above the charts whose count varies with the knobs (captions, a row of cards, notes) sits in one
     # container: the charts below keep their places in the page, so the browser redraws them in place rather than
     # mounting them anew (batching/ui/plot.py)
@@ -71,7 +72,8 @@ def explore(base: Scenario) -> None:
         baseline = None
         if not stale and run != base.with_policy(PRESETS[preset]):
             try:
-                baseline = cache.summary_cached(base.with_policy(PRESETS[preset]))
+                baseline = _with_load(cache.summary_cached(base.with_policy(PRESETS[preset])),
+                                      base.with_policy(PRESETS[preset]))
                 st.caption(f"Deltas compare with the unchanged '{preset}' preset on the sidebar's scenario.")
             except (ValueError, RuntimeError) as exc:
                 st.caption(f"No deltas: the unchanged '{preset}' preset cannot run this scenario ({plain(exc)}).")
@@ -145,8 +147,19 @@ def explore(base: Scenario) -> None:
         name=name, link=link,
         requests_csv=lambda: report.requests_csv(cache.result_for_download(run)),
         steps_csv=lambda: report.steps_csv(cache.result_for_download(run)),
-        summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html)
+        summary_json=lambda: report.summary_json(one, run, policies), report_html=_report_html,
+        figures=lambda: {f"{name}_{k}": fig for k, (fig, _) in
+                         report.policy_figures(cache.result_for_download(run), label).items()})
     launch_expander(run)  # the vLLM and SGLang commands of this run (issue 24)
+
+
+def _with_load(summary: dict, run: Scenario) -> dict:
+    """The run's summary with its capacity run's ``load`` (share of capacity) and overload, as the showdown has them
+    (the first card, issue 24 item 10); without them ("–") when the capacity run cannot be made."""
+    try:
+        return with_capacity(summary, cache.capacity_summary(run))
+    except (ValueError, RuntimeError):
+        return summary
 
 
 FIGURES = "explore_figures"  # session: (run, label) -> the figures drawn from it so far, the last run only

@@ -21,6 +21,9 @@ from batching.studies.search import COST_NOTE, LATENCY_NOTE, SERVING, TPS, Grid,
 from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
+from batching import report  # issue 24 item 11: the page's export (CSV, JSON, HTML, PNG, SVG)
+from batching.charts.export import configs_caption
+from batching.ui import downloads
 
 LAST = "search_last"
 RAY_ADDRESS = os.environ.get("BATCHING_RAY_ADDRESS", "").strip() or None
@@ -334,7 +337,7 @@ def _results(res: dict, slo_text: str) -> None:
         widgets.chart(pareto_chart(res["configs"], pick), "Each point is a configuration at its highest rate "
                       "within the SLOs: lower is cheaper, further left is faster. Coloured points are the Pareto "
                       "front: none is beaten on cost, P99 TTFT and P99 TPOT at once.",
-                      charts.slug("search", "pareto"))
+                      charts.slug("search", "pareto"), scenario_line=configs_caption(res["configs"], scenario))
     with st.expander(f"Why not the others ({len(res['skipped'])} skipped, {len(res['pruned'])} pruned, "
                      f"{len(res['failed'])} failed)", expanded=not ok):
         rows = ([{"Configuration": s["label"], "Left out": s["reason"], "Why": s["why"]} for s in res["skipped"]]
@@ -346,8 +349,7 @@ def _results(res: dict, slo_text: str) -> None:
             st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
         else:
             st.caption("Every configuration was searched.")
-    st.download_button("Results (JSON)", json.dumps(res, indent=2, default=str).encode(), "search.json",
-                       "application/json", on_click="ignore", icon=":material/data_object:")
+    downloads.export_buttons(report.search_export(res, scenario, pick if ok else None), "search")  # CSV JSON HTML PNG SVG
 
 
 if scenario is None:

@@ -15,6 +15,10 @@ from batching.sim.hardware.specs import (KV_BLOCK_TOKENS, MODEL_LIMITS, Deployme
                                 gpu_from_dict, gpu_to_dict, model_from_dict, model_to_dict)
 from batching.ui import cache, nav, page, widgets
 from batching.ui.safe import plain
+from batching import report
+from batching.charts.export import scenario_caption, with_caption
+from batching.ui import downloads
+from dataclasses import replace as dc_replace
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 PROMPT_LENGTHS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768)
@@ -116,6 +120,20 @@ def breakdown_section(dep: Deployment, allreduce: str, prompt_mean: float, outpu
     widgets.chart(fig, "Per-GPU memory in GiB: weights, the activation reserve, the KV cache and the share vLLM "
                   "leaves free; the title turns the KV cache into tokens and into concurrent requests of this "
                   "workload's mean length.", f"kv_memory_{key}", key=f"kv_{key}")
+    # issue 24 item 11: this breakdown's figures (PNG, SVG), its figures as a table (CSV), JSON and HTML
+    figs = {"step_vs_batch": ccm.step_vs_batch(costs, context, BATCH_SIZES, label),
+            "step_vs_prompt": ccm.step_vs_prompt(costs, PROMPT_LENGTHS, label), "kv_memory": fig}
+    facts = pd.DataFrame([
+        ("Weights per GPU (GiB)", dep.weight_bytes_per_gpu / 2**30), ("KV cache (tokens)", dep.kv_capacity_tokens),
+        ("Concurrent requests of this workload", dep.kv_capacity_tokens / request_tokens),
+        ("Ridge, linear layers (tokens per step)", ridge),
+        ("Decode step, batch 1 (ms)", cm.step_time(costs, 1, 0, context, 1) * 1e3)], columns=["figure", "value"])
+    here = dc_replace(scenario, deployment=dep)  # the breakdown's own deployment (a custom one too)
+    line = scenario_caption(here)
+    st.markdown(f"**Downloads: {plain(label)}**")
+    downloads.export_buttons(report.view_export(
+        f"model_hardware_{key}", f"Model and hardware: {label}", here,
+        {k: (with_caption(f, line), "") for k, f in figs.items()}, {"breakdown": facts}), heading=None)
 
 
 def _billions(n: int) -> str:

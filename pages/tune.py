@@ -23,6 +23,7 @@ from batching.studies.sweeps import KNOBS
 from batching.ui import cache, knobs, nav, page, planning, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
+from batching.ui import downloads
 
 PREFIX = "t_"  # the fixed knobs' URL keys (t_seqs, t_budget, ...), apart from Explore's
 DEFAULT_PRESET = "continuous"
@@ -316,7 +317,7 @@ def _results(view: planning.TuneView) -> None:
          "The values, knees, guided checks and every point, with the scenario."),
         ("Report (HTML)", _html, "report.html", "text/html",
          "A standalone page with the scenario, the charts and the table; opens offline."),
-    ], link)
+    ], link, figures=lambda: {f"{name}_{k}": f for k, (f, _) in zip(("throughput", "frontier", "latency", "utilisation"), figures)})
 
 
 # ---------------------------------------------------------------- the speculation crossover view
@@ -414,10 +415,8 @@ def _crossover_results(study: sx.SpecCrossover, label: str) -> None:
     config = {head: st.column_config.NumberColumn(head, help=tip, format=fmt)
               for head, _, fmt, tip in CROSSOVER_TABLE.values()}
     st.dataframe(table, column_config=config, width="stretch", hide_index=True)
-    planning.download_row(name, [
-        ("Crossover (CSV)", lambda: study.frame.to_csv(index=False).encode(), "spec_crossover.csv", "text/csv",
-         "One row per rate: TPOT P50 (s) and output throughput (tok/s) with and without speculation."),
-    ], state.current_link())
+    downloads.export_buttons(report.view_export(  # issue 24 item 11: CSV, JSON, HTML, PNG and SVG
+        "tune_spec", "Speculation crossover", run, {"spec_crossover": (fig, "")}, {"spec_crossover": study.frame}), name)
 
 
 def _figure(kind: str, drawn: tuple, build):

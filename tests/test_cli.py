@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from batching.cli.compare import COMPARE_JSON_KEYS
 from batching.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,8 @@ def test_run_writes_json_and_csv(tmp_path, capsys):
     # chunked caches prefixes: its hit rate and cached prompt tokens follow the documented keys (once the engine
     # reports them)
     engine = "prefix_hit_rate" in (ROOT / "batching" / "sim" / "metrics.py").read_text()
-    assert list(s) == KEYS[:-1] + (["prefix_hit_rate", "cached_prompt_tokens"] if engine else []) + ["by_priority"]
+    base = KEYS[:-1] + (["prefix_hit_rate", "cached_prompt_tokens"] if engine else []) + ["by_priority"]
+    assert list(s) == base + [k for k in COMPARE_JSON_KEYS if k not in base]  # capacity, load, overload as compare
     assert s["num_requests"] == 120
     assert set(s["by_priority"]) == {"0", "1"}
     assert s["by_priority"]["0"]["class_name"] == "interactive chat"

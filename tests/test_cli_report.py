@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from batching.cli import report as cli_report
@@ -58,13 +59,16 @@ def test_report_writes_every_figure_the_html_and_the_json(tmp_path, capsys):
     print(f"\nreport export: {elapsed:.1f} s")
     assert elapsed < 60
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([f"explore_{k}.png" for k in FIGURES] + EXPLORE_FILES)  # --page explore by default
+    # --page explore by default; every figure as PNG and SVG (issue 24 item 11)
+    assert names == sorted([f"explore_{k}.{ext}" for k in FIGURES for ext in ("png", "svg")] + EXPLORE_FILES)
     assert sorted(Path(p).name for p in listed) == names  # every file written is printed
     for key in FIGURES:
         data = (out / f"explore_{key}.png").read_bytes()
         width, height = _png_size(data)
         assert width == 2 * 1200 and 600 <= height <= 2 * 1000, (key, width, height)
         assert len(data) > 20_000, key  # a real chart, not a blank image
+        svg = (out / f"explore_{key}.svg").read_bytes()
+        assert svg.startswith(b"<svg") and b"Simulated: " in svg, key  # vector, with its caption line
     doc = json.loads((out / "explore_summary.json").read_text())
     assert set(doc) == {"scenario", "policies", "summaries", "launch"}
     assert list(doc["summaries"]) == ["chunked"] and doc["policies"]["chunked"]["chunked_prefill"] is True
@@ -84,7 +88,9 @@ def test_report_writes_every_figure_the_html_and_the_json(tmp_path, capsys):
 SMALL = ["--workload", "mixed", "--rate", "3", "--requests", "150", "--seed", "2"]
 # page -> (its flags for a quick run, figure keys, table keys, JSON key)
 PAGES = {
-    "showdown": ([], ("bars", "class_ttft"), ("classic_table", "class_table", "requests", "steps"), "summary"),
+    "showdown": ([], ("latency_vs_load", "bars", "class_ttft"), ("classic_table", "class_table", "latency_vs_load",
+                                                                 "article_published", "article_simulated", "requests",
+                                                                 "steps"), "summary"),
     "explore": ([], FIGURES, ("metrics", "requests", "steps"), "summary"),
     "compare": (["--policies", "static,chunked"], ("ttft_cdf", "ttft_hist", "tpot_cdf", "tpot_hist", "e2e_cdf",
                                                    "e2e_hist"), ("metrics", "requests", "steps"), "summary"),
@@ -113,6 +119,11 @@ def test_every_page_exports_its_files(tmp_path, monkeypatch, capsys, page):
     assert "python -m batching report" in html
     doc = json.loads((out / f"{page}_{json_key}.json").read_text())
     assert doc and (out / f"{page}_{tables[0]}.csv").stat().st_size > 0
+    if page == "showdown":  # the page's first chart and its article table (issue 24 item 11)
+        assert "P99 TTFT and TPOT against the offered rate" in html and "table, as published" in html
+        published = pd.read_csv(out / "showdown_article_published.csv")
+        assert published["Throughput (output tok/s)"].tolist()[:3] == [1200, 1800, 3200]  # the cited figures
+        assert len(pd.read_csv(out / "showdown_latency_vs_load.csv")) >= 8  # the curve's points
     if page == "compare":
         assert list(doc["summaries"]) == ["A · static", "B · chunked"]  # the page's slot names
     if page == "tune":

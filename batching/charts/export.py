@@ -10,11 +10,13 @@ PNG. The legend holds one invisible entry (a legend with no entry is not drawn).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import plotly.graph_objects as go
 
 from batching.charts.text import literal, unliteral
+from batching.sim.hardware.specs import gpu_preset
 from batching.sim.simulate import Scenario
 from batching.sim.workload.requests import WORKLOAD_PRESETS, WORKLOAD_SESSIONS, SyntheticWorkload, TraceWorkload
 
@@ -82,6 +84,41 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
     if policy:
         parts.append(f"policy {policy}")
     return "Simulated: " + " · ".join(parts)
+
+
+def configs_caption(configs: Sequence[Mapping], scenario: Scenario) -> str:
+    """The caption of a figure whose points are many configurations (Find a deployment's search): the GPUs,
+    precisions, TPs and policies of those points, not the sidebar's one deployment, e.g. ``Simulated: 8× B200 180GB
+    / H100 SXM 80GB · Qwen2.5-72B · TP 4 / 8 · FP8 · policies chunked, continuous · workload mixed · rate searched
+    · 2,000 requests · seed 0``. ``configs``: the search's rows (``gpu``, ``precision``, ``tp``, ``policy``); the
+    model and the traffic are the scenario's, the rate the search's."""
+    rows = [c for c in configs if c.get("meets_slo", True)] or list(configs)
+
+    def seen(key) -> list:
+        return list(dict.fromkeys(c[key] for c in rows if c.get(key) is not None))
+
+    gpus = [_gpu_name(g) for g in seen("gpu")] or [scenario.deployment.node.gpu.name]
+    tps = seen("tp") or [scenario.deployment.node.tp]
+    precisions = [str(p).upper() for p in seen("precision")] or [scenario.deployment.precision.upper()]
+    parts = [f"{scenario.deployment.node.num_gpus}× {' / '.join(gpus)}", scenario.deployment.model.name,
+             f"TP {' / '.join(str(t) for t in sorted(tps))}", " / ".join(precisions)]
+    policies = seen("policy")
+    if policies:
+        parts.append(f"polic{'ies' if len(policies) > 1 else 'y'} {', '.join(policies)}")
+    wl = scenario.workload
+    parts += [f"workload {workload_name(wl)}", "rate searched"]
+    if isinstance(wl, SyntheticWorkload):
+        parts += [f"{wl.num_requests:,} requests", f"seed {wl.seed}"]
+    elif wl.max_requests is not None:
+        parts.append(f"first {wl.max_requests:,} requests")
+    return "Simulated: " + " · ".join(parts)
+
+
+def _gpu_name(key: str) -> str:
+    try:
+        return gpu_preset(key).name
+    except (KeyError, ValueError):
+        return str(key)  # a custom GPU: its own name
 
 
 def _arrival_words(wl: SyntheticWorkload) -> list[str]:

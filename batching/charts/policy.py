@@ -23,6 +23,9 @@ from batching.charts.colors import DISAGG_COLORS, SPEC_COLORS, alpha, policy_col
 from batching.charts.text import class_label, literal
 from batching.sim.metrics import hist_percentile
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS
+from batching.studies.compare import is_unbounded
+
+UNBOUNDED_TEXT = "unbounded"  # written where an overloaded policy's latency bar would stand (issue 24 item 8)
 
 TEMPLATE = "batching"
 FONT = "Inter, 'Source Sans Pro', 'Helvetica Neue', Arial, sans-serif"
@@ -180,10 +183,13 @@ def log_ticks(values, most: int = 8) -> list[float] | None:
     if len(ticks) >= 3:
         step = math.ceil(len(ticks) / most)  # very wide ranges: every other decade, ...
         return ticks[::step]
-    for mantissas in ((1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)):
+    tenths = tuple(round(1.0 + 0.1 * i, 1) for i in range(90))  # a narrow range (20-25 ms): 20, 21, ... 25
+    for mantissas in ((1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0), tenths):
         ticks = within(mantissas)
         if len(ticks) >= 3:
             break
+    if mantissas is tenths:
+        return ticks[::math.ceil(len(ticks) / most)] or None
     return ticks[:most * 2] or None
 
 
@@ -321,7 +327,8 @@ def showdown_bars(summaries: Mapping[str, dict]) -> go.Figure:
     values: dict[int, list[float]] = {1: [], 2: [], 3: []}
     traces = []
     for col, label, key, factor, solid, unit in series:
-        y = [_num(summaries[n].get(key)) * factor for n in names]
+        # an overloaded policy's latencies grow with the run's length: no bar, the word "unbounded" instead
+        y = [float("nan") if is_unbounded(key, summaries[n]) else _num(summaries[n].get(key)) * factor for n in names]
         values[col] += y
         line = [colors[n] for n in names]
         fill = line if solid else [alpha(c, LIGHT_ALPHA) for c in line]
@@ -332,7 +339,20 @@ def showdown_bars(summaries: Mapping[str, dict]) -> go.Figure:
                            hovertemplate=f"%{{x}} {label}: %{{y:,.3g}} {unit}<extra></extra>"))
     fig = go.Figure(data=traces, layout=_showdown_layout())
     fig.update_layout(yaxis2=log_axis_update(values[2]), yaxis3=log_axis_update(values[3]))
+    _mark_unbounded(fig, [n for n in names if summaries[n].get("overloaded")], ("2", "3"))
     return fig
+
+
+def _mark_unbounded(fig: go.Figure, names: Sequence[str], axes: Sequence[str]) -> None:
+    """"unbounded" written upright from the bottom of each latency panel (``axes``: "" for x/y, "2" for x2/y2) at
+    each overloaded policy, where its bar would stand: its queue grows through the run, so a bar would show the
+    run's length (~500 s), not the policy."""
+    for axis in axes:
+        for n in names:
+            fig.add_annotation(x=n, xref=f"x{axis}", y=0, yref=f"y{axis} domain", text=UNBOUNDED_TEXT,
+                               textangle=-90, yanchor="bottom", showarrow=False, font=dict(size=12, color="#B00020"),
+                               hovertext="Overloaded at this rate: the queue grows through the run, so its latency "
+                                         "measures the run's length and is not plotted.")
 
 
 def _num(value) -> float:
@@ -355,13 +375,15 @@ def class_ttft_bars(summaries: Mapping[str, dict], quantile: int = 99) -> go.Fig
         return _no_data(fig)
     shown = []
     for level, cname in classes.items():
-        y = [summaries[n].get("by_priority", {}).get(level, {}).get(f"ttft_p{quantile}_s", np.nan) for n in names]
+        y = [np.nan if summaries[n].get("overloaded") else
+             summaries[n].get("by_priority", {}).get(level, {}).get(f"ttft_p{quantile}_s", np.nan) for n in names]
         shown += y
         fig.add_trace(go.Bar(x=names, y=y, name=f"{cname} (priority {level})",
                              marker_color=CLASS_COLORS[int(level) % len(CLASS_COLORS)],
                              hovertemplate=f"%{{x}} · {cname}: %{{y:,.3g}} s<extra></extra>"))
     fig.update_layout(barmode="group", xaxis_title="Policy", yaxis_title=f"P{quantile} TTFT (s, log scale)")
     log_axis(fig, "y", shown)
+    _mark_unbounded(fig, [n for n in names if summaries[n].get("overloaded")], ("",))
     return fig
 
 

@@ -11,6 +11,15 @@ from batching.studies.compare import compare, verdict
 COMPARE_JSON_KEYS = ("capacity_output_tok_s", "capacity_req_s", "load", "overloaded", "queue_growth_req_s",
                      "offered_req_s", "busy", "gpu_util", "sol_util", "mfu", "mbu", "kv_util", "batch_efficiency",
                      "mean_running", "batch_cap")
+# the overload figures ``run`` prints beside its summary, as ``compare``'s table and JSON carry them
+OVERLOAD_KEYS = ("load", "overloaded", "queue_growth_req_s", "offered_req_s", "capacity_req_s",
+                 "capacity_output_tok_s")
+
+
+def compare_fields(summary: dict) -> dict:
+    """The figures ``compare`` writes beside the documented summary keys (``COMPARE_JSON_KEYS``): capacity, load,
+    overload, utilisation. ``run`` writes the same (one rule, issue 24 item 8)."""
+    return {key: summary[key] for key in COMPARE_JSON_KEYS}
 
 
 def add_parser(subparsers):
@@ -42,6 +51,6 @@ def cmd_compare(args) -> int:
             f"{k} {sums[k]['prefix_hit_rate'] * 100:.1f} % ({int(sums[k].get('cached_prompt_tokens') or 0):,} tokens)"
             for k in cached))
     print(verdict(sums))
-    write_json(args.json, {k: pick(v, policies[k].prefix_caching) | {key: v[key] for key in COMPARE_JSON_KEYS}
+    write_json(args.json, {k: pick(v, policies[k].prefix_caching) | compare_fields(v)
                            for k, v in sums.items()})
     return 0

@@ -4,7 +4,7 @@
 flags as ``run``, and each page's own inputs from its flags (below). Into ``--out`` go, every name starting with
 the page and unique within it:
 
-- ``<page>_<figure>.png``: one PNG per figure the page draws, from the same builders, template and study
+- ``<page>_<figure>.png`` and ``.svg``: one PNG and one SVG per figure the page draws, from the same builders, template and study
   functions as the dashboard (``report.*_export``), each with the scenario's caption line under it, rendered by
   kaleido with the system Chromium at ``--scale`` (default 2, as the dashboard's download button);
 - ``<page>_<table>.csv``: the page's tables and its CSV downloads;
@@ -233,10 +233,14 @@ def page_export(args, scenario):
 
     label = args.preset + ("*" if scenario.policy.unsized() != PRESETS[args.preset] else "")
     if args.page == "explore":
-        return report.explore_export(simulate(scenario), label)
+        return report.explore_export(simulate(scenario), label, simulate(scenario, saturated=True))
     if args.page == "showdown":
         every = presets_with_caching(getattr(args, "prefix_caching", None))
-        return report.showdown_export(compare(scenario, every, progress=progress), scenario, every)
+        from batching.studies.load_curve import load_curve
+
+        # the page's first chart (latency against load) and its article table come with it (issue 24 item 11)
+        return report.showdown_export(compare(scenario, every, progress=progress), scenario, every,
+                                      curve=load_curve(scenario, every), article_summaries=report.showdown_article(scenario))
     if args.page == "compare":
         names = args.policies or COMPARE_DEFAULT
         every = presets_with_caching(getattr(args, "prefix_caching", None))
@@ -321,6 +325,7 @@ def _render_pngs(export, scale: float, width: int, chromium: str) -> dict[str, b
     started)."""
     import kaleido
 
+    from batching import report
     from batching.report import figure_png
 
     pngs: dict[str, bytes] = {}
@@ -336,6 +341,7 @@ def _render_pngs(export, scale: float, width: int, chromium: str) -> dict[str, b
                     raise ValueError(f"rendering {names[key]} with Chromium at {chromium} failed: "
                                      f"{type(exc).__name__}: {exc}") from None
                 pngs[names[key]] = png
+                pngs[export.svg_names()[key]] = report.figure_svg(fig, width=width)  # vector, for documents
         finally:
             kaleido.stop_sync_server(silence_warnings=True)
     return pngs

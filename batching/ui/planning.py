@@ -6,7 +6,7 @@ The rules themselves (ranges, readings, the checks, the plan) live in ``batching
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Callable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, replace
 
@@ -352,17 +352,22 @@ def guided_checks(study: sp.SweepStudy) -> None:
 
 
 def download_row(name: str, files: Sequence[tuple[str, Callable[[], bytes | str], str, str, str]],
-                 link: str | None = None) -> None:
-    """Download buttons (label, deferred data, file suffix, MIME type, tooltip), then the link to this view.
+                 link: str | None = None, figures: Callable[[], Mapping] | None = None) -> None:
+    """Download buttons (label, deferred data, file suffix, MIME type, tooltip), every chart as PNG and SVG
+    (``figures``: file stem -> figure, built on the click), then the link to this view.
 
     The files are made only when a button is clicked, so reruns stay fast.
     """
+    from batching.ui.downloads import chart_buttons
+
     st.subheader("Downloads", divider="gray")
-    cols = st.columns(max(4, len(files)))
+    cols = st.columns(max(4, len(files) + (2 if figures is not None else 0)))
     icons = {"text/csv": ":material/table:", "application/json": ":material/data_object:",
              "text/html": ":material/description:"}
     for col, (label, data, suffix, mime, tip) in zip(cols, files):
         col.download_button(label, data, f"{name}_{suffix}", mime, on_click="ignore", width="stretch",
                             icon=icons.get(mime, ":material/download:"), help=tip)
+    if figures is not None:
+        chart_buttons(cols[len(files):], name, figures)
     st.markdown("**Link to this view** (the scenario and settings are in the URL):")
     st.code(link or state.current_link(), language=None, wrap_lines=True)

@@ -16,7 +16,8 @@ from batching.ui.safe import plain
 from batching.ui.tables import metric_spec, shown
 
 T = TypeVar("T")
-CARD_LABELS = {"throughput_output_tok_s": "Throughput at this load", "batch_efficiency": "Batch efficiency"}
+CARD_LABELS = {"throughput_output_tok_s": "Throughput at this load", "batch_efficiency": "Batch efficiency",
+               "busy": "GPU busy", "load": "Load (share of capacity)"}
 
 
 def chart(fig: go.Figure, caption: str, filename: str, key: str | None = None, scenario_line: str | None = None) -> None:
@@ -82,8 +83,9 @@ def _delta_text(key: str, diff: float) -> str:
 
 def downloads(*, name: str, summary_json: Callable[[], bytes], report_html: Callable[[], str],
               requests_csv: Callable[[], bytes] | None = None, steps_csv: Callable[[], bytes] | None = None,
-              link: str | None = None) -> None:
-    """CSV of requests and steps, summary JSON, the standalone HTML report, and the link to this view.
+              link: str | None = None, figures: Callable[[], Mapping[str, go.Figure]] | None = None) -> None:
+    """CSV of requests and steps, summary JSON, the standalone HTML report, every chart as PNG and SVG (``figures``:
+    file stem -> figure, built on the click), and the link to this view.
 
     The files are made only when a button is clicked (deferred callables), so reruns stay fast.
     """
@@ -104,5 +106,9 @@ def downloads(*, name: str, summary_json: Callable[[], bytes], report_html: Call
                             icon=":material/description:", width="stretch",
                             help="A standalone page with the scenario, tables and interactive charts; opens "
                                  "offline.")
+    if figures is not None:
+        from batching.ui.downloads import chart_buttons
+
+        chart_buttons(st.columns(4)[:2], name, figures)
     st.markdown("**Link to this view** (the scenario and knobs are in the URL):")
     st.code(link or state.current_link(), language=None, wrap_lines=True)

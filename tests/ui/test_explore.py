@@ -37,7 +37,7 @@ def test_default_render():
     # every chart carries the PNG export settings
     for c in drawn_charts(at):
         assert '"scale": 2' in c.config and '"filename": "explore_continuous' in c.config
-    assert len(at.get("download_button")) == 4
+    assert len(at.get("download_button")) == 6  # + every chart as PNG and as SVG (issue 24 item 11)
 
 
 def _wire(at) -> list[tuple[str, str, str]]:

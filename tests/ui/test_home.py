@@ -72,7 +72,7 @@ def test_default_render():
     assert at.selectbox(key="wid:workload").value == "mixed"
     assert at.number_input(key="wid:rate").value == DEFAULT_RATE_REQ_S
     assert at.number_input(key="wid:seed").value == 0
-    assert len(at.get("download_button")) == 4
+    assert len(at.get("download_button")) == 6  # + every chart as PNG and as SVG (issue 24 item 11)
 
 
 def test_url_reproduces_the_view():

@@ -76,7 +76,11 @@ def test_custom_model_form_prices_a_users_model():
     [b for b in at.button if "Use these specs" in b.label][0].click().run()
     assert_clean(at)
     assert any("Tiny on H100 SXM 80GB" in t for t in chart_titles(at))
-    assert len(at.get("download_button")) == 2
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert {"Model JSON (--model-json)", "GPU JSON (--gpu-json)"} <= set(labels)
+    # each breakdown (the sidebar's and the custom one) exports CSV, JSON, HTML, PNG and SVG (issue 24 item 11)
+    for label in ("Breakdown (CSV)", "Data (JSON)", "Report (HTML)", "Charts (PNG)", "Charts (SVG)"):
+        assert labels.count(label) == 2, (label, labels)
 
 
 def test_custom_model_too_big_is_a_clear_error():

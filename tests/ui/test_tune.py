@@ -71,7 +71,7 @@ def test_default_render():
     assert {"continuous", "chunked", "priority"} <= {t.get("name") for t in frontier["data"]}
     for c in drawn_charts(at):
         assert '"scale": 2' in c.config and '"filename": "tune_continuous_max_num_seqs' in c.config
-    assert len(at.get("download_button")) == 3
+    assert len(at.get("download_button")) == 5  # + every chart as PNG and as SVG (issue 24 item 11)
     assert len(at.info) == 1 and at.info[0].value.startswith(("Knee at", "No knee"))
     # every chart has a caption under it
     assert len([c for c in at.caption if c.value.startswith(("Light:", "Each line", "Left:"))]) == 4
