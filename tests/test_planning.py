@@ -440,3 +440,20 @@ def test_capacity_plan_with_headroom():
                               "sustains 4 req/s (4 nodes).")
     with pytest.raises(ValueError, match="headroom=0.5 is out of range; allowed 1 to 3"):
         sp.plan_capacity(sc, slo, searches, 10.0, 2.5, headroom=0.5)
+
+
+def test_verdict_rounds_a_tiny_rate_and_calls_903_nodes_impractical():
+    """Issue 24 item 12: "'dynamic' sustains 0.0277 req/s (903 nodes)" read as a plan; the rate now has two
+    significant digits and the node count says it is no practical deployment."""
+    sc = mixed()
+    slo = SLO(ttft_s=2.0, tpot_s=0.1)
+    searches = {"chunked": result(1.0, 2000.0), "dynamic": result(0.0277, 60.0)}
+    plan = sp.plan_capacity(sc, slo, searches, target_rate_req_s=25.0, gpu_hour_usd=2.5)
+    assert plan.results["dynamic"].nodes_needed == 903  # ceil(25 / 0.0277)
+    text = plan.verdict()
+    assert "0.0277" not in text
+    assert text.endswith("'dynamic' sustains 0.028 req/s (903 nodes, 36× the nodes of 'chunked': not a practical "
+                         "deployment).")
+    # a few more nodes is a choice, not named impractical
+    close = sp.plan_capacity(sc, slo, {"chunked": result(4.0, 2000.0), "continuous": result(2.5, 1500.0)}, 10.0)
+    assert "practical" not in close.verdict()

@@ -245,6 +245,21 @@ def _req(v: float) -> str:
     return f"{v:,.3g} req/s" if math.isfinite(v) else "n/a"
 
 
+def _rate(v: float) -> str:
+    """A sustained rate at the digits a plan can use, never in exponent notation: "4 req/s", "15.8 req/s",
+    "0.028 req/s" (two significant digits below 1 req/s), "1,234 req/s"."""
+    if not math.isfinite(v):
+        return "n/a"
+    digits = 2 if abs(v) < 1 else 3
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v)))) if v else 0
+    text = f"{round(v, decimals):,.{decimals}f}"
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + " req/s"
+
+
+# a policy needing this many times the nodes of the best one is named as no practical choice in the verdict
+IMPRACTICAL_NODES_RATIO = 4
+
+
 def capacity_measure(df: pd.DataFrame, knob: str) -> tuple[str, Callable[[float], str], str]:
     """(column, formatter, what it is) of the capacity a sweep's checks and knee read: the capacity within the
     SLOs (``max_rate_req_s``) when the sweep carries it, else the saturated output throughput."""
@@ -721,7 +736,7 @@ class CapacityPlan:
             return ""
         best = max(ok, key=lambda n: ok[n].max_rate_req_s)
         b = ok[best]
-        text = f"'{best}' sustains the most traffic within the SLOs: {b.max_rate_req_s:,.3g} req/s per node"
+        text = f"'{best}' sustains the most traffic within the SLOs: {_rate(b.max_rate_req_s)} per node"
         if b.nodes_needed is not None and self.target_rate_req_s is not None:
             text += (f", so {b.nodes_needed:,} node{'s' if b.nodes_needed != 1 else ''} serve "
                      f"{self.target_rate_req_s:,.4g} req/s")
@@ -732,9 +747,13 @@ class CapacityPlan:
         worst = min(ok, key=lambda n: ok[n].max_rate_req_s)
         if worst != best:
             w = ok[worst]
-            text += f". '{worst}' sustains {w.max_rate_req_s:,.3g} req/s"
+            text += f". '{worst}' sustains {_rate(w.max_rate_req_s)}"
             if w.nodes_needed is not None:
-                text += f" ({w.nodes_needed:,} node{'s' if w.nodes_needed != 1 else ''})"
+                text += f" ({w.nodes_needed:,} node{'s' if w.nodes_needed != 1 else ''}"
+                if b.nodes_needed and w.nodes_needed >= IMPRACTICAL_NODES_RATIO * b.nodes_needed:
+                    text += (f", {w.nodes_needed / b.nodes_needed:,.0f}× the nodes of '{best}': "
+                             "not a practical deployment")
+                text += ")"
         return text + "."
 
 
