@@ -271,7 +271,7 @@ def _results(plan: CapacityPlan) -> None:
         st.caption("Attainment and goodput of each class at the rate in the table above: the overall target may be "
                    "met while one class falls short of it.")
 
-    name = charts.slug("capacity", report.scenario_slug(base))
+    name = charts.slug("capacity", report.scenario_slug(base, rate=False))
     line = scenario_caption(base, rate="rate searched")  # as the exported figures say (report --page capacity)
     drawn = (base, slo, tuple(plan.results), plan.headroom)
     bars = _figure("bars", (*drawn, target, usd), lambda: cp.capacity_bars(plan.results, target, usd))
@@ -291,7 +291,7 @@ def _results(plan: CapacityPlan) -> None:
 
     def _json() -> bytes:
         doc = {"slo": slo.to_dict(), "class_names": list(names), "target_rate_req_s": target, "gpu_hour_usd": usd,
-               "headroom": plan.headroom, "scenario": dict(report.scenario_rows(base)),
+               "headroom": plan.headroom, "scenario": dict(report.scenario_rows(base, "rate searched")),
                "policies": {n: {"description": PRESETS[n].describe(), **r.to_dict(), "rates_tried": r.rates_tried}
                             for n, r in plan.results.items()},
                "points": points.to_dict(orient="records")}
@@ -308,7 +308,7 @@ def _results(plan: CapacityPlan) -> None:
                                   figures=[(bars, "Rate per node, nodes needed and cost per policy."),
                                            (curves, "Goodput and SLO attainment against the request rate.")],
                                   tables=tables, policies={n: PRESETS[n] for n in plan.results},
-                                  verdict=sentence, link=link)
+                                  verdict=sentence, link=link, rate="rate searched")
 
     table_csv = df.rename_axis("policy").reset_index()
     planning.download_row(name, [
@@ -408,7 +408,7 @@ def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
                f"{study.slo.attainment * 100:.3g} % of requests meet the SLOs of their class; P99 TTFT and TPOT are "
                "read at that rate. A split's TTFT is its prefill instance's; its TPOT includes the KV transfer and "
                "the wait for a decode slot." + note)
-    name = charts.slug("capacity", "disagg", report.scenario_slug(base))
+    name = charts.slug("capacity", "disagg", report.scenario_slug(base, rate=False))
     line = scenario_caption(base, rate="rate searched")
     fig = _figure("split_bars", (base, study.slo, pol, tuple(study.frame["configuration"]),
                                  tuple(study.frame["capacity_req_s"])),

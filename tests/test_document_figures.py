@@ -22,3 +22,27 @@ def test_change_text_is_a_dash_not_none():
     assert change_text(-4.0) == "-4.0 %"
     for missing in (None, float("nan"), math.inf, True):
         assert change_text(missing) == MISSING
+
+
+def test_capacity_names_and_report_leave_the_sidebar_rate_out():
+    """Capacity's file names and its HTML carried the sidebar's rate ("10rps", "at 10 req/s") although the search
+    varies it."""
+    from batching import report
+    from batching.charts.export import caption_of
+    from batching.sim.simulate import Scenario
+    from batching.sim.workload.requests import workload_preset
+
+    sc = Scenario(workload=workload_preset("mixed", 10.0, 300, 0))
+    assert "10rps" in report.scenario_slug(sc)  # pages that run the sidebar's rate keep it
+    slug = report.scenario_slug(sc, rate=False)
+    assert "rps" not in slug and slug.endswith("_300req_seed0")
+    rows = dict(report.scenario_rows(sc, "rate searched"))
+    assert rows["Workload"].startswith("poisson arrivals, rate searched;")
+    import plotly.graph_objects as go
+
+    html = report.html_report("Capacity planning", sc, figures=[(go.Figure(), "a figure")], rate="rate searched")
+    assert "10 req/s" not in html and "10rps" not in html
+    assert html.count("rate searched") >= 2  # the scenario table and the figure's caption line
+    plain = report.html_report("Explore", sc, figures=[(go.Figure(), "a figure")])
+    assert "10 req/s" in plain
+    assert caption_of(go.Figure()) is None
