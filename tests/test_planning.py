@@ -278,9 +278,14 @@ def test_knee_sentence():
                        capacity_tpot_p99_s=[0.02, 0.03, 0.05, 0.09]), "max_num_seqs")
     knee = sweep_knee(df, "max_num_seqs", 0.05)
     assert knee == 64.0
+    # capacity falls past 64 (1,600 → 1,590): the peak of the range, never "grows by less than 5 %" (issue 24
+    # item 12: "15.8 → at most 15.1")
     assert sp.knee_sentence(df, "max_num_seqs", knee, 0.05) == (
-        "Knee at max_num_seqs = 64: past it capacity grows by less than 5 % (1,600 tok/s → at most 1,590 tok/s) "
+        "Peak at max_num_seqs = 64: past it capacity falls (1,600 tok/s → at most 1,590 tok/s) "
         "while P99 TPOT at capacity rises from 50 ms to 90 ms.")
+    flat = df.assign(capacity_output_tok_s=[1000, 1500, 1600, 1610])
+    assert sp.knee_sentence(flat, "max_num_seqs", sweep_knee(flat, "max_num_seqs", 0.05), 0.05).startswith(
+        "Knee at max_num_seqs = 64: past it capacity grows by less than 5 % (1,600 tok/s → at most 1,610 tok/s)")
     assert sp.knee_sentence(df, "max_num_seqs", None, 0.1).startswith(
         "No knee in this range: capacity grows by 10 % or more past every value")
     assert sp.knee_sentence(renamed(df, "rate_req_s").rename(columns={"max_num_seqs": "rate_req_s"}), "rate_req_s",
@@ -410,6 +415,12 @@ def test_knee_sentence_within_the_slos():
     assert sp.knee_sentence(df, "max_num_seqs", knee, 0.05) == (
         "Knee at max_num_seqs = 64: past it capacity within the SLOs grows by less than 5 % (4 req/s → at most "
         "4.02 req/s per node, bound by TPOT).")
+    falls = df.assign(max_rate_req_s=[2.0, 12.0, 15.8, 15.1])
+    assert sweep_knee(falls, "max_num_seqs", 0.05) == 64.0
+    text = sp.knee_sentence(falls, "max_num_seqs", 64.0, 0.05)
+    assert text == ("Peak at max_num_seqs = 64: past it capacity within the SLOs falls (15.8 req/s → at most "
+                    "15.1 req/s per node, bound by TPOT).")
+    assert "grows" not in text
     grows = df.assign(max_rate_req_s=[1.0, 2.0, 3.0, 4.0])
     assert sweep_knee(grows, "max_num_seqs") is None
     assert sp.knee_sentence(grows, "max_num_seqs", None, 0.05).startswith(

@@ -21,7 +21,7 @@ from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 from batching.sim.workload.requests import MAX_RATE_REQ_S, SyntheticWorkload
 from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, class_names, default_slo
 from batching.studies.compare import Progress
-from batching.studies.knee import DEFAULT_SHARE, check_share, knee_basis, knee_series, sweep_knee
+from batching.studies.knee import DEFAULT_SHARE, check_share, knee_basis, knee_series, knee_words, sweep_knee
 from batching.studies.sweeps import INT_KNOBS, KNOBS, apply_knob, sweep
 
 MAX_POINTS = 24  # values one sweep may hold
@@ -563,7 +563,8 @@ def knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: float)
         lats["capacity_tpot_p99_s"] = "P99 TPOT at capacity"
     rise = {k: float(past[k].max()) / float(at[k]) if float(at[k]) > 0 else 1.0 for k in lats}
     worst = max(rise, key=rise.get)
-    return (f"Knee at {knob} = {fmt_value(knob, knee)}: past it {what} grows by less than {share * 100:.0f} % "
+    name, change = knee_words(float(at[thr_key]), float(past[thr_key].max()), share)
+    return (f"{name} at {knob} = {fmt_value(knob, knee)}: past it {what} {change} "
             f"({_tok(float(at[thr_key]))} → at most {_tok(float(past[thr_key].max()))}) while {lats[worst]} rises "
             f"from {_sec(float(at[worst]))} to {_sec(float(past[worst].max()))}.")
 
@@ -584,7 +585,8 @@ def _slo_knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: f
     if rate and (past <= 0).all():
         return (f"Knee at {knob} = {fmt_value(knob, knee)}: the highest rate swept at which the SLOs hold (goodput "
                 f"{_req(float(y[i]))}); past it they fail for more requests than the attainment target allows.")
-    text = (f"Knee at {knob} = {fmt_value(knob, knee)}: past it {what} grows by less than {share * 100:.0f} % "
+    name, change = knee_words(float(y[i]), float(np.nanmax(past)), share)
+    text = (f"{name} at {knob} = {fmt_value(knob, knee)}: past it {what} {change} "
             f"({_req(float(y[i]))} → at most {_req(float(np.nanmax(past)))}")
     if rate:
         return text + ")."
