@@ -46,3 +46,30 @@ def test_capacity_names_and_report_leave_the_sidebar_rate_out():
     plain = report.html_report("Explore", sc, figures=[(go.Figure(), "a figure")])
     assert "10 req/s" in plain
     assert caption_of(go.Figure()) is None
+
+
+def test_fleet_caption_and_subtitle_wrap_instead_of_clipping():
+    """The fleet's caption ran "... · 2 replicas, least-outstanding router" on one 101-character line, cut at a
+    document's width ("least-outstanding rou"); so did the subtitle with the binning note."""
+    from dataclasses import replace
+
+    import numpy as np
+    import pandas as pd
+
+    from batching.charts import fleet
+    from batching.charts.export import MAX_LINE_CHARS, caption_of, scenario_caption, with_caption
+    from batching.sim.simulate import Scenario
+
+    sc = replace(Scenario(), nodes=2, router="least-outstanding")
+    line = scenario_caption(sc, policy="continuous")
+    fig = with_caption(fleet.replica_kv_queue(pd.DataFrame(), 1000, 2), line)
+    shown = fig.layout["legend9"].title.text.split("<br>")
+    assert all(len(part) <= MAX_LINE_CHARS for part in shown), shown
+    assert any(part.endswith("least-outstanding router") for part in shown)  # whole, on a line of its own
+    assert caption_of(fig) == line  # the text itself is unchanged
+    steps = pd.DataFrame({"replica": np.repeat([0, 1], 20), "start_s": np.tile(np.arange(20) * 0.1, 2),
+                          "duration_s": 0.1, "kv_blocks": 10, "waiting": 1})
+    fig = fleet.replica_kv_queue(steps, 16_000, 2, 1, subtitle="2 nodes x 1 replica, least-outstanding router")
+    sub = fig.layout.title.subtitle.text.split("<br>")
+    assert sub[0] == "2 nodes x 1 replica, least-outstanding router" and sub[1].startswith("time-weighted mean")
+    assert all(len(part) <= MAX_LINE_CHARS for part in sub)
