@@ -79,7 +79,7 @@ def test_slo_targets_come_from_the_workload():
     # a workload whose classes set none is drawn with the default SLOs Capacity and Tune read it with
     # (issue 24 item 12: the chat workload drew no SLO lines on the latency chart)
     assert slo_targets(Scenario(workload=workload_preset("chat", 1.0, 10, 0))) == [
-        {"name": "chat (default SLO)", "ttft_s": 1.0, "tpot_s": 0.1}]
+        {"name": "chat, default", "ttft_s": 1.0, "tpot_s": 0.1}]
 
 
 def test_figure_has_a_line_per_policy_slos_rate_and_capacity_markers(scenario, curve):
@@ -128,7 +128,7 @@ def test_chat_workload_draws_its_slo_lines(chat_curve):
     dashed = sorted(s.y0 for s in fig.layout.shapes if s.line.dash == "dash")
     assert dashed == [100.0, 1000.0]  # TPOT 100 ms, TTFT 1 s: the default SLOs Capacity and Tune read chat with
     assert {a.text for a in fig.layout.annotations if a.text.startswith("SLO")} == {
-        "SLO chat (default SLO): 1,000 ms", "SLO chat (default SLO): 100 ms"}
+        "SLO chat, default: 1,000 ms", "SLO chat, default: 100 ms"}
 
 
 def test_chunked_is_not_hidden_under_priority_on_one_class(chat_curve):

@@ -72,7 +72,8 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
         shared = {c.shared_prefix_tokens for c in wl.classes}
         if shared != {0}:
             parts.append(f"{'/'.join(f'{t:,}' for t in sorted(shared))}-token shared prompt")
-        parts += [rate or f"{wl.rate_req_s:g} req/s", *_arrival_words(wl), f"{wl.num_requests:,} requests",
+        # the rate to 4 significant digits: "4.712 req/s", never a raw 4.71174
+        parts += [rate or f"{wl.rate_req_s:.4g} req/s", *_arrival_words(wl), f"{wl.num_requests:,} requests",
                   f"seed {wl.seed}"]
     else:
         if rate:

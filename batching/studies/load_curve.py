@@ -93,7 +93,7 @@ def slo_targets(scenario: Scenario) -> list[dict]:
     """The workload's per-class SLOs: ``{"name", "ttft_s", "tpot_s"}`` for each class. A class that sets none
     When no class sets one (the ``chat``, ``code`` and ``sharegpt`` presets), every class gets the default SLOs
     Capacity and Tune read the workload with (``capacity.default_slo``: TTFT 1 s for class 0, 30 s below, TPOT
-    100 ms), named "<class> (default SLO)". A trace sets none."""
+    100 ms), named "<class>, default" (short: the label sits inside a half-width panel). A trace sets none."""
     from batching.studies.capacity import default_slo
 
     wl = scenario.workload
@@ -105,5 +105,5 @@ def slo_targets(scenario: Scenario) -> list[dict]:
            if c.slo_ttft_s is not None or c.slo_tpot_s is not None]
     if out:
         return out
-    return [{"name": f"{c.name} (default SLO)", "ttft_s": default.for_class(level).get("ttft_s"),
+    return [{"name": f"{c.name}, default", "ttft_s": default.for_class(level).get("ttft_s"),
              "tpot_s": default.for_class(level).get("tpot_s")} for level, c in enumerate(classes)]
