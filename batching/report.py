@@ -54,7 +54,8 @@ padding:.6rem .9rem;margin:1rem 0}.caption{color:#6b6b6b;font-size:.88rem;margin
 # ---------------------------------------------------------------- descriptions
 
 
-def describe_workload(workload: SyntheticWorkload | TraceWorkload) -> str:
+def describe_workload(workload: SyntheticWorkload | TraceWorkload, rate: str | None = None) -> str:
+    """``rate``: what to say instead of the workload's rate where a study varies it ("rate searched")."""
     if isinstance(workload, TraceWorkload):
         parts = [f"trace {workload.filename}"]
         if workload.speedup != 1.0:
@@ -64,7 +65,7 @@ def describe_workload(workload: SyntheticWorkload | TraceWorkload) -> str:
         return ", ".join(parts)
     classes = ", ".join(f"{c.name} {c.share:.0%}" for c in sorted(workload.classes, key=lambda c: c.priority))
     arr = workload.arrivals
-    return f"{arr.kind} arrivals at {arr.rate_req_s:g} req/s; classes: {classes}"
+    return f"{arr.kind} arrivals{f', {rate}' if rate else f' at {arr.rate_req_s:g} req/s'}; classes: {classes}"
 
 
 def fleet_rows(scenario: Scenario) -> list[tuple[str, str]]:
@@ -81,8 +82,8 @@ def fleet_rows(scenario: Scenario) -> list[tuple[str, str]]:
             ("Router", f"{router}: {ROUTER_HELP.get(router, '')}".rstrip(": "))]
 
 
-def scenario_rows(scenario: Scenario) -> list[tuple[str, str]]:
-    """The scenario as (field, value) rows for tables and reports."""
+def scenario_rows(scenario: Scenario, rate: str | None = None) -> list[tuple[str, str]]:
+    """The scenario as (field, value) rows for tables and reports (``rate``: as ``describe_workload``'s)."""
     dep, wl = scenario.deployment, scenario.workload
     node = dep.node
     kv = f"{dep.kv_capacity_tokens:,} tokens per replica"
@@ -95,22 +96,24 @@ def scenario_rows(scenario: Scenario) -> list[tuple[str, str]]:
         *fleet_rows(scenario),
         ("Precision", dep.precision),
         ("KV cache", kv),
-        ("Workload", describe_workload(wl)),
+        ("Workload", describe_workload(wl, rate)),
     ]
     if isinstance(wl, SyntheticWorkload):
         rows += [("Requests", f"{wl.num_requests:,}"), ("Seed", str(wl.seed))]
     return rows
 
 
-def scenario_slug(scenario: Scenario) -> str:
-    """A short file-name part naming the scenario, e.g. ``Qwen2.5-72B_H100-SXM_tp8_bf16_3rps_2000req``."""
+def scenario_slug(scenario: Scenario, rate: bool = True) -> str:
+    """A short file-name part naming the scenario, e.g. ``Qwen2.5-72B_H100-SXM_tp8_bf16_3rps_2000req``; without the
+    rate when ``rate`` is off (a capacity search varies it: the sidebar's rate names nothing it found)."""
     dep, wl = scenario.deployment, scenario.workload
     parts = [dep.model.name, dep.node.gpu.name.replace(" 80GB", "").replace(" 141GB", ""), f"tp{dep.node.tp}",
              dep.precision]
     if isinstance(wl, TraceWorkload):
         parts.append(wl.filename.rsplit(".", 1)[0])
     else:
-        parts += [f"{wl.rate_req_s:g}rps", f"{wl.num_requests}req", f"seed{wl.seed}"]
+        parts += [f"{wl.rate_req_s:g}rps"] if rate else []
+        parts += [f"{wl.num_requests}req", f"seed{wl.seed}"]
     if dep.kv_cache_tokens is not None:
         parts.append(f"kv{dep.kv_cache_tokens}")
     nodes, router = int(getattr(scenario, "nodes", 1)), str(getattr(scenario, "router", ROUTERS[0]))
@@ -362,8 +365,10 @@ def _frame_table(df: pd.DataFrame) -> str:
 
 def html_report(title: str, scenario: Scenario, *, figures: Sequence[tuple[go.Figure, str]] = (),
                 tables: Sequence[tuple[str, pd.DataFrame]] = (), policies: Mapping[str, BatchingPolicy] | None = None,
-                verdict: str = "", link: str = "", notes: Sequence[str] = ()) -> str:
-    """A standalone HTML page: scenario, policies, tables and interactive figures (plotly.js inlined once)."""
+                verdict: str = "", link: str = "", notes: Sequence[str] = (), rate: str | None = None) -> str:
+    """A standalone HTML page: scenario, policies, tables and interactive figures (plotly.js inlined once).
+    ``rate``: what the scenario rows and captions say instead of the workload's rate where the study varies it
+    ("rate searched": Capacity's report never names the sidebar's rate)."""
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     out = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -374,7 +379,7 @@ def html_report(title: str, scenario: Scenario, *, figures: Sequence[tuple[go.Fi
     ]
     if link:
         out.append(f'<p class="meta">Live view: <code>{html.escape(link)}</code></p>')
-    out.append("<h2>Scenario</h2>" + _kv_table(scenario_rows(scenario)))
+    out.append("<h2>Scenario</h2>" + _kv_table(scenario_rows(scenario, rate)))
     if policies:
         out.append("<h2>Policies</h2>" + _kv_table(policy_rows(policies)))
     if verdict:
@@ -385,7 +390,7 @@ def html_report(title: str, scenario: Scenario, *, figures: Sequence[tuple[go.Fi
         out.append(f"<h2>{html.escape(name)}</h2>" + _frame_table(df))
     if figures:
         out.append("<h2>Charts</h2>")
-    line = scenario_caption(scenario)
+    line = scenario_caption(scenario, rate=rate)
     for i, (fig, caption) in enumerate(figures):
         if caption_of(fig) is None:  # every figure of a report names its scenario (a page's own line kept)
             fig = with_caption(fig, line)
@@ -440,11 +445,12 @@ class PageExport:
     policies: Mapping[str, BatchingPolicy] | None = None
     verdict: str = ""
     notes: tuple[str, ...] = ()
+    rate: str | None = None  # html_report's: what the report says instead of the workload's rate
 
     def html(self, link: str = "", notes: Sequence[str] = ()) -> str:
         return html_report(self.title, self.scenario, figures=list(self.figures.values()),
                            tables=self.html_tables, policies=self.policies, verdict=self.verdict, link=link,
-                           notes=[*notes, *self.notes])
+                           notes=[*notes, *self.notes], rate=self.rate)
 
     def png_names(self) -> dict[str, str]:
         """figure key -> PNG file name."""
@@ -658,7 +664,7 @@ def capacity_json(plan: CapacityPlan) -> bytes:
            "class_names": list(class_names(plan.scenario)),
            "target_rate_req_s": plan.target_rate_req_s, "gpu_hour_usd": plan.gpu_hour_usd,
            "gpu_hour_usd_source": price_source(plan), "headroom": plan.headroom,
-           "mean_output_tokens": mean_output_tokens(plan.scenario), "scenario": dict(scenario_rows(plan.scenario)),
+           "mean_output_tokens": mean_output_tokens(plan.scenario), "scenario": dict(scenario_rows(plan.scenario, "rate searched")),
            "policies": {n: {"description": PRESETS[n].describe() if n in PRESETS else n, **r.to_dict(),
                             "rates_tried": r.rates_tried} for n, r in plan.results.items()},
            "points": _capacity_points(plan).to_dict(orient="records"),
@@ -708,7 +714,8 @@ def capacity_export(plan: CapacityPlan) -> PageExport:
     return PageExport(
         "capacity", f"Capacity planning: {plan.slo.describe(class_names(plan.scenario))}", plan.scenario, figs,
         {"plan": _indexed(table), "classes": by_class, "rates": _capacity_points(plan)}, "plan",
-        capacity_json(plan), tuple(html_tables), {n: PRESETS[n] for n in plan.results if n in PRESETS}, plan.verdict())
+        capacity_json(plan), tuple(html_tables), {n: PRESETS[n] for n in plan.results if n in PRESETS}, plan.verdict(),
+        rate="rate searched")
 
 
 # ---------------------------------------------------------------- views without a page export of their own

@@ -313,7 +313,7 @@ def _results(plan: CapacityPlan) -> None:
                    f"class's own SLOs: a rate counts only if every class has {slo.attainment * 100:.3g} % of its "
                    "requests within them; the binding class is the one that falls short first.")
 
-    name = charts.slug("capacity", report.scenario_slug(base))
+    name = charts.slug("capacity", report.scenario_slug(base, rate=False))
     line = scenario_caption(base, rate="rate searched")  # as the exported figures say (report --page capacity)
     drawn = (base, slo, tuple(plan.results), plan.headroom)
     bars = _figure("bars", (*drawn, target, usd), lambda: report.capacity_bars(plan))
@@ -347,7 +347,7 @@ def _results(plan: CapacityPlan) -> None:
                                   figures=[(bars, "Rate per node, nodes needed and cost per policy."),
                                            (curves, "Goodput and SLO attainment against the request rate.")],
                                   tables=tables, policies={n: PRESETS[n] for n in plan.results},
-                                  verdict=sentence, link=link)
+                                  verdict=sentence, link=link, rate="rate searched")
 
     table_csv = df.rename_axis("policy").reset_index()
     planning.download_row(name, [
@@ -449,7 +449,7 @@ def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
                f"{study.slo.attainment * 100:.3g} % of requests meet the SLOs of their class; P99 TTFT and TPOT are "
                "read at that rate. A split's TTFT is its prefill instance's; its TPOT includes the KV transfer and "
                "the wait for a decode slot." + note)
-    name = charts.slug("capacity", "disagg", report.scenario_slug(base))
+    name = charts.slug("capacity", "disagg", report.scenario_slug(base, rate=False))
     line = scenario_caption(base, rate="rate searched")
     fig = _figure("split_bars", (base, study.slo, pol, tuple(study.frame["configuration"]),
                                  tuple(study.frame["capacity_req_s"])),

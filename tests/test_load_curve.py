@@ -76,7 +76,10 @@ def test_summarize_is_used_and_threads_give_the_same_frame(scenario, curve):
 def test_slo_targets_come_from_the_workload():
     mixed = slo_targets(Scenario(workload=workload_preset("mixed", 1.0, 10, 0)))
     assert mixed == [{"name": "interactive chat", "ttft_s": 1.0, "tpot_s": 0.1}]
-    assert slo_targets(Scenario(workload=workload_preset("chat", 1.0, 10, 0))) == []
+    # a workload whose classes set none is drawn with the default SLOs Capacity and Tune read it with
+    # (issue 24 item 12: the chat workload drew no SLO lines on the latency chart)
+    assert slo_targets(Scenario(workload=workload_preset("chat", 1.0, 10, 0))) == [
+        {"name": "chat, default", "ttft_s": 1.0, "tpot_s": 0.1}]
 
 
 def test_figure_has_a_line_per_policy_slos_rate_and_capacity_markers(scenario, curve):
@@ -107,3 +110,50 @@ def test_figure_has_a_line_per_policy_slos_rate_and_capacity_markers(scenario, c
 def test_empty_curve_draws_a_notice():
     fig = latency_vs_load(load_curve(Scenario(workload=workload_preset("mixed", 1.0, 50, 0)), {}))
     assert not fig.data and "No policy" in fig.layout.annotations[-1].text
+
+
+# ---------------------------------------------------------------- issue 24 item 12: the figure at document size
+
+
+@pytest.fixture(scope="module")
+def chat_curve():
+    """chunked and priority on the single-class chat workload: priority has no lower class, so they run alike."""
+    scenario = Scenario(workload=workload_preset("chat", 1.0, 200, 0))
+    return scenario, load_curve(scenario, {k: PRESETS[k] for k in ("chunked", "priority")}, points=3)
+
+
+def test_chat_workload_draws_its_slo_lines(chat_curve):
+    scenario, curve = chat_curve
+    fig = latency_vs_load(curve, slo_targets(scenario), 1.0)
+    dashed = sorted(s.y0 for s in fig.layout.shapes if s.line.dash == "dash")
+    assert dashed == [100.0, 1000.0]  # TPOT 100 ms, TTFT 1 s: the default SLOs Capacity and Tune read chat with
+    assert {a.text for a in fig.layout.annotations if a.text.startswith("SLO")} == {
+        "SLO chat, default: 1,000 ms", "SLO chat, default: 100 ms"}
+
+
+def test_chunked_is_not_hidden_under_priority_on_one_class(chat_curve):
+    _, curve = chat_curve
+    fig = latency_vs_load(curve, (), None)
+    lines = [t for t in fig.data if t.mode == "lines+markers" and t.yaxis == "y"]
+    assert [t.legendgroup for t in lines] == ["chunked", "priority"]
+    chunked, priority = lines
+    assert np.allclose(chunked.y, priority.y, rtol=1e-3)  # the same run: one would hide the other
+    # told apart: a different dash and marker, and the legend says they coincide
+    assert (chunked.line.dash, chunked.marker.symbol) != (priority.line.dash, priority.marker.symbol)
+    assert priority.line.dash == "dash" and chunked.line.dash == "solid"
+    assert priority.name == "priority (same as chunked)" and chunked.name == "chunked"
+
+
+def test_rate_line_label_reads_three_significant_digits(chat_curve):
+    _, curve = chat_curve
+    fig = latency_vs_load(curve, (), 4.71174)
+    texts = [a.text for a in fig.layout.annotations if a.text.startswith("this rate")]
+    assert texts == ["this rate: 4.71 req/s"]
+
+
+def test_slo_lines_of_one_value_are_drawn_once():
+    slos = [{"name": "a", "ttft_s": 1.0, "tpot_s": 0.1}, {"name": "b", "ttft_s": 30.0, "tpot_s": 0.1}]
+    curve = __import__("pandas").DataFrame(columns=list(COLUMNS))
+    fig = latency_vs_load(curve, slos, None)
+    tpot = [a.text for a in fig.layout.annotations if a.text.startswith("SLO") and a.yref == "y2"]
+    assert tpot == ["SLO a, b: 100 ms"]  # one line, not two labels written over each other

@@ -278,9 +278,14 @@ def test_knee_sentence():
                        capacity_tpot_p99_s=[0.02, 0.03, 0.05, 0.09]), "max_num_seqs")
     knee = sweep_knee(df, "max_num_seqs", 0.05)
     assert knee == 64.0
+    # capacity falls past 64 (1,600 → 1,590): the peak of the range, never "grows by less than 5 %" (issue 24
+    # item 12: "15.8 → at most 15.1")
     assert sp.knee_sentence(df, "max_num_seqs", knee, 0.05) == (
-        "Knee at max_num_seqs = 64: past it capacity grows by less than 5 % (1,600 tok/s → at most 1,590 tok/s) "
+        "Peak at max_num_seqs = 64: past it capacity falls (1,600 tok/s → at most 1,590 tok/s) "
         "while P99 TPOT at capacity rises from 50 ms to 90 ms.")
+    flat = df.assign(capacity_output_tok_s=[1000, 1500, 1600, 1610])
+    assert sp.knee_sentence(flat, "max_num_seqs", sweep_knee(flat, "max_num_seqs", 0.05), 0.05).startswith(
+        "Knee at max_num_seqs = 64: past it capacity grows by less than 5 % (1,600 tok/s → at most 1,610 tok/s)")
     assert sp.knee_sentence(df, "max_num_seqs", None, 0.1).startswith(
         "No knee in this range: capacity grows by 10 % or more past every value")
     assert sp.knee_sentence(renamed(df, "rate_req_s").rename(columns={"max_num_seqs": "rate_req_s"}), "rate_req_s",
@@ -416,6 +421,12 @@ def test_knee_sentence_within_the_slos():
     assert sp.knee_sentence(df, "max_num_seqs", knee, 0.05) == (
         "Knee at max_num_seqs = 64: past it capacity within the SLOs grows by less than 5 % (4 req/s → at most "
         "4.02 req/s per node, bound by TPOT).")
+    falls = df.assign(max_rate_req_s=[2.0, 12.0, 15.8, 15.1])
+    assert sweep_knee(falls, "max_num_seqs", 0.05) == 64.0
+    text = sp.knee_sentence(falls, "max_num_seqs", 64.0, 0.05)
+    assert text == ("Peak at max_num_seqs = 64: past it capacity within the SLOs falls (15.8 req/s → at most "
+                    "15.1 req/s per node, bound by TPOT).")
+    assert "grows" not in text
     grows = df.assign(max_rate_req_s=[1.0, 2.0, 3.0, 4.0])
     assert sweep_knee(grows, "max_num_seqs") is None
     assert sp.knee_sentence(grows, "max_num_seqs", None, 0.05).startswith(
@@ -449,3 +460,20 @@ def test_capacity_plan_with_headroom():
                               "(1.25× headroom). 'chunked' sustains 4 req/s (4 nodes).")
     with pytest.raises(ValueError, match="headroom=0.5 is out of range; allowed 1 to 3"):
         sp.plan_capacity(sc, slo, searches, 10.0, 2.5, headroom=0.5)
+
+
+def test_verdict_rounds_a_tiny_rate_and_calls_903_nodes_impractical():
+    """Issue 24 item 12: "'dynamic' sustains 0.0277 req/s (903 nodes)" read as a plan; the rate now has two
+    significant digits and the node count says it is no practical deployment."""
+    sc = mixed()
+    slo = SLO(ttft_s=2.0, tpot_s=0.1)
+    searches = {"chunked": result(1.0, 2000.0), "dynamic": result(0.0277, 60.0)}
+    plan = sp.plan_capacity(sc, slo, searches, target_rate_req_s=25.0, gpu_hour_usd=2.5)
+    assert plan.results["dynamic"].nodes_needed == 903  # ceil(25 / 0.0277)
+    text = plan.verdict()
+    assert "0.0277" not in text
+    assert text.endswith("'dynamic' sustains 0.028 req/s (903 nodes, 36× the nodes of 'chunked': not a practical "
+                         "deployment).")
+    # a few more nodes is a choice, not named impractical
+    close = sp.plan_capacity(sc, slo, {"chunked": result(4.0, 2000.0), "continuous": result(2.5, 1500.0)}, 10.0)
+    assert "practical" not in close.verdict()

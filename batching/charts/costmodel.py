@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from batching.sim.hardware import costmodel as cm
+from batching.charts.legend import SIDE_LEGEND
 from batching.charts.policy import SERIES_COLORS, TEMPLATE, TOP_MARGIN_SUBPLOTS, _title, log_axis
 from batching.charts.text import literal
 from batching.sim.hardware.specs import GIB, Deployment
@@ -133,11 +134,11 @@ def kv_memory(dep: Deployment, mean_request_tokens: float) -> go.Figure:
         fig.add_trace(go.Bar(y=["per GPU"], x=[gib], name=name, orientation="h", marker_color=color,
                              text=[f"{gib:.1f}"], textposition="inside",
                              hovertemplate=f"{name}: %{{x:.1f}} GiB<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, barmode="stack", height=300, margin=dict(b=110), title=_title(
+    fig.update_layout(template=TEMPLATE, barmode="stack", height=300, title=_title(
         f"Memory per GPU and KV capacity: {cap:,} tokens ≈ {reqs:,.0f} concurrent requests",
         f"{literal(dep.model.name)} in {dep.precision.upper()} (KV {'FP8' if dep.kv_dtype == 'fp8' else 'BF16'}) on "
         f"{literal(gpu.name)}, TP {dep.node.tp}; requests of {mean_request_tokens:,.0f} tokens (prompt + output)"),
-        xaxis_title="GiB per GPU", yaxis_title="", legend=dict(orientation="h", y=-0.55, x=0, yanchor="top"))
+        xaxis_title="GiB per GPU", yaxis_title="", legend=SIDE_LEGEND)
     return fig
 
 

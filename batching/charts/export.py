@@ -74,7 +74,8 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
         shared = {c.shared_prefix_tokens for c in wl.classes}
         if shared != {0}:
             parts.append(f"{'/'.join(f'{t:,}' for t in sorted(shared))}-token shared prompt")
-        parts += [rate or f"{wl.rate_req_s:g} req/s", *_arrival_words(wl), f"{wl.num_requests:,} requests",
+        # the rate to 4 significant digits: "4.712 req/s", never a raw 4.71174
+        parts += [rate or f"{wl.rate_req_s:.4g} req/s", *_arrival_words(wl), f"{wl.num_requests:,} requests",
                   f"seed {wl.seed}"]
     else:
         if rate:
@@ -135,19 +136,26 @@ def _arrival_words(wl: SyntheticWorkload) -> list[str]:
     return []
 
 
+def _halved(text: str) -> str:
+    """``text`` split at the " · " nearest its middle when longer than ``MAX_LINE_CHARS``, again for each half."""
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    cuts = [i for i in range(len(text)) if text.startswith(" · ", i)]
+    if not cuts:
+        return text
+    at = min(cuts, key=lambda i: abs(i - len(text) / 2))
+    return _halved(text[:at]) + "<br>" + _halved(text[at + 3:])
+
+
 def _wrapped(text: str) -> str:
     """The caption on two short lines, hardware and model, then the traffic (``· workload`` starts the second):
-    each fits a half-width dashboard column, where one long line would be cut at the right edge. A caption
-    without that part is split at the separator nearest its middle when longer than ``MAX_LINE_CHARS``."""
+    each fits a half-width dashboard column, where one long line would be cut at the right edge. A line longer
+    than ``MAX_LINE_CHARS`` (a fleet's "2 nodes of ... · 16 replicas, least-outstanding router", which was cut at
+    "least-outstanding rou") is split again at the separator nearest its middle."""
     at = text.find(" · workload ")
     if at < 0:
-        if len(text) <= MAX_LINE_CHARS:
-            return text
-        cuts = [i for i in range(len(text)) if text.startswith(" · ", i)]
-        if not cuts:
-            return text
-        at = min(cuts, key=lambda i: abs(i - len(text) / 2))
-    return text[:at] + "<br>" + text[at + 3:]
+        return _halved(text)
+    return _halved(text[:at]) + "<br>" + _halved(text[at + 3:])
 
 
 def caption_of(fig: go.Figure) -> str | None:

@@ -82,6 +82,9 @@ def shown_text(shown_reps: Sequence[int], replicas: int) -> str:
             f"{', '.join(map(str, shown_reps))}); the table lists every replica.")
 
 
+SUBTITLE_LINE_PX = 16  # the subtitle's second line (the binning under the fleet)
+
+
 def _height(lines: int) -> int:
     """Tall enough for a legend entry per line (about 25 px each) beside the two panels, no scrolling."""
     return max(560, 240 + 25 * int(lines))
@@ -92,7 +95,8 @@ def _layout(height: int = 560) -> go.Layout:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=("KV cache in use (% of each replica's capacity)",
                                         "Requests waiting for admission (per replica)"))
-    fig.update_layout(template=TEMPLATE, height=height, margin=dict(t=TOP_MARGIN_SUBPLOTS), title=dict(text=TITLE),
+    fig.update_layout(template=TEMPLATE, height=height, margin=dict(t=TOP_MARGIN_SUBPLOTS + SUBTITLE_LINE_PX),
+                      title=dict(text=TITLE),
                       hovermode="closest")
     fig.update_yaxes(title_text="KV used (%)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="Requests (count)", rangemode="tozero", row=2, col=1)
@@ -147,7 +151,8 @@ def replica_kv_queue(steps: pd.DataFrame, kv_capacity_tokens: int, replicas: int
     x = f32(x)
     cap = max(1, int(kv_capacity_tokens))
     note = f"time-weighted mean per {width:.3g}-s bin ({len(x):,} points per line)"
-    fig.layout.title.subtitle = dict(text="; ".join(t for t in (subtitle, note) if t), font=dict(SUBTITLE_FONT))
+    # the fleet and the binning on lines of their own: one line of both was cut at a document's width
+    fig.layout.title.subtitle = dict(text="<br>".join(t for t in (subtitle, note) if t), font=dict(SUBTITLE_FONT))
     trace = line_trace(len(x))
     seen: dict[str, int] = {}
     for i, rep in enumerate(reps):

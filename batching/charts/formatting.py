@@ -124,6 +124,34 @@ def shown(key: str, value: float | None, small_s_as_ms: bool = True) -> str:
     return f"{v:.3g}"
 
 
+def sig_text(value: float, digits: int = 3) -> str:
+    """A number to ``digits`` significant digits, never in exponent notation and with thousands separators:
+    4.71174 -> "4.71", 0.0277 -> "0.0277" (3) or "0.028" (2), 15.83 -> "15.8", 1234.5 -> "1,234", 0.5 -> "0.5"
+    (no trailing zeros); "–" if none."""
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return MISSING
+    v = float(value)
+    if v == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(v)))
+    decimals = max(0, digits - 1 - magnitude)
+    text = f"{round(v, decimals):,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def rate_text(rate_req_s: float, digits: int = 3) -> str:
+    """A request rate with its unit at ``digits`` significant digits: "4.71 req/s", "0.0277 req/s"."""
+    return f"{sig_text(rate_req_s, digits)} req/s"
+
+
+def change_text(value: float | None) -> str:
+    """A change against the first policy as a table cell: "+12.3 %", "−4.0 %"; "–" where there is none (never
+    "None" or "nan": a dataframe draws a missing number as "None")."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return MISSING
+    return f"{value:+.1f} %"
+
+
 def cell_text(key: str, summary: Mapping) -> str:
     """A summary's figure as a table cell: its value with unit; "unbounded: queue grows (+x.x req/s)" for a
     latency of an overloaded run; batch efficiency with the mean running batch ("5.5 % (14 of 256)")."""

@@ -16,11 +16,34 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from batching.charts.colors import alpha, policy_colors
+from batching.charts.formatting import rate_text
 from batching.charts.policy import SUBTITLE_FONT, TEMPLATE, TOP_MARGIN_SUBPLOTS, log_axis_update
 
 TITLE = "Latency against load"
 SLO_COLOR = "#6B6B6B"
 RATE_COLOR = "#333333"
+# one marker and dash per line, in the figure's order: two policies that run the same (chunked and priority on a
+# single-class workload: priority has no lower class to hold back) stay told apart, the later one dashed over the
+# earlier with its own marker, instead of hiding it
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "star", "hexagon", "pentagon")
+DASHES = ("solid", "solid", "solid", "solid", "dash", "dot", "dashdot", "longdash")
+SAME_DASH = "dash"  # a line that coincides with an earlier one
+
+
+def same_as(curve: pd.DataFrame, names: Sequence[str]) -> dict[str, str]:
+    """name -> the earlier policy whose line it coincides with (same rates, P99 TTFT and TPOT within 0.1 %)."""
+    out: dict[str, str] = {}
+    cols = ["rate_req_s", "ttft_p99_s", "tpot_p99_s"]
+    parts = {n: curve[curve["policy"] == n].sort_values("rate_req_s")[cols].to_numpy(float) for n in names}
+    for i, name in enumerate(names):
+        for earlier in names[:i]:
+            a, b = parts[name], parts[earlier]
+            if earlier not in out and a.shape == b.shape and len(a) and np.allclose(a, b, rtol=1e-3, equal_nan=True):
+                out[name] = earlier
+                break
+    return out
+
+
 # (frame column, subplot title, y-axis title); both shown in ms
 PANELS = (("ttft_p99_s", "P99 time to first token", "P99 TTFT (ms, log scale)"),
           ("tpot_p99_s", "P99 time per output token", "P99 TPOT (ms, log scale)"))
@@ -51,9 +74,13 @@ def latency_vs_load(curve: pd.DataFrame, slos: Sequence[dict] = (), rate_req_s: 
     ``add_hline``/``add_vline`` per panel cost ~100 ms a figure, most of a home-page rerun's chart time."""
     names = list(dict.fromkeys(curve["policy"])) if len(curve) else []
     colors = policy_colors(names)
+    same = same_as(curve, names) if names else {}
     shown: dict[str, list] = {col: [] for col, _, _ in PANELS}
     traces: list[dict] = []
-    for name in names:
+    for k, name in enumerate(names):
+        symbol = SYMBOLS[k % len(SYMBOLS)]
+        dash = SAME_DASH if name in same else DASHES[k % len(DASHES)]
+        legend = f"{name} (same as {same[name]})" if name in same else name
         part = curve[curve["policy"] == name].sort_values("rate_req_s")
         cap = float(part["capacity_req_s"].iloc[0])
         x = part["rate_req_s"].to_numpy(float)
@@ -63,8 +90,11 @@ def latency_vs_load(curve: pd.DataFrame, slos: Sequence[dict] = (), rate_req_s: 
             y = part[col].to_numpy(float) * 1e3
             shown[col] += list(y)
             traces.append(dict(
-                type="scatter", x=x, y=y, mode="lines+markers", name=name, legendgroup=name, showlegend=i == 1,
-                line=dict(color=colors[name], width=2), marker=dict(size=5), customdata=load[:, None], **axes,
+                type="scatter", x=x, y=y, mode="lines+markers", name=legend, legendgroup=name, showlegend=i == 1,
+                line=dict(color=colors[name], width=2, dash=dash),
+                marker=dict(size=9 if name in same else 6, symbol=symbol,
+                            **({"line": dict(width=1.5, color=colors[name]), "color": "white"} if name in same else {})),
+                customdata=load[:, None], **axes,
                 hovertemplate=f"{name}: %{{x:.3g}} req/s (%{{customdata[0]:.0f}} % of capacity)<br>{label}: "
                               "%{y:,.4g} ms<extra></extra>"))
             # the end of the line: the capacity, at the last measured latency (the latency past it is unbounded)
@@ -80,10 +110,12 @@ def latency_vs_load(curve: pd.DataFrame, slos: Sequence[dict] = (), rate_req_s: 
     for i, (col, _, _) in enumerate(PANELS, start=1):
         xa, ya = f"x{'' if i == 1 else i}", f"y{'' if i == 1 else i}"
         key = "ttft_s" if col.startswith("ttft") else "tpot_s"
+        targets: dict[float, list[str]] = {}  # one line per value, naming every class it holds for
         for slo in slos:
-            value = slo.get(key)
-            if value is None:
-                continue
+            if slo.get(key) is not None:
+                targets.setdefault(float(slo[key]), []).append(str(slo["name"]))
+        for value, who in targets.items():
+            slo = {"name": ", ".join(who)}
             shown[col].append(value * 1e3)
             shapes.append(dict(type="line", xref=f"{xa} domain", yref=ya, x0=0, x1=1, y0=value * 1e3,
                                y1=value * 1e3, line=dict(color=SLO_COLOR, dash="dash", width=1)))
@@ -95,7 +127,7 @@ def latency_vs_load(curve: pd.DataFrame, slos: Sequence[dict] = (), rate_req_s: 
             shapes.append(dict(type="line", xref=xa, yref=f"{ya} domain", x0=rate_req_s, x1=rate_req_s, y0=0, y1=1,
                                line=dict(color=RATE_COLOR, dash="dot", width=1.5)))
             if i == 1:
-                notes.append(dict(text=f"this rate: {rate_req_s:g} req/s", x=rate_req_s, y=1, xref=xa,
+                notes.append(dict(text=f"this rate: {rate_text(rate_req_s)}", x=rate_req_s, y=1, xref=xa,
                                   yref=f"{ya} domain", xanchor="left", yanchor="top", showarrow=False,
                                   font=dict(size=11, color=RATE_COLOR)))
     if not names:

@@ -15,7 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from batching.charts import labels
 from batching.charts.colors import policy_colors
+from batching.charts.legend import SIDE_LEGEND
 from batching.charts.policy import TEMPLATE, TOP_MARGIN_SUBPLOTS, _no_data, _title, log_axis
 from batching.charts.text import literal
 from batching.studies.capacity import CapacityResult
@@ -137,7 +139,7 @@ def _knob_ticks(fig: go.Figure, df: pd.DataFrame, knob: str, log_x: bool) -> Non
     fig.update_xaxes(type="log", tickvals=vals, ticktext=[value_text(knob, v) for v in vals])
 
 
-BOTTOM_LEGEND = dict(orientation="h", x=0.0, xanchor="left", y=-0.2, yanchor="top")
+BOTTOM_LEGEND = SIDE_LEGEND  # beside the plot: one below it ran into the x-axis title once a caption shrank the plot
 
 
 # ---------------------------------------------------------------- Tune: curves against the knob
@@ -234,56 +236,107 @@ def pareto_front(latency: Sequence[float], throughput: Sequence[float]) -> np.nd
 
 def sweep_frontier(sweeps: Mapping[str, pd.DataFrame], knob: str, latency: str = "tpot_cap",
                    knees: Mapping[str, float | None] | None = None, throughput: str | None = None) -> go.Figure:
-    """Throughput against P99 latency, one line per policy through its knob values (labelled), the Pareto
-    front over every point dashed, each policy's knee starred."""
+    """Throughput against P99 latency, one line per policy through its knob values (the chosen policy's points
+    labelled, each label placed clear of every marker, line and other label: ``charts.labels``), the Pareto front
+    over every point dashed, each policy's knee starred."""
     col, lat_name, unit, factor = FRONTIER_LATENCY[latency]
     thr_key = throughput or ("throughput_output_tok_s" if knob == "rate_req_s" else "capacity_output_tok_s")
     thr_name = "Throughput at the offered load" if thr_key == "throughput_output_tok_s" else "Capacity"
     short = {"tpot_cap": "P99 TPOT at capacity", "tpot": "P99 TPOT", "ttft": "P99 TTFT"}[latency]
     fig = _figure(f"Frontier: {thr_name.split(' at ')[0].lower()} vs {short}",
                   f"One point per {knob_short(knob)} value; up and to the left is better", 460)
-    all_lat, all_thr = [], []
     colors = policy_colors(sweeps)
     items = list(enumerate(sweeps.items()))
-    for i, (name, df) in items[1:] + items[:1]:  # the first (chosen) policy drawn last, on top
+    series = []  # (i, name, df, lat, thr, knee point or None), the first (chosen) policy last: drawn on top
+    for i, (name, df) in items[1:] + items[:1]:
         if df.empty:
             continue
-        color = colors[name]
         lat = df[col].to_numpy(float) * factor
         thr = df[thr_key].to_numpy(float)
-        labels = [value_text(knob, v) for v in df[knob]]
-        fig.add_trace(go.Scatter(x=lat, y=thr, mode="lines+markers+text" if i == 0 else "lines+markers",
-                                 name=name, text=labels, legendrank=1000 + i,
-                                 textposition="top center", textfont=dict(size=10, color=color),
-                                 line=dict(color=color, width=2), marker=dict(size=8, color=color),
+        knee = (knees or {}).get(name)
+        star = None
+        if knee is not None and (df[knob] == knee).any():
+            k = df[df[knob] == knee].iloc[0]
+            star = (float(k[col]) * factor, float(k[thr_key]))
+        series.append((i, name, df, lat, thr, star))
+    if not series:
+        return _no_data(fig)
+    lat_all = np.concatenate([s[3] for s in series])
+    thr_all = np.concatenate([s[4] for s in series])
+    front = pareto_front(lat_all, thr_all)
+    # the axes' ranges set here, so the labels are placed on the same px grid the figure is drawn on
+    x_range, y_range = _frontier_ranges(lat_all, thr_all)
+    obstacles, lines = [], []
+    for _, _, _, lat, thr, star in series:
+        px, py = labels.to_px(lat, thr, x_range, y_range, log_x=True)
+        obstacles += [labels.marker_box(a, b, FRONTIER_MARKER / 2 + 1) for a, b in zip(px, py)]
+        lines += labels.line_samples(px, py)
+        if star is not None:
+            sx, sy = labels.to_px([star[0]], [star[1]], x_range, y_range, log_x=True)
+            obstacles.append(labels.marker_box(float(sx[0]), float(sy[0]), FRONTIER_STAR / 2))
+    if len(front) > 1:
+        fx, fy = labels.to_px(lat_all[front], thr_all[front], x_range, y_range, log_x=True)
+        hx = np.repeat(fx, 2)[1:]  # the front is drawn "hv": across, then up
+        hy = np.repeat(fy, 2)[:-1]
+        lines += labels.line_samples(hx, hy)
+    for i, name, df, lat, thr, star in series:
+        color = colors[name]
+        text = [value_text(knob, v) for v in df[knob]]
+        trace = dict(mode="lines+markers", marker=dict(size=FRONTIER_MARKER, color=color))
+        if i == 0:
+            px, py = labels.to_px(lat, thr, x_range, y_range, log_x=True)
+            knee = (knees or {}).get(name)
+            radii = [FRONTIER_STAR / 2 if star is not None and v == knee else FRONTIER_MARKER / 2 + 1
+                     for v in df[knob]]
+            where = labels.place(px, py, text, radii, FRONTIER_FONT, obstacles, soft=lines)
+            # Plotly sets a point's text off by its own marker's size: the knee's point takes the star's size
+            # (hidden under the star), so its label clears the star as placed
+            big = [r == FRONTIER_STAR / 2 for r in radii]
+            trace = dict(mode="lines+markers+text", text=[t if w else "" for t, w in zip(text, where)],
+                         textposition=[w or "top center" for w in where],
+                         textfont=dict(size=FRONTIER_FONT, color=color),
+                         marker=dict(size=[FRONTIER_STAR if b else FRONTIER_MARKER for b in big], color=color,
+                                     opacity=[0.0 if b else 1.0 for b in big]))
+        fig.add_trace(go.Scatter(x=lat, y=thr, name=name, legendrank=1000 + i, **trace,
+                                 line=dict(color=color, width=2),
                                  customdata=df[knob].to_numpy(float),
                                  hovertemplate=f"{name}<br>{knob_short(knob)} %{{customdata:,.4g}}<br>{lat_name} "
                                                f"%{{x:,.3g}} {unit}<br>{thr_name} %{{y:,.0f}} tok/s<extra></extra>"))
-        knee = (knees or {}).get(name)
-        if knee is not None and (df[knob] == knee).any():
-            k = df[df[knob] == knee].iloc[0]
-            fig.add_trace(go.Scatter(x=[float(k[col]) * factor], y=[float(k[thr_key])], mode="markers",
+        if star is not None:
+            knee = (knees or {}).get(name)
+            fig.add_trace(go.Scatter(x=[star[0]], y=[star[1]], mode="markers",
                                      name=f"{name} knee", legendgroup=name, showlegend=False,
-                                     marker=dict(symbol="star", size=17, color=color, line=dict(color="white",
-                                                                                                width=1)),
+                                     marker=dict(symbol="star", size=FRONTIER_STAR, color=color,
+                                                 line=dict(color="white", width=1)),
                                      hovertemplate=f"{name} knee: {knob_short(knob)} {value_text(knob, knee)}"
                                                    "<extra></extra>"))
-        all_lat.append(lat)
-        all_thr.append(thr)
-    if not all_lat:
-        return _no_data(fig)
-    lat, thr = np.concatenate(all_lat), np.concatenate(all_thr)
-    front = pareto_front(lat, thr)
     if len(front) > 1:
-        fig.add_trace(go.Scatter(x=lat[front], y=thr[front], mode="lines", name="Best trade-offs",
+        fig.add_trace(go.Scatter(x=lat_all[front], y=thr_all[front], mode="lines", name="Best trade-offs",
                                  line=dict(color=GREY, width=1.5, dash="dash", shape="hv"), hoverinfo="skip"))
     if knees and any(v is not None for v in knees.values()):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="knee (star)",
                                  marker=dict(symbol="star", size=13, color=KNEE_COLOR)))
     fig.update_layout(xaxis_title=f"{lat_name} ({unit}, log scale)", yaxis_title=f"{thr_name} (output tok/s)",
-                      yaxis_rangemode="tozero", legend=BOTTOM_LEGEND, legend_traceorder="normal")
-    log_axis(fig, "x", lat)
+                      legend=BOTTOM_LEGEND, legend_traceorder="normal")
+    log_axis(fig, "x", lat_all)
+    fig.update_xaxes(range=list(x_range), autorange=False)
+    fig.update_yaxes(range=list(y_range), autorange=False)
     return fig
+
+
+FRONTIER_MARKER = 8  # px
+FRONTIER_STAR = 17  # px
+FRONTIER_FONT = 10  # px
+
+
+def _frontier_ranges(lat: np.ndarray, thr: np.ndarray) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(x range in log10 units, y range) of the frontier: every point with room around it for a marker and its
+    label; the throughput from zero."""
+    pos = lat[np.isfinite(lat) & (lat > 0)]
+    lo, hi = (math.log10(pos.min()), math.log10(pos.max())) if pos.size else (0.0, 1.0)
+    pad = max(0.08 * (hi - lo), 0.05)
+    top = float(np.nanmax(thr)) if np.isfinite(thr).any() else 1.0
+    return (lo - pad, hi + pad), (0.0, max(top, 1e-9) * 1.12)
 
 
 # ---------------------------------------------------------------- Capacity planning

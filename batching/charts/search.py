@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from batching.charts.legend import SIDE_LEGEND
 from batching.charts.policy import TEMPLATE, TOP_MARGIN_SUBPLOTS, _no_data, _title
 from batching.charts.text import literal
 
@@ -65,5 +66,5 @@ def pareto_chart(configs: Sequence[dict], chosen: int | None = 0) -> go.Figure:
     fig.update_xaxes(title_text="P99 TTFT (s)", row=1, col=1)
     fig.update_xaxes(title_text="P99 TPOT (ms)", row=1, col=2)
     fig.update_yaxes(title_text="$ per M output tokens ($)", rangemode="tozero", row=1, col=1)
-    fig.update_layout(legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(legend=SIDE_LEGEND)
     return fig

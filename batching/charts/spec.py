@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from batching.charts.colors import SPEC_CURVE_COLORS
+from batching.charts.legend import SIDE_LEGEND
 from batching.charts.policy import TEMPLATE, TOP_MARGIN_SUBPLOTS, _no_data, _title, log_axis_update
 from batching.studies.spec_crossover import CROSSES, SpecCrossover
 
@@ -28,7 +29,7 @@ def _layout() -> go.Layout:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
                         subplot_titles=("TPOT P50 (log scale)", "Output throughput"))
     fig.update_layout(template=TEMPLATE, height=440, margin=dict(t=TOP_MARGIN_SUBPLOTS), hovermode="x unified",
-                      legend=dict(orientation="h", x=0.0, xanchor="left", y=-0.2, yanchor="top"))
+                      legend=SIDE_LEGEND)
     fig.update_xaxes(title_text=RATE_AXIS, rangemode="tozero")
     fig.update_yaxes(title_text="TPOT P50 (ms, log scale)", row=1, col=1)
     fig.update_yaxes(title_text="Output throughput (tok/s)", rangemode="tozero", row=1, col=2)

@@ -54,6 +54,23 @@ def capacity_knee(x, capacity, share: float = DEFAULT_SHARE):
     return None
 
 
+def falls_past(at: float, past_max: float) -> bool:
+    """Whether the measure falls past a knee: every larger value serves less than the knee itself. Such a
+    knee is the peak of the range, and a sentence must say so rather than that it "grows by less than 5 %"
+    (issue 24 item 12: "15.8 → at most 15.1")."""
+    import numpy as np
+
+    return bool(np.isfinite(at) and np.isfinite(past_max) and past_max < at)
+
+
+def knee_words(at: float, past_max: float, share: float) -> tuple[str, str]:
+    """(name, what the measure does past it) for a knee's sentence: ("Peak", "falls") where it falls past it,
+    else ("Knee", "grows by less than 5 %")."""
+    if falls_past(at, past_max):
+        return "Peak", "falls"
+    return "Knee", f"grows by less than {share * 100:.0f} %"
+
+
 def knee_basis(df: pd.DataFrame, knob: str) -> str | None:
     """The column a sweep's knee is read on when the sweep carries SLOs: the capacity within them
     (``max_rate_req_s``), or for the request rate (which that capacity does not depend on) the goodput at the

@@ -90,13 +90,20 @@ def load_curve(scenario: Scenario, policies: Mapping[str, BatchingPolicy] | None
 
 
 def slo_targets(scenario: Scenario) -> list[dict]:
-    """The workload's per-class SLOs: ``{"name", "ttft_s", "tpot_s"}`` for each class that sets one (a trace
-    sets none)."""
+    """The workload's per-class SLOs: ``{"name", "ttft_s", "tpot_s"}`` for each class. A class that sets none
+    When no class sets one (the ``chat``, ``code`` and ``sharegpt`` presets), every class gets the default SLOs
+    Capacity and Tune read the workload with (``capacity.default_slo``: TTFT 1 s for class 0, 30 s below, TPOT
+    100 ms), named "<class>, default" (short: the label sits inside a half-width panel). A trace sets none."""
+    from batching.studies.capacity import default_slo
+
     wl = scenario.workload
     if not isinstance(wl, SyntheticWorkload):
         return []
-    out = []
-    for c in sorted(wl.classes, key=lambda c: c.priority):
-        if c.slo_ttft_s is not None or c.slo_tpot_s is not None:
-            out.append({"name": c.name, "ttft_s": c.slo_ttft_s, "tpot_s": c.slo_tpot_s})
-    return out
+    classes = sorted(wl.classes, key=lambda c: c.priority)
+    default = default_slo(len(classes))
+    out = [{"name": c.name, "ttft_s": c.slo_ttft_s, "tpot_s": c.slo_tpot_s} for c in classes
+           if c.slo_ttft_s is not None or c.slo_tpot_s is not None]
+    if out:
+        return out
+    return [{"name": f"{c.name}, default", "ttft_s": default.for_class(level).get("ttft_s"),
+             "tpot_s": default.for_class(level).get("tpot_s")} for level, c in enumerate(classes)]

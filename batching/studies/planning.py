@@ -22,7 +22,7 @@ from batching.sim.workload.requests import MAX_RATE_REQ_S, SyntheticWorkload
 from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, class_names, default_slo, mean_output_tokens
 from batching.studies.pricing import DEFAULT_HEADROOM
 from batching.studies.compare import Progress
-from batching.studies.knee import DEFAULT_SHARE, check_share, knee_basis, knee_series, sweep_knee
+from batching.studies.knee import DEFAULT_SHARE, check_share, knee_basis, knee_series, knee_words, sweep_knee
 from batching.studies.sweeps import INT_KNOBS, KNOBS, apply_knob, sweep
 
 MAX_POINTS = 24  # values one sweep may hold
@@ -244,6 +244,21 @@ def _pct(v: float) -> str:
 
 def _req(v: float) -> str:
     return f"{v:,.3g} req/s" if math.isfinite(v) else "n/a"
+
+
+def _rate(v: float) -> str:
+    """A sustained rate at the digits a plan can use, never in exponent notation: "4 req/s", "15.8 req/s",
+    "0.028 req/s" (two significant digits below 1 req/s), "1,234 req/s"."""
+    if not math.isfinite(v):
+        return "n/a"
+    digits = 2 if abs(v) < 1 else 3
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v)))) if v else 0
+    text = f"{round(v, decimals):,.{decimals}f}"
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + " req/s"
+
+
+# a policy needing this many times the nodes of the best one is named as no practical choice in the verdict
+IMPRACTICAL_NODES_RATIO = 4
 
 
 def capacity_measure(df: pd.DataFrame, knob: str) -> tuple[str, Callable[[float], str], str]:
@@ -549,7 +564,8 @@ def knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: float)
         lats["capacity_tpot_p99_s"] = "P99 TPOT at capacity"
     rise = {k: float(past[k].max()) / float(at[k]) if float(at[k]) > 0 else 1.0 for k in lats}
     worst = max(rise, key=rise.get)
-    return (f"Knee at {knob} = {fmt_value(knob, knee)}: past it {what} grows by less than {share * 100:.0f} % "
+    name, change = knee_words(float(at[thr_key]), float(past[thr_key].max()), share)
+    return (f"{name} at {knob} = {fmt_value(knob, knee)}: past it {what} {change} "
             f"({_tok(float(at[thr_key]))} → at most {_tok(float(past[thr_key].max()))}) while {lats[worst]} rises "
             f"from {_sec(float(at[worst]))} to {_sec(float(past[worst].max()))}.")
 
@@ -570,7 +586,8 @@ def _slo_knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: f
     if rate and (past <= 0).all():
         return (f"Knee at {knob} = {fmt_value(knob, knee)}: the highest rate swept at which the SLOs hold (goodput "
                 f"{_req(float(y[i]))}); past it they fail for more requests than the attainment target allows.")
-    text = (f"Knee at {knob} = {fmt_value(knob, knee)}: past it {what} grows by less than {share * 100:.0f} % "
+    name, change = knee_words(float(y[i]), float(np.nanmax(past)), share)
+    text = (f"{name} at {knob} = {fmt_value(knob, knee)}: past it {what} {change} "
             f"({_req(float(y[i]))} → at most {_req(float(np.nanmax(past)))}")
     if rate:
         return text + ")."
@@ -723,7 +740,7 @@ class CapacityPlan:
             return ""
         best = max(ok, key=lambda n: ok[n].max_rate_req_s)
         b = ok[best]
-        text = f"'{best}' sustains the most traffic within the SLOs: {b.max_rate_req_s:,.3g} req/s per node"
+        text = f"'{best}' sustains the most traffic within the SLOs: {_rate(b.max_rate_req_s)} per node"
         if b.nodes_needed is not None and self.target_rate_req_s is not None:
             text += (f", so {b.nodes_needed:,} node{'s' if b.nodes_needed != 1 else ''} serve "
                      f"{self.target_rate_req_s:,.4g} req/s")
@@ -736,9 +753,13 @@ class CapacityPlan:
         worst = min(ok, key=lambda n: ok[n].max_rate_req_s)
         if worst != best:
             w = ok[worst]
-            text += f". '{worst}' sustains {w.max_rate_req_s:,.3g} req/s"
+            text += f". '{worst}' sustains {_rate(w.max_rate_req_s)}"
             if w.nodes_needed is not None:
-                text += f" ({w.nodes_needed:,} node{'s' if w.nodes_needed != 1 else ''})"
+                text += f" ({w.nodes_needed:,} node{'s' if w.nodes_needed != 1 else ''}"
+                if b.nodes_needed and w.nodes_needed >= IMPRACTICAL_NODES_RATIO * b.nodes_needed:
+                    text += (f", {w.nodes_needed / b.nodes_needed:,.0f}× the nodes of '{best}': "
+                             "not a practical deployment")
+                text += ")"
         return text + "."
 
 

@@ -15,6 +15,7 @@ from batching.charts.formatting import (  # noqa: F401  (re-exported: pages use 
     MetricSpec,
     cell_text,
     change_frame,
+    change_text,
     class_frame,
     class_stats_frame,
     metric_spec,
@@ -74,7 +75,7 @@ def change_table(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataF
 
     def colour(col: pd.Series) -> list[str]:
         out = []
-        for v, lo in zip(col, lower):
+        for v, lo in zip(df[col.name], lower):  # the numbers behind the text cells
             # lo None: neither better nor worse (batch efficiency, busy, load, KV in use)
             if lo is None or not isinstance(v, float) or not math.isfinite(v) or abs(v) < 0.5:
                 out.append("")
@@ -87,8 +88,10 @@ def change_table(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataF
     # an overloaded policy's columns (its values and its change) are greyed, as its row is in the classic table
     grey = [c for c in df.columns for k, v in summaries.items()
             if v.get("overloaded") and c in (k, f"{k} vs {first}")]
-    styler = (df.style.format("{:+.1f} %", subset=change_cols, na_rep="–")
-              .apply(colour, subset=change_cols).hide(axis="index"))
+    # the changes as text ("+12.3 %", "–"): a missing number would be drawn as "None" by the dataframe, whatever
+    # the styler's na_rep says (issue 24 item 12)
+    cells = df.assign(**{c: df[c].map(change_text) for c in change_cols})
+    styler = cells.style.apply(colour, subset=change_cols).hide(axis="index")
     if grey:
         styler = styler.apply(lambda col: [GREY] * len(col), subset=grey)
     config = {c: st.column_config.Column(c, help=f"Change against {plain(list(summaries)[0])}, in % of its value; "
@@ -101,4 +104,4 @@ def change_table(summaries: Mapping[str, dict], keys: Sequence[str]) -> pd.DataF
     notes = missing_notes(summaries, keys)
     if notes:
         st.caption(plain(" ".join(notes)))
-    return df
+    return cells

@@ -64,6 +64,8 @@ def test_default_render():
     assert len(per_class(at)) == 2 * len(PRESETS)
     for c in drawn_charts(at):
         assert '"scale": 2' in c.config and '"filename": "capacity_' in c.config
+        # a capacity search varies the rate: the sidebar's (1 req/s) names nothing it found (issue 24 item 12)
+        assert "1rps" not in c.config and "_200req_seed0" in c.config
     assert len(at.get("download_button")) == 6  # + every chart as PNG and as SVG (issue 24 item 11)
     assert at.info and "sustains the most traffic" in at.info[0].value and "(1.25× headroom)" in at.info[0].value
     assert unescape(at.subheader[1].value) == ("Per policy: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch "

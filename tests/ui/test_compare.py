@@ -12,6 +12,12 @@ def _table(at):
     return [d for d in at.dataframe if "Metric" in d.value.columns][0].value
 
 
+def _change(cell: str) -> float:
+    """A change cell ("+12.3 %", "–") as a number (NaN for "–")."""
+    assert isinstance(cell, str) and (cell == "–" or cell.endswith(" %")), cell
+    return float("nan") if cell == "–" else float(cell.removesuffix(" %"))
+
+
 def test_default_render():
     at = run_page(PAGE, **FAST)
     assert_clean(at)
@@ -36,7 +42,7 @@ def test_default_render():
     # continuous batching cuts P99 TTFT against dynamic batching at this load (dynamic keeps up at the default rate)
     row = table[table["Metric"] == "TTFT P99"].iloc[0]
     if "unbounded" not in row["A · dynamic"]:
-        assert row["B · continuous vs A · dynamic"] < -50
+        assert _change(row["B · continuous vs A · dynamic"]) < -50
     assert row["B · continuous"].endswith(" ms")
     assert not any("None" in str(c) for c in table.to_numpy().ravel())
 
@@ -51,10 +57,12 @@ def test_overloaded_policy_reads_unbounded_and_gets_no_change():
     assert table.loc["TTFT P50", "A · dynamic"].endswith(" req/s)")
     for col in ("B · continuous vs A · dynamic", "C · chunked vs A · dynamic"):
         for metric in ("TTFT P50", "TTFT P99", "TPOT P99", "E2E P99"):
-            assert math.isnan(table.loc[metric, col]), (metric, col)
-        assert math.isfinite(table.loc["GPU util", col])
+            assert table.loc[metric, col] == "–", (metric, col)  # a dash, never "None" (issue 24 item 12)
+        assert math.isfinite(_change(table.loc["GPU util", col]))
     assert table.loc["Batch efficiency", "B · continuous"].endswith(" of 256)")
     assert not any("None" in str(c) for c in table.to_numpy().ravel())
+    # every cell the dataframe draws is text: a missing number there reads "None" in the browser
+    assert all(isinstance(c, str) for c in table.to_numpy().ravel())
     assert any("Overloaded at this rate: A · dynamic" in c.value for c in at.caption)
 
 
@@ -80,11 +88,11 @@ def test_customised_slot_and_change_column():
     # four sequences at a time cannot carry the load 256 carry: its queue grows, its latencies are unbounded and
     # not compared, while its lower throughput still is
     assert by_metric.loc["TTFT P99", "B · continuous*"].startswith("unbounded: queue grows")
-    assert math.isnan(change["TTFT P99"])
-    assert change["Throughput"] < 0
-    assert math.isclose(_table(run_page(PAGE, a_policy="continuous", b_policy="continuous", c_policy="none",
+    assert change["TTFT P99"] == "–"
+    assert _change(change["Throughput"]) < 0
+    assert math.isclose(_change(_table(run_page(PAGE, a_policy="continuous", b_policy="continuous", c_policy="none",
                                         **FAST)).set_index("Metric")["B · continuous vs A · continuous"]
-                        ["TTFT P99"], 0.0, abs_tol=1e-9)
+                        ["TTFT P99"]), 0.0, abs_tol=1e-9)
 
 
 def test_invalid_knob_shows_error_and_keeps_the_last_comparison():
