@@ -305,18 +305,6 @@ def check_target(target_rate_req_s: float | None) -> float | None:
     return float(v)
 
 
-def plan_costs(rate_req_s: float, throughput_output_tok_s: float, num_gpus: int,
-               target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None,
-               headroom: float = DEFAULT_HEADROOM):
-    """Transitional, for ``studies.search`` until it moves onto ``pricing.price`` (issue 24; delete at the merge):
-    (copies of ``rate_req_s`` for the target with the headroom, None). It prices nothing: a price is refused."""
-    headroom = check_headroom(headroom)
-    target = check_target(target_rate_req_s)
-    if gpu_hour_usd is not None:
-        raise ValueError("plan_costs no longer prices; price with studies.pricing.price")
-    return (None if target is None else pricing.copies_needed(target, rate_req_s, headroom)), None
-
-
 def scenario_gpus(scenario: Scenario) -> int:
     """GPUs the scenario's rate is carried by: its nodes' GPUs, or a prefill/decode split's own."""
     if scenario.disagg is not None:

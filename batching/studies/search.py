@@ -475,7 +475,7 @@ def search_task(payload: dict) -> dict:
         if prune_rate is not None:
             p = slo_point(sc.with_workload(sc.workload.with_rate(prune_rate)), slo)
             known.append(p)
-            if p["attainment"] < slo.attainment:
+            if not meets_slo(p, slo):  # some class misses its SLOs at the rate it needs (or the queue grows)
                 return {"status": "pruned", "simulations": 1, "prune_rate_req_s": float(prune_rate),
                         "attainment_at_prune_rate": p["attainment"], "seconds": time.perf_counter() - started}
         if estimate is None and not known:
