@@ -2,7 +2,8 @@
 Capacity page (AppTest) run on one small scenario with their defaults give the same nodes and the same $ per
 million output tokens, at the target and at capacity, through the one pricing rule (``studies.pricing.price``), with
 the one headroom default and the GPU's default price from the price table. (The search and Find a deployment join
-this test when their branch moves onto ``pricing.price``.)"""
+this test through the same rule: ``search`` (CLI, JSON) and Find a deployment (AppTest) on a grid of that one
+configuration.)"""
 from __future__ import annotations
 
 import json
@@ -51,6 +52,18 @@ def surfaces(tmp_path_factory) -> dict[str, dict]:
     out["page_table"] = {"nodes_needed": int(row["Nodes needed"]),
                          "usd_at_target": row["$ per M output tokens at target"],
                          "usd_at_capacity": row["$ per M output tokens at capacity"]}
+    # search: a grid of this one configuration (H100 BF16 TP 8 chunked, aggregated), its fleet check on
+    assert main(["search", *SCENARIO, "--gpus", "h100-sxm", "--precisions", "bf16", "--tp", "8", "--policies",
+                 "chunked", "--serving", "agg", "--slo-ttft-ms", "1000,30000", "--slo-tpot-ms", "100",
+                 "--target-rate", str(TARGET), "--json", str(tmp / "s.json")]) == 0
+    out["search_doc"] = json.loads((tmp / "s.json").read_text())
+    out["search"] = out["search_doc"]["configs"][0]
+    # Find a deployment: the same grid from a link (searched as the page opens)
+    at = run_page("pages/find_a_deployment.py", n="200", s_gpus="h100-sxm", s_precs="bf16", s_tps="8",
+                  s_policies="chunked", s_serving="agg", target=str(TARGET))
+    assert_clean(at)
+    out["find_doc"] = at.session_state["search_last"][1]
+    out["find"] = out["find_doc"]["configs"][0]
     return out
 
 
@@ -63,6 +76,15 @@ def test_every_surface_gives_the_same_nodes_and_prices(surfaces):
     assert cli["gpu_hour_usd"] == pricing.default_gpu_hour_usd("h100-sxm") == 2.69
     assert cli["gpu_hour_usd_source"].startswith("default: $2.69/GPU-h, h100-sxm default as of 2026-03-10")
     assert json.loads(surfaces["report_doc"])["gpu_hour_usd_source"] == cli["gpu_hour_usd_source"]
+    # the search, on the CLI and on Find a deployment: the same nodes and prices, its price and headroom the same
+    for name in ("search", "find"):
+        row, doc = surfaces[name], surfaces[f"{name}_doc"]
+        assert row["nodes_needed"] == cli["nodes_needed"], name
+        assert row["max_rate_req_s"] == pytest.approx(cli["max_rate_req_s"]), name
+        for key in ("usd_per_million_output_tokens", "usd_per_million_output_tokens_at_capacity"):
+            assert row[key] == pytest.approx(cli[key]), (name, key)
+        assert doc["headroom"] == cli["headroom"] and doc["gpu_hour_usd"] == {"h100-sxm": cli["gpu_hour_usd"]}
+        assert doc["mean_output_tokens"] == pytest.approx(cli["mean_output_tokens"])
     shown = surfaces["page_table"]
     assert shown["nodes_needed"] == cli["nodes_needed"]
     assert shown["usd_at_target"] == f"${cli['usd_per_million_output_tokens']:.3f}"
