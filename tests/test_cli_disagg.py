@@ -180,7 +180,7 @@ def test_compare_with_the_split_runs_the_iteration_level_presets(tmp_path, capsy
 def test_search_refuses_the_split_and_nodes_flags_in_one_line(capsys):
     """The search's grid is aggregated nodes and it sizes the nodes itself: the flags are refused, not ignored."""
     base = ["search", "--target-rate", "5", "--gpu-hour-usd", "2", "--slo-tpot-ms", "50", "--gpus", "h100-sxm"]
-    for extra, msg in ((SPLIT, "--prefill-instances: the search tries aggregated nodes only"),
+    for extra, msg in ((SPLIT, "--prefill-instances: the search enumerates the prefill/decode splits itself (--serving disagg or both)"),
                        (["--num-nodes", "2"], "--nodes: the search finds the nodes needed itself")):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err

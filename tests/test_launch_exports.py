@@ -27,10 +27,19 @@ def test_search_json_rows_have_the_launch_commands(tmp_path):
     assert rc == 0
     rows = json.loads(out.read_text())["configs"]
     assert rows and all(set(r["launch"]) == {"vllm", "sglang"} for r in rows)
-    for r in rows:
+    agg = [r for r in rows if r["split"] is None]
+    splits = [r for r in rows if r["split"] is not None]  # --serving both (the default): prefill/decode splits too
+    assert agg and splits
+    for r in agg:
         assert f"--tensor-parallel-size {r['tp']}" in r["launch"]["vllm"]
         assert f"--tp-size {r['tp']}" in r["launch"]["sglang"]
         assert ("--data-parallel-size 2" in r["launch"]["vllm"]) == (r["tp"] == 4)
+    for r in splits:  # one command per side of the split, each at its own TP, joined over NIXL
+        s = r["split"]
+        vllm, sglang = r["launch"]["vllm"], r["launch"]["sglang"]
+        assert "NixlConnector" in vllm and "--disaggregation-mode prefill" in sglang
+        assert f"--tensor-parallel-size {s['prefill_tp']}" in vllm and f"--tensor-parallel-size {s['decode_tp']}" in vllm
+        assert f"--tp-size {s['prefill_tp']}" in sglang and f"--tp-size {s['decode_tp']}" in sglang
 
 
 def test_the_summary_json_export_carries_each_policys_commands():

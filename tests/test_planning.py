@@ -468,8 +468,8 @@ def test_verdict_rounds_a_tiny_rate_and_calls_903_nodes_impractical():
     sc = mixed()
     slo = SLO(ttft_s=2.0, tpot_s=0.1)
     searches = {"chunked": result(1.0, 2000.0), "dynamic": result(0.0277, 60.0)}
-    plan = sp.plan_capacity(sc, slo, searches, target_rate_req_s=25.0, gpu_hour_usd=2.5)
-    assert plan.results["dynamic"].nodes_needed == 903  # ceil(25 / 0.0277)
+    plan = sp.plan_capacity(sc, slo, searches, target_rate_req_s=25.0, gpu_hour_usd=2.5, headroom=1.0)
+    assert plan.results["dynamic"].nodes_needed == 903  # ceil(25 / 0.0277), the case (headroom 1)
     text = plan.verdict()
     assert "0.0277" not in text
     assert text.endswith("'dynamic' sustains 0.028 req/s (903 nodes, 36× the nodes of 'chunked': not a practical "

@@ -122,7 +122,8 @@ def test_the_size_of_a_run_counts_its_engines() -> None:
     assert (one.holds_all, fleet.holds_all, routed.holds_all, split.holds_all) == (False, False, True, True)
     assert routed.bytes - fleet.bytes == sizing.BYTES_PER_REQUEST_ENGINE * 2000 * 32
     # small runs are sized by their bound: every output token a step, every prompt chunk one
-    bound = int(reqs.output_tokens.sum() + (-(-reqs.prompt_tokens // PRESETS["continuous"].max_num_batched_tokens)).sum())
+    budget = Scenario(deployment=dep, workload=wl).policy.max_num_batched_tokens  # the preset sized for the model
+    bound = int(reqs.output_tokens.sum() + (-(-reqs.prompt_tokens // budget)).sum())
     assert one.steps == bound and not one.measured
 
 

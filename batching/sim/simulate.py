@@ -249,6 +249,8 @@ def run_requests(reqs: Requests, dep: Deployment, policy: BatchingPolicy, cm: Co
     arrival, so fleet.run_fleet runs them in one simulation. ``seed``: speculative decoding samples acceptance from
     it (replica r uses seed + r; a fleet run uses seed)."""
     replicas = nodes * dep.node.replicas if replicas is None else replicas
+    if len(reqs):  # a preset's step budget as vLLM V0 sizes it on this model (BatchingPolicy.sized_for)
+        policy = policy.sized_for(dep.model.max_context_tokens, int(reqs.prompt_tokens.max()))
     kv_blocks = spec_kv_blocks(policy, dep)  # the dep's, less a draft model's or head's share with speculation
     _check_fits(reqs, policy, dep, kv_blocks)
     swap_cap = int(policy.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
@@ -297,6 +299,7 @@ def run_size(scenario: Scenario, reqs: Requests, measure: bool = False) -> sizin
     every request, its steps summed over them (from a pilot when the bound is large, or ``measure``)."""
     dep, policy, dis = scenario.deployment, scenario.policy, scenario.disagg
     bound = sizing.step_bound(reqs.prompt_tokens, reqs.output_tokens, policy.max_num_batched_tokens)
+    table = sizing.table_tokens(reqs.prompt_tokens, reqs.output_tokens, policy.max_num_batched_tokens)
     n = len(reqs)
     if dis is not None:
         def pilot_split() -> sizing.Pilot:  # the split on its first requests
@@ -310,7 +313,8 @@ def run_size(scenario: Scenario, reqs: Requests, measure: bool = False) -> sizin
             done = np.maximum(res["prefill"][0].req_f[:, eng.R_FINISH], res["decode"][0].req_f[:, eng.R_FINISH])
             return _pilot(np.concatenate(starts), res["prefill"][0].req_f[:, eng.R_ARRIVAL], done, 1)
 
-        return sizing.estimate(n, dis.prefill_instances + dis.decode_instances, True, bound, pilot_split, measure)
+        return sizing.estimate(n, dis.prefill_instances + dis.decode_instances, True, bound, pilot_split, measure,
+                               table)
     replicas = scenario.replicas
 
     def pilot_replica() -> sizing.Pilot:  # one replica's share of the first requests (a router's, on average)
@@ -325,7 +329,7 @@ def run_size(scenario: Scenario, reqs: Requests, measure: bool = False) -> sizin
                       req_f[:, eng.R_FINISH], replicas)
 
     holds_all = scenario.router != "round-robin" and replicas > 1
-    return sizing.estimate(n, replicas, holds_all, bound, pilot_replica, measure)
+    return sizing.estimate(n, replicas, holds_all, bound, pilot_replica, measure, table)
 
 
 def _pilot(starts: np.ndarray, arrival: np.ndarray, finish: np.ndarray, drains: int) -> sizing.Pilot:

@@ -5,9 +5,10 @@ or MAX_RUN_GIB, before anything is simulated.
 Memory (peak resident bytes above a warm process; ``benchmarks/bench_memory.py --fleets`` measures it): a run
 takes BYTES_PER_REQUEST per request and BYTES_PER_STEP per step summed over its engines, and a fleet behind a
 router that reads replica state, or a split, holds every request's state in every engine: BYTES_PER_REQUEST_ENGINE
-per request and engine on top (a 512-replica fleet: 67 KB a request). Steps: at most one per output token of
-every request plus its prompt's chunks (each request alone: a light load, or a fleet of idle replicas); when that
-bound passes MAX_STEPS / 2, a pilot (one replica's share of the first PILOT_REQUESTS x replicas requests, or a
+per request and engine on top (a 512-replica fleet: 67 KB a request); every engine also has a step-time table
+of 8 bytes per token count a step may hold (up to 1 MiB: 134 MB for 128 replicas at a 131,072-token budget).
+Steps: at most one per output token of every request plus its prompt's chunks (each request alone: a light load,
+or a fleet of idle replicas); when that bound passes MAX_STEPS / 2, a pilot (one replica's share of the first PILOT_REQUESTS x replicas requests, or a
 split's first 4 x PILOT_REQUESTS) is simulated and its steps per request scaled to the run.
 """
 from __future__ import annotations
@@ -38,10 +39,13 @@ class RunSize:
     steps: int  # summed over the engines: an estimate, or the bound when that is small
     measured: bool = False  # steps from a pilot run (else the bound)
 
+    table_tokens: int = 0  # each engine's step-time table: one float64 per token count a step may hold
+
     @property
     def bytes(self) -> float:
         every = self.requests * self.engines if self.holds_all else 0
-        return BYTES_PER_REQUEST * self.requests + BYTES_PER_STEP * self.steps + BYTES_PER_REQUEST_ENGINE * every
+        return (BYTES_PER_REQUEST * self.requests + BYTES_PER_STEP * self.steps + BYTES_PER_REQUEST_ENGINE * every
+                + 8 * self.table_tokens * self.engines)
 
 
 def step_bound(prompt_tokens: np.ndarray, output_tokens: np.ndarray, budget: int) -> int:
@@ -64,13 +68,20 @@ class Pilot:
         return int(round(self.steps * requests / max(1, self.requests))) + self.drain * self.drains
 
 
+def table_tokens(prompt_tokens: np.ndarray, output_tokens: np.ndarray, budget: int) -> int:
+    """Entries of one engine's step-time table (engine.kernel.new_run_nb): a step's token counts up to the budget
+    or the longest request, at most 2^17 (1 MiB a table: 128 replicas at a 131,072-token budget, 134 MB)."""
+    longest = int((prompt_tokens + output_tokens).max()) if len(prompt_tokens) else 0
+    return min(max(int(budget), longest) + 1, 1 << 17)
+
+
 def estimate(requests: int, engines: int, holds_all: bool, bound: int, pilot: Callable[[], Pilot],
-             measure: bool = False) -> RunSize:
+             measure: bool = False, table: int = 0) -> RunSize:
     """The run's size: steps = the bound while it is at most MAX_STEPS / 2 (unless ``measure``), else a sample
-    run's (``pilot()``) scaled to ``requests``."""
+    run's (``pilot()``) scaled to ``requests``; ``table``: each engine's step-time table entries."""
     if bound <= MAX_STEPS // 2 and not measure:
-        return RunSize(requests, engines, holds_all, bound)
-    return RunSize(requests, engines, holds_all, pilot().scaled(requests), measured=True)
+        return RunSize(requests, engines, holds_all, bound, table_tokens=table)
+    return RunSize(requests, engines, holds_all, pilot().scaled(requests), measured=True, table_tokens=table)
 
 
 def check(size: RunSize, what: str, engine_word: str, fewer: str) -> None:
