@@ -755,6 +755,14 @@ class SyntheticWorkload:
         check_range("think_time_s", self.think_time_s, 0, MAX_CLIENT_THINK_S)
 
     @property
+    def load_text(self) -> str:
+        """The load in words: "8 clients (closed loop)" (", think 0.5 s" with one) or the open loop's "1 req/s"."""
+        if self.concurrency is None:
+            return f"{self.rate_req_s:.4g} req/s"
+        think = f", think {self.think_time_s:g} s" if self.think_time_s else ""
+        return f"{self.concurrency:,} client{'s' if self.concurrency != 1 else ''} (closed loop{think})"
+
+    @property
     def rate_req_s(self) -> float:
         """The arrival process's mean rate (an open loop's offered load; a closed loop has none: see concurrency)."""
         return self.arrivals.rate_req_s
