@@ -167,3 +167,14 @@ def test_capacity_searches_the_highest_concurrency_within_the_slos():
     assert list(found.points["concurrency"]) == sorted(found.points["concurrency"])
     none = capacity(sc, SLO(ttft_s=0.001))  # not even one client's first token in 1 ms
     assert none.max_concurrency == 0 and none.max_rate_req_s == 0.0
+
+
+def test_captions_say_clients_not_a_rate():
+    from batching.charts.export import scenario_caption
+    from batching.report import describe_workload
+
+    sc = _scenario(8, 240, think=0.5)
+    line = scenario_caption(sc)
+    assert "8 clients (closed loop, think 0.5 s)" in line and "req/s" not in line
+    assert "concurrency searched" in scenario_caption(sc, rate="rate searched")
+    assert describe_workload(sc.workload).startswith("8 clients (closed loop, think 0.5 s); classes: sharegpt")
