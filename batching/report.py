@@ -65,6 +65,9 @@ def describe_workload(workload: SyntheticWorkload | TraceWorkload, rate: str | N
         return ", ".join(parts)
     classes = ", ".join(f"{c.name} {c.share:.0%}" for c in sorted(workload.classes, key=lambda c: c.priority))
     arr = workload.arrivals
+    if getattr(workload, "concurrency", None) is not None:
+        load = "concurrency searched" if rate == "rate searched" else (rate or workload.load_text)
+        return f"{load}; classes: {classes}"
     return f"{arr.kind} arrivals{f', {rate}' if rate else f' at {arr.rate_req_s:g} req/s'}; classes: {classes}"
 
 

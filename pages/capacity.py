@@ -33,6 +33,9 @@ VIEWS = {"policies": "Per policy", "disagg": "Aggregated vs disaggregated"}
 SPLIT_POLICIES = tuple(n for n, p in PRESETS.items() if dc.skip_reason(p) is None)  # iteration-level presets
 MAX_QUOTED = 40  # characters of unknown policy names a notice quotes
 COLUMNS = {  # CapacityResult field -> (header with unit, tooltip, format)
+    "max_concurrency": ("Clients within the SLOs", "Closed-loop arrivals: the highest number of clients (each sending "
+                        "its next request when its previous one completes) whose requests meet the SLOs; one more "
+                        "client was simulated and does not.", "%d"),
     "max_rate_req_s": ("Rate per node (req/s)", "The highest request rate one node sustains with the attainment "
                        "target met: bracketing, then bisecting on the rate (same requests, arrivals rescaled).",
                        "%.3g"),
@@ -203,7 +206,8 @@ def plan_view(base: Scenario) -> None:
 def _columns(plan: CapacityPlan) -> dict:
     """COLUMNS, without the binding class when the workload has one class."""
     several = len(class_names(plan.scenario)) > 1
-    return {k: v for k, v in COLUMNS.items() if several or k != "binding_class"}
+    closed = getattr(plan.scenario.workload, "concurrency", None) is not None  # the sidebar's closed-loop clients
+    return {k: v for k, v in COLUMNS.items() if (several or k != "binding_class") and (closed or k != "max_concurrency")}
 
 
 def _frame(plan: CapacityPlan) -> pd.DataFrame:
@@ -261,6 +265,12 @@ def _results(plan: CapacityPlan) -> None:
     names = class_names(base)
     slo_text = slo.describe(names)
     st.subheader(f"Per policy: {plain(slo_text)}", divider="gray")
+    if getattr(base.workload, "concurrency", None) is not None:
+        st.info("The highest concurrency within the SLOs (closed-loop clients" + (
+            f", think {base.workload.think_time_s:g} s" if base.workload.think_time_s else "") + "): " + "; ".join(
+            f"{plain(n)} {r.max_concurrency:,} client{'s' if r.max_concurrency != 1 else ''} ({r.max_rate_req_s:,.3g} "
+            "req/s)" for n, r in plan.results.items()) + ". Rate per node is the requests per second those clients "
+            "send.", icon=":material/group:")
     sentence = plan.verdict()
     if sentence:
         st.info(sentence, icon=":material/dns:")

@@ -75,6 +75,8 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
         if shared != {0}:
             parts.append(f"{'/'.join(f'{t:,}' for t in sorted(shared))}-token shared prompt")
         # the rate to 4 significant digits: "4.712 req/s", never a raw 4.71174
+        if getattr(wl, "concurrency", None) is not None:  # closed-loop clients: no rate is set, N is
+            rate = "concurrency searched" if rate == "rate searched" else wl.load_text
         parts += [rate or f"{wl.rate_req_s:.4g} req/s", *_arrival_words(wl), f"{wl.num_requests:,} requests",
                   f"seed {wl.seed}"]
     else:
@@ -125,6 +127,8 @@ def _gpu_name(key: str) -> str:
 def _arrival_words(wl: SyntheticWorkload) -> list[str]:
     """How the arrivals differ from Poisson, if they do: ``bursty (Gamma CV 4)``, ``on 10 s / off 10 s``, ..."""
     a = wl.arrivals
+    if getattr(wl, "concurrency", None) is not None:  # closed loop: the arrival process is not used
+        return []
     if a.kind == "gamma":
         return [f"bursty (Gamma CV {a.cv:g})"]
     if a.kind == "onoff":

@@ -29,7 +29,7 @@ from batching.sim.hardware.specs import (GPUS, HF_ARCHITECTURES, KV_BLOCK_TOKENS
 from batching.sim.workload.traces import MAX_TOKENS
 from batching.sim.workload.requests import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
                                    MAX_NUM_REQUESTS, MAX_PEAK_TO_TROUGH, MAX_PERIOD_S, MAX_RATE_REQ_S,
-                                   WORKLOAD_PRESETS, LengthDist, SyntheticWorkload, TraceWorkload, workload_preset)
+                                   MAX_CLIENT_THINK_S, MAX_CONCURRENCY, WORKLOAD_PRESETS, LengthDist, SyntheticWorkload, TraceWorkload, workload_preset)
 from batching.studies.capacity import ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, class_names, per_class_values
 
 PROG = "python -m batching"
@@ -366,6 +366,15 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
                         "(counted in its prompt; prefix caching computes it once)")
     add_spec_arguments(g)
     add_disagg_args(p)
+    c = p.add_argument_group("closed-loop clients (synthetic workloads; instead of --rate)")
+    c.add_argument("--concurrency", type=int_arg(1, MAX_CONCURRENCY), default=None, metavar="N",
+                   help=f"N clients (1-{MAX_CONCURRENCY:,}, at most --requests), each sending its next request when "
+                        "its previous one completes, as vllm bench serve --max-concurrency, SGLang bench_serving "
+                        "--max-concurrency and genai-perf --concurrency; latencies are measured from each send; "
+                        "capacity then searches the highest concurrency within the SLOs")
+    c.add_argument("--think-time-s", type=float_arg(0.0, MAX_CLIENT_THINK_S), default=None, metavar="S",
+                   help="with --concurrency: seconds a client waits between a response and its next request "
+                        "(default 0)")
     a = p.add_argument_group("arrivals (synthetic workloads; default Poisson at --rate; one of these at most)")
     x = a.add_mutually_exclusive_group()
     x.add_argument("--burstiness", type=float_arg(0.0, MAX_CV, low_open=True), default=None, metavar="CV",
@@ -582,6 +591,33 @@ def synthetic_workload(args):
             wl.validate()
         except ValueError as exc:
             raise CliError(f"--shared-prefix-tokens {prefix}: {exc}") from None
+    return closed_loop(args, wl)
+
+
+def closed_loop(args, wl: SyntheticWorkload) -> SyntheticWorkload:
+    """``wl`` sent by --concurrency closed-loop clients (with --think-time-s); refuses --rate, the arrival flags and
+    a sessions preset beside it, and --think-time-s without it."""
+    n, think = getattr(args, "concurrency", None), getattr(args, "think_time_s", None)
+    if n is None:
+        if think is not None:
+            raise CliError(f"--think-time-s {think:g}: needs --concurrency N (closed-loop clients); an open loop's "
+                           "requests arrive at --rate")
+        return wl
+    if args.rate is not None:
+        raise CliError(f"--concurrency {n} and --rate {args.rate:g} are exclusive: closed-loop clients send when "
+                       "their previous request completes, an open loop at a rate; give one of them")
+    given = arrival_flag(args)
+    if given is not None:
+        raise CliError(f"{given[0]} and --concurrency {n} are exclusive: the arrival flags shape an open loop's "
+                       "arrivals; closed-loop clients send when their previous request completes")
+    if wl.sessions is not None:
+        raise CliError(f"--concurrency {n}: --workload {args.workload} is multi-turn sessions (their own closed "
+                       "loop, each turn after the previous answer); use another --workload")
+    try:
+        wl = wl.with_concurrency(n, think or 0.0)
+        wl.validate()
+    except ValueError as exc:
+        raise CliError(f"--concurrency {n}: {exc}") from None
     return wl
 
 
@@ -593,6 +629,9 @@ def workload_from_args(args) -> SyntheticWorkload | TraceWorkload:
     if given is not None:
         raise CliError(f"{given[0]}: shapes the arrivals of a synthetic workload; a --trace keeps its recorded "
                        "arrival times (--rate speeds it up or slows it down)")
+    if getattr(args, "concurrency", None) is not None or getattr(args, "think_time_s", None) is not None:
+        raise CliError("--concurrency/--think-time-s: closed-loop clients send a synthetic workload; a --trace keeps "
+                       "its recorded arrival times")
     if getattr(args, "shared_prefix_tokens", None):
         raise CliError("--shared-prefix-tokens: applies to synthetic workloads; a --trace carries its own "
                        "prefixes (Mooncake's hash_ids) or none")
@@ -855,6 +894,8 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
     out = {k: summary[k] for k in keys + (DISAGG_KEYS if split else ()) if k in summary}
     out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}
+    if "concurrency" in summary:  # closed-loop clients: the load is N, not a rate
+        out.update({k: summary[k] for k in ("concurrency", "think_time_s")})
     if summary.get("rejected_requests"):  # the context they passed
         out["max_context_tokens"] = summary["max_context_tokens"]
     if split:
@@ -890,6 +931,8 @@ def fleet_lines(summary: dict, most: int = 16) -> list[str]:
 
 def arrivals_text(workload) -> str | None:
     """The arrival process of a synthetic workload in words ("Gamma gaps, CV 4"), None for Poisson or a trace."""
+    if getattr(workload, "concurrency", None) is not None:
+        return workload.load_text
     a = getattr(workload, "arrivals", None)
     if a is None or a.kind == "poisson":
         return None

@@ -85,13 +85,18 @@ def cmd_capacity(args) -> int:
     print(f"{'headroom':32s} {args.headroom:g}x on the nodes and $ at the target"
           f"{' (default)' if args.headroom == DEFAULT_HEADROOM else ''}; $ at capacity: one copy at the rate found")
     if arrivals_text(sc.workload):  # the search rescales the whole process: its shape stays, its mean rate moves
-        print(f"{'arrivals':32s} {arrivals_text(sc.workload)} (this shape at every rate tried)")
+        closed = getattr(sc.workload, "concurrency", None) is not None
+        print(f"{'arrivals':32s} " + ("closed-loop clients: the highest concurrency within the SLOs, searched (max_rate_"
+                                       "req_s: the requests/s those clients send)" if closed else
+                                       f"{arrivals_text(sc.workload)} (this shape at every rate tried)"))
     d["gpu_hour_usd_source"] = "given" if args.gpu_hour_usd is not None else \
         (f"default: {default_price_note(sc)}" if usd is not None else "none")
     for k, v in d.items():
         if k not in ("by_priority", "gpu_hour_usd_source"):
             print(f"{k:32s} {fmt(v) if v is not None else '-'}")
     where = "at the rate found" if res.max_rate_req_s > 0 else "at the lowest rate tried (none met the SLOs)"
+    if res.max_concurrency is not None:
+        where = f"at {res.max_concurrency:,} clients" if res.max_concurrency else "at 1 client (it misses the SLOs)"
     print(f"per class, {where} (each against its own SLOs at {slo.attainment * 100:.3g} %):")
     for level, c in res.by_priority.items():
         print(f"  {level} {c['class_name']}: {class_line(c)}")

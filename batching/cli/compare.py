@@ -44,6 +44,8 @@ def cmd_compare(args) -> int:
     if sc.disagg is not None:
         print(f"{disagg_line(next(iter(sums.values())))} (the iteration-level presets {', '.join(policies)}; "
               "static and dynamic batching run each batch as a whole and are not split)")
+    if getattr(sc.workload, "concurrency", None) is not None:
+        print(f"# load: {sc.workload.load_text}, each policy's latencies measured from each send")
     print(cmp.table().to_string(float_format=lambda v: fmt(float(v))))
     cached = [k for k, p in policies.items() if p.prefix_caching and "prefix_hit_rate" in sums[k]]
     if cached:

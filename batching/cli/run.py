@@ -38,7 +38,8 @@ def cmd_run(args) -> int:
     if split:
         print(disagg_line(s))
     if arrivals_text(sc.workload):
-        print(f"# arrivals: {arrivals_text(sc.workload)}, mean {sc.workload.rate_req_s:g} req/s")
+        load = "" if getattr(sc.workload, "concurrency", None) is not None else f", mean {sc.workload.rate_req_s:g} req/s"
+        print(f"# arrivals: {arrivals_text(sc.workload)}{load}")
     for k in summary_keys(caching, spec, split):
         if k in s:
             print(f"{k:26s} {fmt(s[k])}" + (" (unbounded: overloaded)" if is_unbounded(k, full) else ""))

@@ -121,6 +121,8 @@ def summarize(res: SimResult) -> dict:
         if sc.policy.spec_decode != "off":
             s.update(spec_summary(res.steps))
         s["offered_req_s"], s["queue_growth_req_s"] = queue_growth(req)
+    if getattr(sc.workload, "concurrency", None) is not None and not res.saturated:  # closed-loop clients
+        s["concurrency"], s["think_time_s"] = int(sc.workload.concurrency), float(sc.workload.think_time_s)
     by = {}
     for level, name in enumerate(res.class_names):
         sub = req[req["priority"] == level]
@@ -153,7 +155,13 @@ def admitted(reqs: Requests, model: Model) -> tuple[Requests, np.ndarray]:
     over = (reqs.prompt_tokens + reqs.output_tokens) > limit
     if not over.any():
         return reqs, np.zeros(k, np.int64)
-    if reqs.after is not None:
+    if reqs.after is not None and reqs.clients:  # a closed-loop client sends its next request when one is refused
+        after = reqs.after.copy()
+        for r in np.flatnonzero(after >= 0):  # after[r] < r: its predecessor is relinked already
+            if over[after[r]]:
+                after[r] = after[after[r]]
+        reqs = replace(reqs, after=after, think_s=np.where(after >= 0, reqs.think_s, 0.0))
+    elif reqs.after is not None:
         for r in np.flatnonzero(reqs.after >= 0):  # after[r] < r: its predecessor is decided already
             over[r] |= over[reqs.after[r]]
     if over.all():
@@ -359,6 +367,8 @@ def _describe(scenario: Scenario, reqs: Requests) -> str:
     wl = scenario.workload
     rate = wl.rate_req_s if isinstance(wl, SyntheticWorkload) else reqs.mean_rate_req_s  # the rate asked for
     when = f"at {rate:,.6g} req/s" if 0 < rate < float("inf") and reqs.span_s > 0 else "all at once"
+    if reqs.clients:
+        when = f"from {reqs.clients:,} closed-loop clients"
     return f"{where}, {len(reqs):,} requests {when}"
 
 

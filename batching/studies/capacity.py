@@ -1,5 +1,10 @@
 """SLO-driven capacity: the highest request rate per node that meets the SLOs, and what it costs.
 
+With closed-loop clients (a workload with ``concurrency``: vllm bench serve --max-concurrency) there is no rate to
+set: ``capacity`` then searches the highest concurrency within the SLOs instead (``capacity_concurrency``: doubling,
+then integer bisection, the same ``meets_slo`` rule), and the rate it reports is the request rate those clients
+send.
+
 An SLO gives each latency target (TTFT, TPOT, E2E) either one value for every priority class or one value per
 class, class 0 (the highest priority) first; a request meets the targets of its own class. The attainment is
 the share of a class's requests that meet its targets, and a rate is within the SLOs only if *every* class
@@ -261,7 +266,7 @@ def meets_slo(p: dict, slo: SLO) -> bool:
     return classes_meeting(p, slo) and sustained(p)
 
 
-def binding_of(points: Sequence[dict], slo: SLO) -> tuple[str | None, str | None]:
+def binding_of(points: Sequence[dict], slo: SLO, key: str = "rate_req_s") -> tuple[str | None, str | None]:
     """(binding SLO, binding class) of a search's points at the lowest rate that fails: the class furthest below
     the attainment target there (None with one class) and, within it, the SLO its requests meet least. (None,
     None) when every rate passed, or when every class met its SLOs at the first that fails but the queue grew:
@@ -269,7 +274,7 @@ def binding_of(points: Sequence[dict], slo: SLO) -> tuple[str | None, str | None
     failing = [p for p in points if not meets_slo(p, slo)]
     if not failing:
         return None, None
-    first = min(failing, key=lambda p: p["rate_req_s"])
+    first = min(failing, key=lambda p: p[key])
     if classes_meeting(first, slo):
         return None, None
     by = first.get("by_priority") or {}
@@ -392,6 +397,9 @@ class CapacityResult:
     mean_output_tokens: float | None = None  # of the workload's admitted requests
     gpu_hour_usd: float | None = None
     target_rate_req_s: float | None = None
+    # closed-loop clients: the highest concurrency within the SLOs (0: not even one client), max_rate_req_s the
+    # requests/s those clients send; None for an open loop's rate search
+    max_concurrency: int | None = None
 
     @property
     def rates_tried(self) -> int:
@@ -414,7 +422,8 @@ class CapacityResult:
                 "usd_per_million_output_tokens": self.usd_per_million_output_tokens,
                 "usd_per_million_output_tokens_at_capacity": self.usd_per_million_output_tokens_at_capacity,
                 "mean_output_tokens": self.mean_output_tokens, "headroom": self.headroom,
-                "gpu_hour_usd": self.gpu_hour_usd, "by_priority": self.by_priority}
+                "gpu_hour_usd": self.gpu_hour_usd, "by_priority": self.by_priority} | (
+                   {} if self.max_concurrency is None else {"max_concurrency": self.max_concurrency})
 
 
 def ceiling_req_s(scenario: Scenario) -> float:
@@ -432,7 +441,13 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
     requests/s of the saturated run (``ceiling_req_s``) when already known; otherwise it is simulated.
     ``run(scenario)``: stands in for ``simulate`` at each rate tried (anything ``slo_reading`` reads, e.g. a
     cached run, so another SLO re-reads the rates already simulated); the search and its answer are the same.
-    Priced by ``plan_price`` (``pricing.price``) for ``target_rate_req_s`` at ``gpu_hour_usd`` (None: no $)."""
+    Priced by ``plan_price`` (``pricing.price``) for ``target_rate_req_s`` at ``gpu_hour_usd`` (None: no $).
+    A closed-loop workload (``concurrency`` set) searches the highest concurrency instead (``capacity_concurrency``;
+    ``rel_tol`` and ``ceiling`` do not apply)."""
+    wl = (scenario.with_policy(policy) if policy is not None else scenario).workload
+    if getattr(wl, "concurrency", None) is not None:
+        return capacity_concurrency(scenario, slo, policy, target_rate_req_s, gpu_hour_usd, progress,
+                                    headroom=headroom, run=run)
     slo.validate()
     if policy is not None:
         scenario = scenario.with_policy(policy)
@@ -507,4 +522,73 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
     df = df.sort_values("rate_req_s").reset_index(drop=True)
     found = CapacityResult(rate, thr, best["goodput_req_s"] if best else 0.0, binding, None, None, df,
                            at["by_priority"], binding_class, float(headroom))
+    return found.with_plan(scenario, target_rate_req_s, gpu_hour_usd, headroom)
+
+
+def capacity_concurrency(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
+                         target_rate_req_s: float | None = None, gpu_hour_usd: float | None = None,
+                         progress: Progress | None = None, headroom: float = DEFAULT_HEADROOM,
+                         run=None) -> CapacityResult:
+    """The highest number of closed-loop clients (the workload's ``concurrency`` and ``think_time_s``, its
+    requests) whose requests meet the SLOs (``meets_slo``): 1, 2, 4, ... until one fails or the most allowed
+    (min(MAX_CONCURRENCY, num_requests)), then integer bisection, so the answer N met them and N + 1 was simulated
+    and did not. ``max_rate_req_s`` is the rate N clients send (``offered_req_s``), priced as ``capacity``'s rate.
+    ``run(scenario)`` as in ``capacity``. 0 when one client already misses."""
+    from batching.sim.workload.requests import MAX_CONCURRENCY
+
+    slo.validate()
+    if policy is not None:
+        scenario = scenario.with_policy(policy)
+    check_headroom(headroom)
+    check_target(target_rate_req_s)
+    if gpu_hour_usd is not None:
+        pricing.check_price(gpu_hour_usd)
+    scenario.validate()
+    slo.validate(len(class_names(scenario)))
+    wl = scenario.workload
+    most = min(MAX_CONCURRENCY, int(wl.num_requests))
+    expected = 2 * max(1, math.ceil(math.log2(most)))  # doublings then halvings, for the progress bar
+    points: list[dict] = []
+
+    def probe(n: int) -> dict:
+        if progress:
+            progress(min(len(points) + 1, expected), expected, f"trying {n:,} clients")
+        at = scenario.with_workload(wl.with_concurrency(n))
+        p = dict(slo_point(at, slo) if run is None else slo_reading(run(at), slo))
+        p["concurrency"], p["rate_req_s"] = n, p["offered_req_s"]  # the rate N clients send
+        points.append(p)
+        return p
+
+    lo, best = 0, None
+    first = probe(1)
+    if meets_slo(first, slo):
+        lo, best, hi = 1, first, None
+        n = 2
+        while hi is None:  # double while the SLOs hold
+            n = min(n, most)
+            p = probe(n)
+            if meets_slo(p, slo):
+                lo, best = n, p
+                if n == most:
+                    break
+                n *= 2
+            else:
+                hi = n
+        while hi is not None and hi - lo > 1:  # integer bisection: lo met the SLOs, hi did not
+            mid = (lo + hi) // 2
+            p = probe(mid)
+            if meets_slo(p, slo):
+                lo, best = mid, p
+            else:
+                hi = mid
+    if progress:
+        progress(expected, expected, "done")
+    binding, binding_class = binding_of(points, slo, key="concurrency")
+    at = best if best is not None else first
+    df = pd.DataFrame([{k: v for k, v in p.items() if k not in ("per_slo", "by_priority")} for p in points])
+    df = df.sort_values("concurrency").reset_index(drop=True)
+    rate = best["rate_req_s"] if best is not None else 0.0
+    found = CapacityResult(rate, best["throughput_output_tok_s"] if best else 0.0,
+                           best["goodput_req_s"] if best else 0.0, binding, None, None, df, at["by_priority"],
+                           binding_class, float(headroom), max_concurrency=lo)
     return found.with_plan(scenario, target_rate_req_s, gpu_hour_usd, headroom)

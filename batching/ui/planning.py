@@ -140,7 +140,10 @@ def _row(sc: Scenario, slo: SLO | None, search: bool) -> dict:
 
 
 def _search(sc: Scenario, slo: SLO) -> CapacityResult:
-    """A rate sweep's one capacity search (``sweeps.sweep`` runs the same), on cached reduced runs."""
+    """A rate sweep's one capacity search (``sweeps.sweep`` runs the same), on cached reduced runs. Closed-loop
+    clients: the highest concurrency within the SLOs (``capacity`` searches it; no saturated ceiling needed)."""
+    if getattr(sc.workload, "concurrency", None) is not None:
+        return capacity(sc, slo, run=lambda x: cache.reading(x, False))
     sat = cache.reading(sc, True).summary()
     return capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9),
                     run=lambda x: cache.reading(x, False))

@@ -11,7 +11,7 @@ from batching.sim.topology.disagg import MAX_INSTANCES, Disagg
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
 from batching.sim.simulate import Scenario, admitted
 from batching.sim.hardware.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
-from batching.sim.workload.requests import (DEFAULT_RATE_REQ_S, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
+from batching.sim.workload.requests import (DEFAULT_RATE_REQ_S, MAX_CLIENT_THINK_S, MAX_CONCURRENCY, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
                                    WORKLOAD_PRESETS, TraceWorkload, workload_preset)
 from batching.ui import nav, state
 from batching.ui.params import Param
@@ -41,6 +41,9 @@ ARRIVALS = {
     "onoff": "On/off bursts",
     "diurnal": "Diurnal rate curve (peak : trough)",
 }
+# the load: an open loop's request rate, or closed-loop clients (vllm bench serve --max-concurrency); URL key "load"
+LOADS = {"rate": "Open-loop rate (req/s)", "clients": "Closed-loop clients (concurrency)"}
+DEFAULT_CLIENTS = 16
 CV_CHOICES = tuple(x / 2 for x in range(2, 17))  # 1, 1.5, ..., 8: the burstiness slider's stops
 MAX_SHARED_PREFIX_TOKENS = 16_384
 _UPLOAD = "trace_upload"  # session: (file name, bytes) of the uploaded trace
@@ -69,6 +72,9 @@ def params() -> list[Param]:
         Param("decode_tp", _DISAGG_DEFAULT.decode_tp, choices=DISAGG_TP, label="decode tensor parallel"),
         Param("workload", "mixed" if "mixed" in workloads else workloads[0], choices=workloads, label="workload"),
         Param("rate", DEFAULT_RATE_REQ_S, low=MIN_RATE_REQ_S, high=MAX_RATE_REQ_S, label="request rate (req/s)"),
+        Param("load", "rate", choices=tuple(LOADS), label="arrivals (open-loop rate or closed-loop clients)"),
+        Param("conc", DEFAULT_CLIENTS, low=1, high=MAX_CONCURRENCY, label="closed-loop clients (concurrency)"),
+        Param("think_s", 0.0, low=0.0, high=MAX_CLIENT_THINK_S, label="client think time (s)"),
         Param("n", 2000, low=10, high=MAX_REQUESTS, label="number of requests"),
         Param("seed", 0, low=0, high=2**31 - 1, label="seed"),
         Param("recorded", True, label="replay at the recorded rate"),
@@ -150,10 +156,23 @@ def _draw(ps: list[Param]) -> None:
                   help="Drop rows that do not parse; the count is shown.")
         st.toggle("Replay at the recorded rate", **state.bind("recorded"))
     bounds = {p.key: p.widget_range() for p in ps if p.low is not None}
+    st.radio("Arrivals", list(LOADS), format_func=LOADS.get, horizontal=False, disabled=is_trace,
+             help="Open loop: requests arrive at a rate whatever the server does (vllm bench serve --request-rate). "
+                  "Closed loop: N clients, each sending its next request when its previous one completes (vllm "
+                  "bench serve --max-concurrency, SGLang bench_serving, genai-perf --concurrency); every latency "
+                  "is measured from the send. A trace keeps its recorded arrivals.", **state.bind("load"))
+    clients = closed_loop(is_trace)  # every input drawn, the one that does not apply disabled (a link's values)
     st.number_input("Request rate (req/s)", **bounds["rate"], step=0.5, format="%.1f",
-                    disabled=is_trace and state.value("recorded"),
+                    disabled=clients or (is_trace and state.value("recorded")),
                     help="Mean arrival rate, whatever the arrival process below (a trace is sped up or slowed "
-                         "down).", **state.bind("rate"))
+                         "down). Closed-loop clients set their own pace.", **state.bind("rate"))
+    c1, c2 = st.columns(2)
+    c1.number_input("Clients", **bounds["conc"], step=1, disabled=not clients,
+                    help=f"Closed loop: concurrent clients (1 to {MAX_CONCURRENCY:,}, at most the number of "
+                         "requests).", **state.bind("conc"))
+    c2.number_input("Think time (s)", **bounds["think_s"], step=0.5, format="%.1f", disabled=not clients,
+                    help="Closed loop: seconds a client waits between a response and its next request.",
+                    **state.bind("think_s"))
     _traffic_shape(bounds, is_trace)
     st.number_input("Number of requests", **bounds["n"], step=100,
                     help=f"Requests simulated per run (at most {MAX_REQUESTS:,}); a trace keeps its first N.",
@@ -246,6 +265,11 @@ def _serving(ps: list[Param]) -> None:
                        "prefill and decode instances (see the help).")
 
 
+def closed_loop(is_trace: bool = False, v=state.value) -> bool:
+    """Whether the sidebar's load is closed-loop clients (never for a trace)."""
+    return not is_trace and v("load") == "clients"
+
+
 def _traffic_shape(bounds: dict, is_trace: bool) -> None:
     """The arrival process and its parameters, and the shared system prompt. Every input is drawn (disabled when
     it does not apply), so a link's values always have their widget."""
@@ -253,12 +277,14 @@ def _traffic_shape(bounds: dict, is_trace: bool) -> None:
     with st.expander("Arrivals and shared prompt", expanded=changed and not is_trace, icon=":material/timeline:"):
         if is_trace:
             st.caption("A trace keeps its recorded arrivals and prompts.")
-        st.selectbox("Arrival process", list(ARRIVALS), format_func=ARRIVALS.get, disabled=is_trace,
+        if closed_loop(is_trace):
+            st.caption("Closed-loop clients send when their previous request completes: no arrival process.")
+        st.selectbox("Arrival process", list(ARRIVALS), format_func=ARRIVALS.get, disabled=is_trace or closed_loop(),
                      help="How requests arrive at the same mean rate: Poisson (independent), bursty (Gamma gaps "
                           "whose coefficient of variation is the burstiness; vLLM bench's --burstiness B is CV "
                           "1/sqrt(B)), on/off bursts, or a rate that swings between a peak and a trough.",
                      **state.bind("arrivals"))
-        kind = "trace" if is_trace else state.value("arrivals")
+        kind = "trace" if is_trace or closed_loop() else state.value("arrivals")
         st.select_slider("Burstiness (CV of the gaps)", options=list(CV_CHOICES), disabled=kind != "gamma",
                          format_func=lambda v: f"{v:g}",
                          help="Coefficient of variation of the time between arrivals: 1 is Poisson, 4 sends "
@@ -297,6 +323,19 @@ def arrival_choice(v=state.value) -> tuple[str, dict] | None:
     return None
 
 
+def clients_workload(wl, clients: int, think_s: float):
+    """``wl`` sent by closed-loop clients; ValueError saying what to change (the sidebar's words)."""
+    if wl.sessions is not None:
+        raise ValueError("closed-loop clients send independent requests; this workload is multi-turn sessions (their "
+                         "own closed loop). Pick another workload, or the open-loop rate.")
+    if clients > wl.num_requests:
+        raise ValueError(f"{clients:,} clients need at least as many requests; the run has {wl.num_requests:,}. Raise "
+                         f"the number of requests or lower the clients (1 to {min(MAX_CONCURRENCY, wl.num_requests):,}).")
+    wl = wl.with_arrivals("poisson").with_concurrency(clients, think_s)
+    wl.validate()
+    return wl
+
+
 def _build() -> Scenario:
     """The scenario the sidebar describes; ValueError says what to change."""
     v = state.value
@@ -325,6 +364,8 @@ def _build() -> Scenario:
             wl = wl.with_arrivals(arrivals[0], **arrivals[1])
         if int(v("prefix_tokens")) > 0:
             wl = wl.with_shared_prefix(int(v("prefix_tokens")))
+        if closed_loop(v=v):
+            wl = clients_workload(wl, int(v("conc")), float(v("think_s")))
         wl.validate()
     nodes, router = int(v("nodes")), str(v("router"))
     check_fleet(nodes, router, "continuous")  # the range and name; the policy's mode is checked where it is set

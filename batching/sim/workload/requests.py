@@ -42,6 +42,10 @@ MAX_RATE_REQ_S = 10_000.0
 # runs alone (one step per output token). 10^6 requests of the default scenario peak at 6.3 GiB, which leaves room on the
 # documented 2-core, 24 GiB host; 10^7 (the old cap) would need ~65 GB.
 MAX_NUM_REQUESTS = 1_000_000
+# Closed-loop clients (``SyntheticWorkload.concurrency``): up to 10,000, above any --max-concurrency a published
+# vLLM, SGLang or genai-perf benchmark run uses (they sweep 1 to 1,024), and at most the run's requests.
+MAX_CONCURRENCY = 10_000
+MAX_CLIENT_THINK_S = 86_400.0  # a client's think time up to a day
 MAX_SPEEDUP = 1000.0
 MAX_PERIOD_S = 86_400.0  # on/off period lengths up to a day
 MAX_CV = 20.0
@@ -93,6 +97,9 @@ class Requests:
     think_s: np.ndarray | None = None  # float64 seconds
     block_len: np.ndarray | None = None  # int64 blocks per chain (grouped chains; None: diff(block_off))
     block_group: int = 1  # engine blocks per id: 1, or a power of two with block_len set
+    # Closed-loop clients (0: none): request r's ``after`` is the same client's previous request; such a request
+    # has no history in its prompt, so a saturated copy drops the links (every request at 0, as an open loop's).
+    clients: int = 0
 
     def __post_init__(self) -> None:
         for name, dtype in (
@@ -255,6 +262,8 @@ class Requests:
     def saturated(self) -> Requests:
         """A copy with every request arriving at 0 (for capacity runs). Session turns keep their order (a turn
         still waits for the previous answer, whose text it contains) but no longer think: think_s is 0."""
+        if self.clients:  # closed-loop clients: the engine flat out, not N clients' pace
+            return replace(self, arrival_s=np.zeros(len(self)), after=None, think_s=None, clients=0)
         think = None if self.think_s is None else np.zeros(len(self))
         return replace(self, arrival_s=np.zeros(len(self)), think_s=think)
 
@@ -287,6 +296,7 @@ class Requests:
             think,
             block_len,
             self.block_group,
+            self.clients if after is not None else 0,
         )
 
     def sessions(self) -> tuple[np.ndarray, np.ndarray]:
@@ -669,13 +679,26 @@ class SyntheticWorkload:
     block chains. With ``sessions`` the requests are the turns of multi-turn sessions (num_requests counts
     turns): each session draws its class, its first prompt and every answer from the class, later messages
     and think times from the ``SessionSpec``; sessions start by ``arrivals`` at rate_req_s / (turns per
-    session), so rate_req_s stays the mean request rate and ``with_rate`` scales the whole process."""
+    session), so rate_req_s stays the mean request rate and ``with_rate`` scales the whole process.
+
+    With ``concurrency`` N the requests come from N closed-loop clients, as ``vllm bench serve --max-concurrency``,
+    SGLang's ``bench_serving --max-concurrency`` and genai-perf's concurrency mode send them: request i belongs to
+    client i mod N; the first N are sent at t = 0 and each later one ``think_time_s`` after its client's previous
+    request is released (``Requests.after`` / ``think_s``), so every latency is measured from its send. The
+    lengths and classes are the open loop's of the same seed (no history in the prompt, unlike sessions);
+    ``arrivals`` is not used."""
 
     arrivals: ArrivalProcess = ArrivalProcess()
     classes: tuple[PriorityClass, ...] = DEFAULT_CLASSES
     num_requests: int = 2000
     seed: int = 0
     sessions: SessionSpec | None = None
+    concurrency: int | None = None  # closed-loop clients (None: open loop, arrivals by ``arrivals``)
+    think_time_s: float = 0.0  # closed loop: a client's wait between a release and its next send
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.concurrency is not None
 
     def validate(self) -> None:
         self.arrivals.validate()
@@ -698,6 +721,9 @@ class SyntheticWorkload:
         if self.sessions is not None:
             if not isinstance(self.sessions, SessionSpec):
                 raise ValueError(f"sessions must be a SessionSpec or None, not {type(self.sessions).__name__}")
+            if self.concurrency is not None:
+                raise ValueError(f"concurrency={show(self.concurrency)} with sessions: allowed one of them (closed-loop "
+                                 f"clients send independent requests; sessions send conversations' turns)")
             self.sessions.validate()
             cap = self.sessions.context_cap_tokens
             for c in self.classes:  # a first turn always fits, so every session has one
@@ -709,14 +735,59 @@ class SyntheticWorkload:
                         f"high or raise the cap)"
                     )
 
+        self._validate_clients()
+
+    def _validate_clients(self) -> None:
+        if self.concurrency is None:
+            if self.think_time_s != 0:
+                raise ValueError(f"think_time_s={show(self.think_time_s)} needs concurrency (closed-loop clients); "
+                                 f"allowed 0 in an open loop")
+            return
+        high = min(MAX_CONCURRENCY, self.num_requests)
+        try:
+            check_int("concurrency", self.concurrency, 1, high)
+        except ValueError as exc:
+            if high < MAX_CONCURRENCY and isinstance(self.concurrency, (int, np.integer)) \
+                    and not isinstance(self.concurrency, bool) and self.concurrency > high:
+                raise ValueError(f"{exc} (at most num_requests={self.num_requests:,}: each client sends one or "
+                                 f"more requests)") from None
+            raise
+        check_range("think_time_s", self.think_time_s, 0, MAX_CLIENT_THINK_S)
+
+    @property
+    def load_text(self) -> str:
+        """The load in words: "8 clients (closed loop)" (", think 0.5 s" with one) or the open loop's "1 req/s"."""
+        if self.concurrency is None:
+            return f"{self.rate_req_s:.4g} req/s"
+        think = f", think {self.think_time_s:g} s" if self.think_time_s else ""
+        return f"{self.concurrency:,} client{'s' if self.concurrency != 1 else ''} (closed loop{think})"
+
     @property
     def rate_req_s(self) -> float:
+        """The arrival process's mean rate (an open loop's offered load; a closed loop has none: see concurrency)."""
         return self.arrivals.rate_req_s
 
     def generate(self) -> Requests:
         self.validate()
         if self.sessions is not None:
             return self._generate_sessions(self.sessions)
+        if self.concurrency is not None:
+            return self._closed_loop(self._open_loop())
+        return self._open_loop()
+
+    def _closed_loop(self, reqs: Requests) -> Requests:
+        """The open loop's requests sent by ``concurrency`` clients: request i is client i mod N's (i // N)-th,
+        after its request i - N; lower-bound arrival (i // N) x think_time_s (non-decreasing in i)."""
+        n, clients = len(reqs), int(self.concurrency)
+        i = np.arange(n, dtype=np.int64)
+        after = np.where(i >= clients, i - clients, -1)
+        think = np.where(i >= clients, float(self.think_time_s), 0.0)
+        lower = (i // clients) * float(self.think_time_s)
+        _check_arrivals(lower, f"think_time_s={show(self.think_time_s)} with num_requests={n}",
+                        "use a shorter think time or fewer requests")
+        return replace(reqs, arrival_s=lower, after=after, think_s=think, clients=clients)
+
+    def _open_loop(self) -> Requests:
         n = self.num_requests
         streams = np.random.SeedSequence(self.seed).spawn(2 + MAX_PRIORITY_LEVELS)
         arrival_s = self.arrivals.times(np.random.default_rng(streams[0]), n)
@@ -831,6 +902,12 @@ class SyntheticWorkload:
         for c in workload.classes:
             c.validate()
         return workload
+
+    def with_concurrency(self, concurrency: int | None, think_time_s: float | None = None) -> SyntheticWorkload:
+        """The same requests sent by ``concurrency`` closed-loop clients (None: the open loop of ``arrivals``);
+        ``think_time_s`` None keeps the current one (0 in an open loop)."""
+        think = self.think_time_s if think_time_s is None else think_time_s
+        return replace(self, concurrency=concurrency, think_time_s=think if concurrency is not None else 0.0)
 
     def with_sessions(self, spec: SessionSpec | None) -> SyntheticWorkload:
         """The same classes and arrivals as multi-turn sessions shaped by ``spec`` (None: independent requests)."""
