@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from batching.cli.args import Parser, check_output_folder, dispatch, write_files
+from batching.cli.args import CliError, Parser, check_output_folder, dispatch, write_files
+from batching.cli.calibrate_bench import BENCH_ONLY, add_bench_args, cmd_bench
 from batching.sim.hardware import calibration as cal
 from batching.studies import end_to_end as e2e_check
 from batching.sim.hardware import costmodel as cm
@@ -36,6 +37,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=DOCS, help="folder for CALIBRATION.md (default: docs/)")
     p.add_argument("--no-figures", action="store_true", help="with --report: tables only, no PNG files")
     p.add_argument("--no-end-to-end", action="store_true", help="skip the end-to-end simulations (a few seconds)")
+    add_bench_args(p)
     p.set_defaults(func=cmd_calibrate)
     return p
 
@@ -45,6 +47,11 @@ def _pct(v: float) -> str:
 
 
 def cmd_calibrate(args) -> int:
+    if args.bench is not None:
+        return cmd_bench(args)
+    given = [f for f in BENCH_ONLY if getattr(args, f.lstrip("-").replace("-", "_")) is not None]
+    if given:
+        raise CliError(f"{given[0]}: applies to --bench FILE (a measured run to simulate); give --bench")
     if args.report:
         check_output_folder("--out", args.out)  # before the end-to-end simulations
     lin = cal.op_error_summary("linear")
@@ -151,6 +158,32 @@ def write_report(out_dir: Path = DOCS, figures: bool = True, e2e: list | None = 
     md = report_markdown(e2e_frame, ar_frames, figures_dir=FIG_DIR if figures else None)
     written += write_files("--out", out_dir, {"CALIBRATION.md": md.encode()})
     return written
+
+
+BENCH_NOTE = """## Your own benchmark (`--bench`)
+
+`python -m batching calibrate --bench FILE` holds the simulator against a run you measured:
+a `vllm bench serve --save-result` JSON, a `python -m sglang.bench_serving --output-file` JSONL
+(one run a line: the last, or `--bench-line N`) or genai-perf's `profile_export_genai_perf.json`
+(`batching/studies/bench_files.py` reads them). It simulates the file's setting: the model its
+model id names (a preset matched by HuggingFace id, `--model` otherwise), its mean prompt and
+output lengths (or its per-request `input_lens` / `output_lens`, resampled), its request count
+(`--requests` caps it) and its load: `request_rate` as Poisson arrivals (vLLM's `burstiness` B as
+Gamma gaps of CV 1/√B; genai-perf's rate evenly spaced), `max_concurrency` with an infinite rate as
+that many closed-loop clients, an infinite rate without a cap as every request at once. GPU, TP,
+GPUs (default: one engine of `--tp` GPUs), precision and policy (`--preset`) come from the flags.
+It prints, for every metric the file has that the simulator gives (TTFT, TPOT, ITL and E2E mean,
+median, standard deviation and percentiles; request, output and total token throughput),
+measured | simulated | error % with error = simulated / measured − 1; `--json` writes the same.
+genai-perf's inter-token latency is per request, (E2E − TTFT) / (output tokens − 1): it is
+compared with the simulated TPOT. The simulated ITL percentiles come from the engine's log-binned
+ITL histogram (bin centres); its mean is every request's decode time over its token gaps.
+
+Nothing is fitted: the error is what the cost model above predicts for your run, engine
+overheads the model leaves out (HTTP and tokenization in the client's TTFT, detokenization,
+scheduler gaps) included in it. A fit of the model's constants to such files is not built yet.
+
+"""
 
 
 def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str | None = FIG_DIR) -> str:
@@ -314,7 +347,7 @@ The simulated TPOT is below both engines': part of the gap is what the model lea
 the all-reduces, per-sequence CPU work), all small per layer but 160 all-reduces and 80 attention
 blocks per step; nothing was tuned to close it.
 
-## Precision, GPUs, models
+{BENCH_NOTE}## Precision, GPUs, models
 
 - FP8 (`precision="fp8"`): transformer-block linear weights take one byte, linear layers run at
   the FP8 peak (so both ends of the roofline halve and the ridge in tokens stays put while the

@@ -1,0 +1,114 @@
+"""``python -m batching calibrate --bench FILE``: a measured run (vllm bench serve --save-result JSON,
+sglang.bench_serving JSONL, genai-perf's profile_export_genai_perf.json) simulated in the same setting, every metric
+the file has beside the simulated one (issue 23 item 8; no fitting).
+
+The setting: the model from the file's model id (a preset by its HuggingFace id; ``--model`` overrides), the lengths
+from the file (fixed at its means, or its per-request lists resampled), its request count (``--requests`` caps it),
+its rate (Poisson, vLLM's burstiness as a Gamma; genai-perf's rate evenly spaced), its clients (closed loop, with
+``max_concurrency`` and an infinite rate) or all requests at once (an infinite rate, no cap). GPU, TP, GPUs and
+precision from the flags (one server: ``--num-gpus`` defaults to ``--tp``); the policy from ``--preset``.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from batching.cli.args import _input_file, check_output_file, int_arg, shown, write_json
+from batching.sim.hardware.specs import GPUS, MODELS, PRECISIONS, deployment
+from batching.sim.policy import PRESETS
+from batching.sim.simulate import simulate
+from batching.sim.workload.requests import MAX_NUM_REQUESTS
+from batching.studies import bench_files as bf
+
+__all__ = ["BENCH_ONLY", "add_bench_args", "cmd_bench", "bench_table"]
+BENCH_ONLY = ("--bench-line", "--model", "--gpu", "--tp", "--num-gpus", "--precision", "--preset", "--requests",
+              "--json")
+DEFAULT_GPU, DEFAULT_TP, DEFAULT_PRECISION, DEFAULT_PRESET = "h100-sxm", 8, "bf16", "continuous"  # the CLI's
+
+
+def add_bench_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("a measured run (--bench)")
+    g.add_argument("--bench", type=Path, default=None, metavar="FILE",
+                   help="a vllm bench serve --save-result JSON, sglang.bench_serving JSONL or genai-perf "
+                        "profile_export_genai_perf.json: simulate its setting and print simulated against measured")
+    g.add_argument("--bench-line", type=int_arg(1, 10**6), default=None, metavar="N",
+                   help="which run of a JSONL file (1-based; default the last)")
+    g.add_argument("--model", choices=list(MODELS), default=None,
+                   help="the preset to simulate (default: the file's model id, matched by HuggingFace id)")
+    g.add_argument("--gpu", choices=list(GPUS), default=None, help=f"default {DEFAULT_GPU}")
+    g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=None, help=f"default {DEFAULT_TP}")
+    g.add_argument("--num-gpus", type=int_arg(1, 8), default=None,
+                   help="GPUs of the server (default --tp: one engine, as a benchmark file measures)")
+    g.add_argument("--precision", choices=list(PRECISIONS), default=None, help=f"default {DEFAULT_PRECISION}")
+    g.add_argument("--preset", choices=list(PRESETS), default=None, help=f"policy, default {DEFAULT_PRESET}")
+    g.add_argument("--requests", type=int_arg(1, MAX_NUM_REQUESTS), default=None,
+                   help="simulate this many requests (default the file's count)")
+    g.add_argument("--json", type=Path, default=None, help="write the comparison as JSON")
+    g.add_argument("--seed", type=int_arg(0, 2**63 - 1), default=0, help=argparse.SUPPRESS)
+
+
+def _num(v: float, unit: str) -> str:
+    if not math.isfinite(v):
+        return "–"
+    return f"{v:,.2f}" if unit != "req/s" else f"{v:,.3f}"
+
+
+def bench_table(frame) -> list[str]:
+    rows = [("metric", "measured", "simulated", "error %")]
+    for r in frame.itertuples(index=False):
+        rows.append((r.label, _num(r.measured, r.unit), _num(r.simulated, r.unit),
+                     f"{r.error * 100:+.1f} %" if math.isfinite(r.error) else "–"))
+    w = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [f"{rows[0][0]:<{w[0]}}  " + "  ".join(f"{c:>{w[i + 1]}}" for i, c in enumerate(rows[0][1:]))]
+    lines.append("-" * len(lines[0]))
+    for row in rows[1:]:
+        lines.append(f"{row[0]:<{w[0]}}  " + "  ".join(f"{c:>{w[i + 1]}}" for i, c in enumerate(row[1:])))
+    return lines
+
+
+def _setting(b: bf.BenchFile, n: int) -> str:
+    if bf.saturated(b):
+        load = "all requests at once (request_rate inf)"
+    elif b.max_concurrency is not None and not math.isfinite(b.request_rate):
+        load = f"{b.max_concurrency} closed-loop clients (max_concurrency)"
+    else:
+        how = {"constant": "evenly spaced"}.get(b.arrivals, "Poisson" if b.burstiness == 1 else
+                                                f"Gamma, burstiness {b.burstiness:g}")
+        load = f"{b.request_rate:g} req/s ({how})"
+    lens = ("per-request lengths resampled" if b.input_lens or b.output_lens else
+            f"{round(b.mean_input_tokens)} prompt / {round(b.mean_output_tokens)} output tokens (the file's means)")
+    return f"{n} requests, {lens}, {load}"
+
+
+def cmd_bench(args) -> int:
+    name = args.bench.name
+    b = bf.parse_bench(_input_file("--bench", args.bench), name, args.bench_line)
+    check_output_file("--json", args.json)
+    model = args.model or bf.preset_for(b.model_id, name)
+    tp = args.tp or DEFAULT_TP
+    dep = deployment(args.gpu or DEFAULT_GPU, model, tp, args.num_gpus or tp, args.precision or DEFAULT_PRECISION)
+    sc = bf.bench_scenario(b, dep, PRESETS[args.preset or DEFAULT_PRESET], args.requests, args.seed)
+    n = sc.workload.num_requests
+    res = simulate(sc, saturated=bf.saturated(b))
+    frame = bf.compare(b, res)
+    print(f"# {b.fmt} result {shown(name)}: {b.model_id or 'model not named'} -> {dep.model.name}, "
+          f"{dep.node.num_gpus}x {dep.node.gpu.name} TP {tp} {dep.precision}, {sc.policy.describe()}")
+    print(f"# {_setting(b, n)}")
+    if b.max_concurrency is not None and math.isfinite(b.request_rate):
+        print(f"# the file also capped clients at max_concurrency {b.max_concurrency}: the simulation sends at "
+              f"{b.request_rate:g} req/s with no cap")
+    if not len(frame):
+        print("# the file has no metric the simulator gives")
+    for line in bench_table(frame):
+        print(line)
+    print("# error % = (simulated - measured) / measured; nothing fitted (docs/CALIBRATION.md, 'Your own benchmark')")
+    write_json(args.json, {"file": name, "format": b.fmt, "model_id": b.model_id, "model": dep.model.name,
+                           "gpu": dep.node.gpu.name, "tp": tp, "num_gpus": dep.node.num_gpus,
+                           "precision": dep.precision, "policy": sc.policy.describe(), "num_requests": n,
+                           "request_rate": b.request_rate if math.isfinite(b.request_rate) else "inf",
+                           "max_concurrency": b.max_concurrency,
+                           "mean_input_tokens": b.mean_input_tokens, "mean_output_tokens": b.mean_output_tokens,
+                           "metrics": [{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                                        for k, v in r.items()} for r in frame.to_dict(orient="records")]})
+    return 0
