@@ -99,9 +99,9 @@ def _lens(d: dict, name: str, key: str, n: int | None) -> tuple[int, ...]:
     if v is None:
         return ()
     if (not isinstance(v, list) or not v
-            or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_TOKENS for x in v)):
-        raise _fail(name, key, f"a list of token counts from 1 to {MAX_TOKENS:,}")
-    return tuple(v)
+            or any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= MAX_TOKENS for x in v)):
+        raise _fail(name, key, f"a list of token counts from 0 to {MAX_TOKENS:,}")
+    return tuple(x for x in v if x > 0)  # vLLM writes 0 for a failed request's output
 
 
 def _stat(s: str) -> str:
