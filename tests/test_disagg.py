@@ -88,6 +88,20 @@ def test_transfer_time_is_the_prompts_kv_over_the_link() -> None:
     assert Disagg(2, 8, 1, 8).link_Bps(dep) == pytest.approx(4e11, rel=1e-12)
 
 
+def test_an_mla_transfer_moves_the_whole_latent_on_every_rank() -> None:
+    """Issue 23 item 5: DeepSeek-V3 FP8 on H200, 1 x TP 8 -> 1 x TP 8 across nodes, a 4,096-token prompt. Every TP rank of an
+    MLA model holds the whole latent (512 + 64 RoPE) x 61 layers x 2 B (BF16 KV) = 70,272 B per token, so each
+    decode rank receives all 288 MB over its own 50 GB/s NIC: 5.76 ms (it was divided by 8 ranks: 0.72 ms). A GQA
+    model's transfer is unchanged: its KV heads split over the ranks."""
+    v3 = deployment(model="deepseek-v3", gpu="h200-sxm", precision="fp8", tp=8)  # 671 GB of FP8 weights: H200s
+    across = Disagg(1, 8, 1, 8, kv_link_gbps=400.0)  # 400 Gb/s per GPU, the cross-node NIC
+    assert across.kv_bytes_per_gpu_token(v3) == 70_272
+    assert across.transfer_s(v3, np.array([4096]))[0] == pytest.approx(4096 * 70_272 / 50e9, rel=1e-12)
+    assert across.transfer_s(v3, np.array([4096]))[0] == pytest.approx(5.757e-3, rel=1e-3)
+    qwen = deployment()  # Qwen2.5-72B: 8 KV heads, 327,680 B per token: TP 4 -> TP 2 is bound by the TP 2 side
+    assert Disagg(1, 4, 2, 2).transfer_s(qwen, np.array([1000]))[0] == pytest.approx(1000 * 327_680 / 9e11, rel=1e-12)
+
+
 def test_figure_captions_name_the_split_not_the_sidebar_tp() -> None:
     from batching.charts.export import scenario_caption
 
@@ -201,12 +215,14 @@ def test_property_every_split_conserves_requests_tokens_transfers_and_kv(case) -
     res = simulate(Scenario(dep, workload_preset(workload, rate, 120, seed), PRESETS[preset], nodes=nodes,
                             disagg=split))
     _check(res)
-    # each transfer: the prompt's KV (KV_BYTES) over min(prefill TP, decode TP) GPU pairs at 450 GB/s (H100 NVLink
-    # per direction) within a node, or at 400 Gb/s = 50 GB/s (a NIC per GPU) when the split spans nodes
+    # each transfer: the prompt's KV at 450 GB/s (H100 NVLink per direction) per GPU within a node, or at 400 Gb/s =
+    # 50 GB/s (a NIC per GPU) when the split spans nodes; a GQA model's KV (KV_BYTES) split over min(prefill TP,
+    # decode TP) GPU pairs, an MLA model's whole latent moved by every decode rank (each rank holds all of it)
     per_gpu = 450e9 if split.gpus <= 8 else 50e9
+    ranks = 1 if model.is_mla else min(split.prefill_tp, split.decode_tp)
     d = res.requests[res.requests["decode_replica"] >= 0]
-    np.testing.assert_allclose(d["kv_transfer_s"], d["prompt_tokens"] * KV_BYTES[model.name]
-                               / (min(split.prefill_tp, split.decode_tp) * per_gpu), rtol=1e-12)
+    np.testing.assert_allclose(d["kv_transfer_s"], d["prompt_tokens"] * KV_BYTES[model.name] / (ranks * per_gpu),
+                               rtol=1e-12)
 
 
 def test_exports_carry_the_per_instance_chart_of_a_split() -> None:

@@ -510,9 +510,10 @@ GPU presets' `nvlink_Bps`); the DGX H100 user guide (eight ConnectX-7 400 Gb/s p
 network: `CROSS_NODE_GBPS`).
 
 - A prefill instance batches prompts under the policy (chunked or whole) and produces the first token; its
-  request then moves on: transfer time = prompt tokens × KV bytes per token (whole model) / (min(prefill TP,
-  decode TP) GPU pairs × the link's bandwidth per GPU), NVLink within a node, 400 Gb/s per GPU across nodes,
-  or `--kv-link-gbps` per GPU.
+  request then moves on: transfer time = prompt tokens × the KV bytes per token the busiest GPU moves (a dense
+  model's KV heads split over min(prefill TP, decode TP) ranks; an MLA model's whole latent on every rank, as
+  vLLM's and SGLang's MLA backends replicate it under TP) / the link's bandwidth per GPU, NVLink within a node,
+  400 Gb/s per GPU across nodes, or `--kv-link-gbps` per GPU.
 - A request goes to the prefill instance with the fewest outstanding requests and, after its first token, to the
   decode instance with the most free KV blocks; it waits in that instance's queue until its blocks fit
   (backpressure, nothing dropped). The decode instance computes the first token's KV in its first step.

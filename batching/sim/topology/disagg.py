@@ -7,8 +7,9 @@ own tensor-parallel degree, in one simulation (DESIGN §2).
 - Its prompt's KV then moves to a decode instance: the one with the most free KV blocks at that moment (least
   loaded), over NVLink within a node (the GPU's NVLink bandwidth per direction, on min(prefill TP, decode TP)
   GPU pairs in parallel) or the network across nodes (400 Gb/s per GPU, as a node's one NIC per GPU), or
-  ``kv_link_gbps`` per GPU when given: transfer time = prompt tokens x KV bytes per token (whole model) /
-  (pairs x link bandwidth). The prefill instance's blocks are freed at the handoff (the transfer is not held
+  ``kv_link_gbps`` per GPU when given: transfer time = prompt tokens x the KV bytes per token the busiest GPU
+  moves (``kv_bytes_per_gpu_token``: a dense model's heads split over the smaller TP; an MLA model's whole latent
+  on every rank) / the link bandwidth per GPU. The prefill instance's blocks are freed at the handoff (the transfer is not held
   against its cache: a simplification).
 - The decode instance runs continuous batching; the request joins its waiting queue when the transfer ends and
   is admitted when its blocks fit (backpressure: it waits, nothing is dropped). Its first decode step computes
@@ -96,16 +97,31 @@ class Disagg:
         tp = self.prefill_tp if role == "prefill" else self.decode_tp
         return replace(dep, node=replace(dep.node, tp=tp))
 
-    def link_Bps(self, dep: Deployment) -> float:
-        """Bytes/s of one prefill-to-decode transfer: pairs of GPUs in parallel, each at the link's speed."""
-        pairs = min(self.prefill_tp, self.decode_tp)
+    def link_per_gpu_Bps(self, dep: Deployment) -> float:
+        """Bytes/s one GPU sends or receives a transfer at: ``kv_link_gbps``, NVLink within a node, else the network
+        (a NIC per GPU)."""
         if self.kv_link_gbps is not None:
-            per_gpu = self.kv_link_gbps * 1e9 / 8
-        elif self.gpus <= dep.node.num_gpus:
-            per_gpu = dep.node.gpu.nvlink_Bps
-        else:
-            per_gpu = CROSS_NODE_GBPS * 1e9 / 8
-        return pairs * per_gpu
+            return self.kv_link_gbps * 1e9 / 8
+        if self.gpus <= dep.node.num_gpus:
+            return dep.node.gpu.nvlink_Bps
+        return CROSS_NODE_GBPS * 1e9 / 8
+
+    def link_Bps(self, dep: Deployment) -> float:
+        """Bytes/s of the GPU pairs of one transfer together: min(prefill TP, decode TP) pairs at the link's speed."""
+        return min(self.prefill_tp, self.decode_tp) * self.link_per_gpu_Bps(dep)
+
+    def kv_bytes_per_gpu_token(self, dep: Deployment) -> float:
+        """Bytes per prompt token the busiest GPU of a transfer moves: a prefill rank sends what it holds and a
+        decode rank receives what it will hold (each side's KV bytes per token per GPU), all ranks in parallel.
+        Dense models: the KV heads split over the ranks (the smaller TP bounds it; heads replicated past
+        num_kv_heads stay whole). MLA: every rank holds the whole latent, so every decode rank moves all of it
+        (DeepSeek-V3, BF16 KV, 4,096 tokens across nodes: 288 MB at 50 GB/s = 5.76 ms, not an eighth of it)."""
+        return max(self.deployment(dep, "prefill").kv_bytes_per_token_per_gpu,
+                   self.deployment(dep, "decode").kv_bytes_per_token_per_gpu)
+
+    def transfer_s(self, dep: Deployment, prompt_tokens: np.ndarray) -> np.ndarray:
+        """Seconds each prompt's KV takes from its prefill instance to its decode instance."""
+        return np.asarray(prompt_tokens) * self.kv_bytes_per_gpu_token(dep) / self.link_per_gpu_Bps(dep)
 
     def describe(self) -> str:
         return (f"disaggregated: {self.prefill_instances} prefill x TP {self.prefill_tp} + {self.decode_instances} "
@@ -235,7 +251,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
                        ready=reqs.prompt_tokens)
     knobs_d = policy.knobs(classes, kv_d, swap(dep_d), mode="continuous", chunked=True)
     cost_d = eng.kernel_cost(cm_d)
-    xfer = reqs.prompt_tokens * dep.kv_bytes_per_token / dis.link_Bps(dep)
+    xfer = dis.transfer_s(dep, reqs.prompt_tokens)
     engines = dis.prefill_instances + dis.decode_instances
     cap = max(1, eng.MAX_STEPS // engines)  # the stacked step tables hold MAX_STEPS rows in all
     room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances),
