@@ -33,7 +33,7 @@ from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
 from batching.studies import article as art
 from batching.studies import load_curve as lc
-from batching.studies.capacity import class_names, default_price, default_price_note, mean_output_tokens
+from batching.studies.capacity import class_names, default_price, default_price_note
 from batching.studies.compare import Comparison, verdict, with_capacity
 from batching.studies.launch import launch
 from batching.studies.planning import CapacityPlan, SweepStudy
@@ -667,7 +667,8 @@ def capacity_json(plan: CapacityPlan) -> bytes:
            "class_names": list(class_names(plan.scenario)),
            "target_rate_req_s": plan.target_rate_req_s, "gpu_hour_usd": plan.gpu_hour_usd,
            "gpu_hour_usd_source": price_source(plan), "headroom": plan.headroom,
-           "mean_output_tokens": mean_output_tokens(plan.scenario), "scenario": dict(scenario_rows(plan.scenario, "rate searched")),
+           "mean_output_tokens": plan.mean_output_tokens,
+           "scenario": dict(scenario_rows(plan.scenario, "rate searched")),
            "policies": {n: {"description": PRESETS[n].describe() if n in PRESETS else n, **r.to_dict(),
                             "rates_tried": r.rates_tried} for n, r in plan.results.items()},
            "points": _capacity_points(plan).to_dict(orient="records"),

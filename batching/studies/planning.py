@@ -717,6 +717,7 @@ class CapacityPlan:
     scenario: Scenario
     results: dict[str, CapacityResult]
     headroom: float = DEFAULT_HEADROOM
+    mean_output_tokens: float = float("nan")  # of the scenario's admitted requests: the target's tokens per request
 
     @property
     def num_gpus(self) -> int:
@@ -772,4 +773,4 @@ def plan_capacity(scenario: Scenario, slo: SLO, results: Mapping[str, CapacityRe
     mean_out = mean_output_tokens(scenario)  # the same requests for every policy
     priced = {n: r.with_plan(scenario, target_rate_req_s, gpu_hour_usd, headroom, mean_out)
               for n, r in results.items()}
-    return CapacityPlan(slo, target_rate_req_s, gpu_hour_usd, scenario, priced, float(headroom))
+    return CapacityPlan(slo, target_rate_req_s, gpu_hour_usd, scenario, priced, float(headroom), mean_out)
