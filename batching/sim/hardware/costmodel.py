@@ -123,8 +123,10 @@ C_MOE_TOPK = 23  # experts each token runs
 C_MOE_EXPERT_BYTES = 24  # weight bytes of one expert per layer per GPU
 C_LINQ_N = 25  # segments of the linear tile factor (0 = none)
 C_ELQ_N = 26  # segments of the element-wise factor (0 = none)
+# 27-34: engine profile terms (batching/sim/hardware/engines.py); 35-47: measured MoE/MLA kernel terms
+C_FREE_FIRST = 27  # first index not yet given a meaning (all zero until then)
 Q_MAX = 48  # room for segments of each factor
-C_LINQ_BOUNDS = 27
+C_LINQ_BOUNDS = 48
 C_LINQ_VALUES = C_LINQ_BOUNDS + Q_MAX
 C_ELQ_BOUNDS = C_LINQ_VALUES + Q_MAX
 C_ELQ_VALUES = C_ELQ_BOUNDS + Q_MAX
