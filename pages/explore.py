@@ -252,7 +252,7 @@ def _ms(seconds) -> str:
 
 DISAGG_CARDS = (
     ("KV transfer P50", "kv_transfer_p50_s", "Median time to move a request's prompt KV from its prefill instance "
-     "to its decode instance (prompt tokens x KV bytes per token / the link)."),
+     "to its decode instance (a fixed time to post the transfer + prompt tokens x KV bytes per token / the link)."),
     ("KV transfer P99", "kv_transfer_p99_s", "99th percentile of the KV transfer time."),
     ("Decode queue P50", "decode_queue_p50_s", "Median wait on the decode instance after the transfer, for KV room "
      "to admit the request."),
@@ -268,9 +268,9 @@ def _disagg_cards(run: Scenario, summary: dict) -> None:
         col.metric(title, _ms(summary.get(key)), help=text, border=True)
     busy = [f"{role} {tables.shown('busy', summary.get(f'{role}_busy'))}" for role in ("prefill", "decode")]
     what = plain(summary["disaggregated"])
-    st.caption(f"{what[:1].upper()}{what[1:]} ({int(summary.get('gpus') or 0)} GPUs). TTFT ends "
-               "on the prefill instance; TPOT and E2E include the KV transfer and the wait for a decode slot "
-               f"(kv_transfer_p50 {_ms(summary.get('kv_transfer_p50_s'))}, decode_queue_p99 "
+    st.caption(f"{what[:1].upper()}{what[1:]} ({int(summary.get('gpus') or 0)} GPUs). TTFT is what the "
+               "client sees: the prefill, the KV transfer, the wait for a decode slot and the decode instance's "
+               f"first step, which sends the first token (kv_transfer_p50 {_ms(summary.get('kv_transfer_p50_s'))}, decode_queue_p99 "
                f"{_ms(summary.get('decode_queue_p99_s'))}). Busy: {', '.join(busy)}.")
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from batching.cli.args import DISAGG_KEYS, build_scenario
 from batching.cli.main import main, make_parser
-from batching.sim.topology.disagg import CROSS_NODE_GBPS, Disagg
+from batching.sim.topology.disagg import CROSS_NODE_GBPS, KV_TRANSFER_FIXED_S, Disagg
 from batching.sim.hardware.specs import GPUS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,15 +81,28 @@ def test_num_nodes_2_carries_a_16_gpu_split_and_its_transfers_cross_the_network(
     assert (two["gpus"], two["nodes"], two["replicas"]) == (16, 2, 4)
     assert two["num_requests"] == 200 and 0 < two["decode_busy"] <= 1
     # the same prompts (same seed): across nodes 400 Gb/s per GPU instead of NVLink, on the same 4 GPU pairs
-    assert two["kv_transfer_p50_s"] == pytest.approx(one["kv_transfer_p50_s"] * NVLINK_BPS / (CROSS_NODE_GBPS / 8 * 1e9),
-                                                     rel=1e-9)
+    # (after the fixed time per transfer, the same on both)
+    fixed = KV_TRANSFER_FIXED_S
+    assert two["kv_transfer_p50_s"] - fixed == pytest.approx(
+        (one["kv_transfer_p50_s"] - fixed) * NVLINK_BPS / (CROSS_NODE_GBPS / 8 * 1e9), rel=1e-9)
+
+
+def test_kv_transfer_fixed_ms_sets_the_fixed_time_of_every_transfer(tmp_path):
+    """The default 6.7 ms (vLLM's NixlConnector posting a transfer, issue #50913) or the flag's value, added to each
+    transfer's bytes over the link; the client's TTFT carries the difference."""
+    default = _run_json(tmp_path, *SPLIT)
+    none = _run_json(tmp_path, *SPLIT, "--kv-transfer-fixed-ms", "0")
+    assert default["kv_transfer_p50_s"] - none["kv_transfer_p50_s"] == pytest.approx(KV_TRANSFER_FIXED_S, rel=1e-9)
+    assert KV_TRANSFER_FIXED_S == 6.7e-3
+    assert default["ttft_p50_s"] > none["ttft_p50_s"]
 
 
 def test_kv_link_gbps_sets_the_transfer_bandwidth(tmp_path):
     nvlink = _run_json(tmp_path, *SPLIT)
     slow = _run_json(tmp_path, *SPLIT, "--kv-link-gbps", "100")
-    assert slow["kv_transfer_p50_s"] == pytest.approx(nvlink["kv_transfer_p50_s"] * NVLINK_BPS / 12.5e9, rel=1e-9)
-    assert slow["kv_transfer_p99_s"] == pytest.approx(nvlink["kv_transfer_p99_s"] * NVLINK_BPS / 12.5e9, rel=1e-9)
+    fixed = KV_TRANSFER_FIXED_S  # per transfer, whatever the link
+    for key in ("kv_transfer_p50_s", "kv_transfer_p99_s"):
+        assert slow[key] - fixed == pytest.approx((nvlink[key] - fixed) * NVLINK_BPS / 12.5e9, rel=1e-9)
 
 
 # ---------------------------------------------------------------- errors: one line naming the flag
@@ -111,8 +124,12 @@ def test_a_missing_partner_flag_is_one_line_naming_it(capsys, given, missing):
               "TP 4 + decode 2 x TP 4) but 1 node of 8 GPUs have 8; use fewer or smaller instances, or --num-nodes 2"),
     ([*SPLIT16, "--num-gpus", "4", "--tp", "4", "--num-nodes", "2"], "the split needs 16 GPUs (prefill 2 x TP 4 + "
                                                                      "decode 2 x TP 4) but 2 nodes of 4 GPUs have 8"),
-    (["--kv-link-gbps", "100"], "--kv-link-gbps: sets the KV transfer link of a prefill/decode split; add "
+    (["--kv-link-gbps", "100"], "--kv-link-gbps: sets the KV transfer of a prefill/decode split; add "
                                 "--prefill-instances, --prefill-tp, --decode-instances and --decode-tp"),
+    (["--kv-transfer-fixed-ms", "5"], "--kv-transfer-fixed-ms: sets the KV transfer of a prefill/decode split; add "
+                                      "--prefill-instances, --prefill-tp, --decode-instances and --decode-tp"),
+    ([*SPLIT, "--kv-transfer-fixed-ms", "-1"], "argument --kv-transfer-fixed-ms: -1 is out of range; allowed 0 to "
+                                               "10000"),
     ([*SPLIT, "--kv-link-gbps", "0.5"], "argument --kv-link-gbps: 0.5 is out of range; allowed 1 to 100000"),
     ([*SPLIT, "--prefill-instances", "0"], "argument --prefill-instances: 0 is out of range; allowed 1 to 64"),
     ([*SPLIT, "--decode-tp", "3"], "argument --decode-tp: 3 is not allowed; allowed 1, 2, 4, 8"),

@@ -408,7 +408,7 @@ def _ordinal(k: int) -> str:
 
 # prefill/decode disaggregation (batching/sim/topology/disagg.py): the request table's columns of a disaggregated run and,
 # on the timeline, the two segments between a request's first token (its prefill instance) and its decode
-DISAGG_COLUMNS = ("decode_arrival_s", "kv_transfer_s", "decode_queue_s")
+DISAGG_COLUMNS = ("prefill_done_s", "decode_arrival_s", "kv_transfer_s", "decode_queue_s")
 DISAGG_TRANSFER = "KV transfer"
 DISAGG_WAIT = "waiting for a decode slot"
 
@@ -435,17 +435,24 @@ def _decode_from(df: pd.DataFrame, first: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(times[1]), times[1], first)
 
 
+def _prefill_end(df: pd.DataFrame, first: np.ndarray) -> np.ndarray:
+    """Where a row's prefill segment ends: its first token, or (a disaggregated run) the prefill instance's token,
+    after which the KV moves and the decode instance sends the first token the client sees."""
+    return df["prefill_done_s"].to_numpy(float) if has_disagg(df) else first
+
+
 def _segment_counts(df: pd.DataFrame) -> np.ndarray:
     """Segments ``request_timeline`` draws per row: queued, prefill, decode, held (each only when it has length);
     a disaggregated run's KV transfer and wait for a decode slot too."""
     arrival, sched, first, finish, release = (df[c].to_numpy(float) for c in (
         "arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "release_s"))
     times = disagg_times(df)
+    pre_end = _prefill_end(df, first)
     with np.errstate(invalid="ignore"):
-        counts = ((sched > arrival).astype(int) + (first > sched) + (finish > _decode_from(df, first))
+        counts = ((sched > arrival).astype(int) + (pre_end > sched) + (finish > _decode_from(df, first))
                   + ((release - finish) > 1e-6))
         if times is not None:
-            counts += (times[0] > first).astype(int) + (times[1] > times[0])
+            counts += (times[0] > pre_end).astype(int) + (times[1] > times[0])
     return counts
 
 
@@ -625,8 +632,9 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
     traces in all. Without speculation ``steps`` changes nothing.
 
     A disaggregated run's requests (``has_disagg``) add two segment kinds, one trace each after the classes': the
-    KV transfer (first token on the prefill instance -> ``decode_arrival_s``) and the wait for a decode slot
-    (``decode_arrival_s`` -> admission on the decode instance, where the decode segment then starts).
+    KV transfer (the prefill instance's token, ``prefill_done_s`` -> ``decode_arrival_s``) and the wait for a
+    decode slot (``decode_arrival_s`` -> admission on the decode instance, where the decode segment then starts;
+    the first token the client sees comes from its first step).
     """
     df, note = timeline_rows(requests, max_rows, window, max_points)
     fig = _figure("Request timeline: queued, prefill, decode", note or "One row per request, in arrival order",
@@ -643,7 +651,7 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
     names = list(class_names) or sorted(df["class_name"].unique())
     segments = (
         ("queued", arrival, sched, dict(width=1, dash="dot"), 0.55),
-        ("prefill", sched, first, dict(width=4), 1.0),
+        ("prefill", sched, _prefill_end(df, first), dict(width=4), 1.0),
         ("decode", _decode_from(df, first), finish, dict(width=2), 0.9),
         ("held until batch release", finish, release, dict(width=1, dash="dash"), 0.6),
     )
@@ -672,7 +680,7 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
     times = disagg_times(df)
     if times is not None:
         fig.layout.title.text = "Request timeline: queued, prefill, KV transfer, decode"
-        _disagg_timeline_traces(fig, trace, row, first, *times)
+        _disagg_timeline_traces(fig, trace, row, _prefill_end(df, first), *times)
     spec_rows, spec_note = 0, None
     if has_spec(steps):  # after the requests: the legend lists them first
         fig.layout.title.text = "Request timeline: queued, prefill, decode; drafting vs verification"

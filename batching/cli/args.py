@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.sim.hardware import costmodel as cm
-from batching.sim.topology.disagg import MAX_INSTANCES, Disagg, check_requests
+from batching.sim.topology.disagg import KV_TRANSFER_FIXED_MAX_S, KV_TRANSFER_FIXED_S, MAX_INSTANCES, Disagg, check_requests
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
 from batching.sim.simulate import Scenario, admitted
@@ -411,6 +411,11 @@ def add_disagg_args(p: argparse.ArgumentParser) -> None:
     d.add_argument("--kv-link-gbps", type=float_arg(1.0, KV_LINK_MAX_GBPS), default=None, metavar="G",
                    help="KV transfer bandwidth per GPU, Gb/s (1 to 100000; only with the split). Default: the "
                         "GPU's NVLink when the split fits one node, 400 Gb/s per GPU across nodes")
+    d.add_argument("--kv-transfer-fixed-ms", type=float_arg(0.0, KV_TRANSFER_FIXED_MAX_S * 1e3), default=None,
+                   metavar="MS", help=f"fixed time per KV transfer before its bytes move, ms (0 to "
+                                      f"{KV_TRANSFER_FIXED_MAX_S * 1e3:g}; only with the split). Default "
+                                      f"{KV_TRANSFER_FIXED_S * 1e3:g} ms: vLLM's NixlConnector posting a transfer, "
+                                      "measured (docs/CALIBRATION.md)")
 
 
 def add_policy_args(p: argparse.ArgumentParser) -> None:
@@ -704,10 +709,12 @@ def _disagg(args, dep: Deployment, reqs, pol) -> Disagg | None:
     the policy and the requests the model serves; one-line errors naming the flag."""
     given = {flag: getattr(args, field, None) for flag, field in DISAGG_FLAGS.items()}
     link = getattr(args, "kv_link_gbps", None)
+    fixed_ms = getattr(args, "kv_transfer_fixed_ms", None)
     if all(v is None for v in given.values()):
-        if link is not None:
-            raise CliError("--kv-link-gbps: sets the KV transfer link of a prefill/decode split; add "
-                           "--prefill-instances, --prefill-tp, --decode-instances and --decode-tp")
+        for flag, v in (("--kv-link-gbps", link), ("--kv-transfer-fixed-ms", fixed_ms)):
+            if v is not None:
+                raise CliError(f"{flag}: sets the KV transfer of a prefill/decode split; add "
+                               "--prefill-instances, --prefill-tp, --decode-instances and --decode-tp")
         return None
     missing = [flag for flag, v in given.items() if v is None]
     if missing:
@@ -724,7 +731,8 @@ def _disagg(args, dep: Deployment, reqs, pol) -> Disagg | None:
     if args.router != "round-robin":
         raise CliError(f"--router {args.router}: a prefill/decode split routes by itself (prefill: least outstanding, "
                        "decode: most free KV); leave out --router")
-    dis = Disagg(**{field: given[flag] for flag, field in DISAGG_FLAGS.items()}, kv_link_gbps=link)
+    dis = Disagg(**{field: given[flag] for flag, field in DISAGG_FLAGS.items()}, kv_link_gbps=link,
+                 kv_transfer_fixed_s=KV_TRANSFER_FIXED_S if fixed_ms is None else fixed_ms / 1e3)
     try:
         dis.validate(dep, args.nodes)
     except ValueError as exc:

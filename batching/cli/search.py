@@ -215,8 +215,9 @@ def cmd_search(args) -> int:
     if args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.slo_e2e_s is None:
         raise CliError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-s")
     split = [flag for flag, field in DISAGG_FLAGS.items() if getattr(args, field, None) is not None]
-    if getattr(args, "kv_link_gbps", None) is not None:
-        split.append("--kv-link-gbps")
+    for flag in ("--kv-link-gbps", "--kv-transfer-fixed-ms"):
+        if getattr(args, flag[2:].replace("-", "_"), None) is not None:
+            split.append(flag)
     if split:
         raise CliError(f"{split[0]}: the search enumerates the prefill/decode splits itself (--serving disagg or "
                        "both); leave the split flags out")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from batching.sim.topology.disagg import MAX_INSTANCES, Disagg
+from batching.sim.topology.disagg import KV_TRANSFER_FIXED_S, MAX_INSTANCES, Disagg
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
 from batching.sim.simulate import Scenario, admitted
 from batching.sim.hardware.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
@@ -213,9 +213,12 @@ DISAGG_HELP = (
     "**Aggregated**: every replica prefills and decodes its own requests (tensor parallel above).\n\n"
     "**Disaggregated** (DistServe, Splitwise): the GPUs split into prefill instances and decode instances, each "
     "with its own tensor-parallel degree. A request is prefilled on the prefill instance with the fewest "
-    "outstanding requests, which produces its first token; its prompt's KV then moves to the decode instance with "
-    "the most free KV blocks, over NVLink within a node or 400 Gb/s per GPU across nodes, and waits there for KV "
-    "room before decoding. TTFT ends on the prefill instance; TPOT and E2E include the transfer and the wait.\n\n"
+    "outstanding requests (one token, max_tokens=1, as vLLM's disaggregated serving runs it); its prompt's KV then "
+    "moves to the decode instance with the most free KV blocks, over NVLink within a node or 400 Gb/s per GPU across "
+    f"nodes, after {KV_TRANSFER_FIXED_S * 1e3:g} ms of posting the transfer (vLLM's NixlConnector, measured), and "
+    "waits there for KV room. The "
+    "decode instance computes the last prompt token again and streams every token to the client, so TTFT includes "
+    "the transfer and the wait.\n\n"
     "Not modelled: request-level batching (static, dynamic: they cannot run a split), session workloads, "
     "speculative decoding, prefix caching on the decode side, and the transfer holding the prefill instance's "
     "cache (its blocks are freed at the handoff). The split replaces the tensor parallel and router above; its "

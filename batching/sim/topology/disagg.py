@@ -1,23 +1,26 @@
 """Prefill/decode disaggregation (DistServe, Splitwise): prefill instances and decode instances, each with its
-own tensor-parallel degree, in one simulation (DESIGN §2).
+own tensor-parallel degree, in one simulation (DESIGN §2), as vLLM's disaggregated serving runs it (a router sends the
+prompt to a prefill instance with max_tokens=1, then the whole request to a decode instance, which pulls the KV over
+its KV connector and streams every output token to the client).
 
 - A request arrives at the prefill instance with the fewest outstanding requests (fleet.py's reading of state).
   The prefill instance batches prompts under the policy (chunked or whole prompts, its own token budget) and
-  produces the first token; it releases the request then.
+  computes the prompt's KV and one token (max_tokens=1, not sent to the client); it releases the request then.
 - Its prompt's KV then moves to a decode instance: the one with the most free KV blocks at that moment (least
-  loaded), over NVLink within a node (the GPU's NVLink bandwidth per direction, on min(prefill TP, decode TP)
-  GPU pairs in parallel) or the network across nodes (400 Gb/s per GPU, as a node's one NIC per GPU), or
-  ``kv_link_gbps`` per GPU when given: transfer time = prompt tokens x the KV bytes per token the busiest GPU
-  moves (``kv_bytes_per_gpu_token``: a dense model's heads split over the smaller TP; an MLA model's whole latent
-  on every rank) / the link bandwidth per GPU. The prefill instance's blocks are freed at the handoff (the transfer is not held
-  against its cache: a simplification).
+  loaded), over NVLink within a node (the GPU's NVLink bandwidth per direction) or the network across nodes
+  (400 Gb/s per GPU, as a node's one NIC per GPU), or ``kv_link_gbps`` per GPU when given: transfer time = a fixed
+  time per transfer (``kv_transfer_fixed_s``: posting its descriptors) + prompt tokens x the KV bytes per token the
+  busiest GPU moves (``kv_bytes_per_gpu_token``: a dense model's heads split over the smaller TP; an MLA model's
+  whole latent on every rank) / the link bandwidth per GPU. The prefill instance's blocks are freed at the handoff
+  (the transfer is not held against its cache: a simplification, see docs/CALIBRATION.md).
 - The decode instance runs continuous batching; the request joins its waiting queue when the transfer ends and
-  is admitted when its blocks fit (backpressure: it waits, nothing is dropped). Its first decode step computes
-  the first token's KV and emits the second token; the prompt's KV came with it (engine.state.Inputs.ready).
+  is admitted when its blocks fit (backpressure: it waits, nothing is dropped). Its first step computes the last
+  prompt token again and samples the first token the client sees (vLLM's NixlConnector loads all but the last
+  prompt token; engine.state.Inputs.ready), then it decodes the rest.
 
-TTFT = prefill queue + prefill + first token (on the prefill instance); TPOT and E2E include the transfer and
-the wait for a decode slot (the gap between the first and second token); ``kv_transfer_s`` and
-``decode_queue_s`` report those two parts per request. Request-level batching (static, dynamic), sessions,
+TTFT is what the client sees: prefill queue + prefill + transfer + decode queue + the decode instance's first
+step; TPOT and E2E come from the decode instance's tokens. ``kv_transfer_s`` and ``decode_queue_s`` report the
+transfer and the wait for a decode slot per request. Request-level batching (static, dynamic), sessions,
 speculative decoding and prefix caching on the decode side are not modelled here (clear errors).
 """
 from __future__ import annotations
@@ -31,7 +34,7 @@ from numba import njit
 from batching.sim.engine import kernel as eng
 from batching.sim.engine.stages import later_pop_nb, later_push_nb
 from batching.sim.hardware.costmodel import cost_model
-from batching.sim.engine.state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK, ITL_BINS, ITL_BINS_PER_LOG, ITL_LOG_LO,
+from batching.sim.engine.state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK,
                                        NUM_B, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
                                        R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, V_KV, V_OUTSTANDING, Handoff, Later)
 from batching.sim.topology.fleet import _least_nb, _out_of, _pc_of, join_nb, stacked_outputs, stacked_prefix
@@ -41,6 +44,12 @@ from batching.sim.metrics import (node_summary, percentile, queue_growth, replic
 from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment
 
 CROSS_NODE_GBPS = 400.0  # per GPU across nodes: one 400 Gb/s NIC per GPU (ConnectX-7 on DGX/HGX H100)
+# A transfer's fixed time before its bytes move: vLLM's NixlConnector posts one read per KV block and layer, and the
+# decode side's KV-transfer metrics measured 6.7 ms of "post duration" per transfer on average (1,785 descriptors,
+# 167 MB per transfer; 3 prefill + 1 decode instances, block size 64, 1,000 requests: vllm-project/vllm issue
+# #50913, 2026-08-28, baseline column)
+KV_TRANSFER_FIXED_S = 6.7e-3
+KV_TRANSFER_FIXED_MAX_S = 10.0
 MAX_INSTANCES = 64
 
 
@@ -53,6 +62,7 @@ class Disagg:
     decode_instances: int = 1
     decode_tp: int = 4
     kv_link_gbps: float | None = None  # per GPU, Gb/s; None: NVLink within a node, 400 Gb/s across nodes
+    kv_transfer_fixed_s: float = KV_TRANSFER_FIXED_S  # per transfer, before its bytes move
 
     @property
     def gpus(self) -> int:
@@ -75,6 +85,9 @@ class Disagg:
                              f"{nodes} node{'s' if nodes > 1 else ''} of {dep.node.num_gpus} GPUs have {have}")
         if self.kv_link_gbps is not None and not 1.0 <= self.kv_link_gbps <= 1e5:
             raise ValueError(f"kv_link_gbps={self.kv_link_gbps!r} is out of range; allowed 1 to 100000 Gb/s per GPU")
+        v = self.kv_transfer_fixed_s
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not 0.0 <= v <= KV_TRANSFER_FIXED_MAX_S:
+            raise ValueError(f"kv_transfer_fixed_s={v!r} is out of range; allowed 0 to {KV_TRANSFER_FIXED_MAX_S:g} s")
         for role, tp in (("prefill", self.prefill_tp), ("decode", self.decode_tp)):
             try:
                 self.deployment(dep, role).validate()
@@ -120,8 +133,10 @@ class Disagg:
                    self.deployment(dep, "decode").kv_bytes_per_token_per_gpu)
 
     def transfer_s(self, dep: Deployment, prompt_tokens: np.ndarray) -> np.ndarray:
-        """Seconds each prompt's KV takes from its prefill instance to its decode instance."""
-        return np.asarray(prompt_tokens) * self.kv_bytes_per_gpu_token(dep) / self.link_per_gpu_Bps(dep)
+        """Seconds each prompt's KV takes from its prefill instance to its decode instance: the fixed time per
+        transfer, then the bytes at the link's speed."""
+        return (self.kv_transfer_fixed_s
+                + np.asarray(prompt_tokens) * self.kv_bytes_per_gpu_token(dep) / self.link_per_gpu_Bps(dep))
 
     def describe(self) -> str:
         return (f"disaggregated: {self.prefill_instances} prefill x TP {self.prefill_tp} + {self.decode_instances} "
@@ -131,7 +146,7 @@ class Disagg:
 @njit(cache=True, nogil=True)
 def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, out_d, xfer, hand, heap, dec_rep,
                   dec_arr, pre_rep, n_steps_p, n_steps_d):
-    """Every request through a prefill instance and (if it wants more than one token) a decode instance; returns
+    """Every request through a prefill instance and then a decode instance; returns
     (status, role 0 prefill / 1 decode, instance or -1)."""
     n = inp_p.arrival.shape[0]
     n_p, n_d = n_steps_p.shape[0], n_steps_d.shape[0]
@@ -157,8 +172,7 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, 
                 return status, 0, i
         while seen < hand.n[0]:
             q = hand.r[seen]
-            if inp_d.output[q] > 0:  # more than the first token: on to a decode instance
-                later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)
+            later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)  # every request: its tokens come from decode
             seen += 1
         # 2. transfers that end by then, in time order, each to the decode instance with the most free KV
         while cnt[B_LATER] > 0 and heap.t[0] <= t_arr:
@@ -191,9 +205,6 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, 
         if status != OK:
             return status, 1, i
         released += runs_d[i].c[C_RELEASED]
-    for r in range(n):
-        if inp_d.output[r] == 0:
-            released += 1  # done at its first token
     if released != n:
         return DEADLOCK, 1, -1
     return OK, 0, -1
@@ -246,9 +257,10 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
                        chain_off=reqs.block_off if chains else None, chain_ids=reqs.block_ids if chains else None,
                        chain_len=reqs.chain_lengths() if chains else None, chain_shift=reqs.block_shift)
     knobs_p, cost_p = policy.knobs(classes, kv_p, swap(dep_p), mode="continuous"), eng.kernel_cost(cm_p)
-    # the decode side: the prompt and the first token to take in (its KV is computed there), the rest to produce
-    inp_d = eng.inputs(reqs.arrival_s, reqs.prompt_tokens + 1, reqs.output_tokens - 1, reqs.priority,
-                       ready=reqs.prompt_tokens)
+    # the decode side: the prompt, all but its last token's KV transferred (computed again to sample the first
+    # token, as vLLM's decode instance does), and every output token
+    inp_d = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority,
+                       ready=reqs.prompt_tokens - 1)
     knobs_d = policy.knobs(classes, kv_d, swap(dep_d), mode="continuous", chunked=True)
     cost_d = eng.kernel_cost(cm_d)
     xfer = dis.transfer_s(dep, reqs.prompt_tokens)
@@ -278,30 +290,19 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
                                f"{bad} (deadlock)")
         break
     return {"prefill": (out_p, steps_p, cm_p), "decode": (out_d, steps_d, cm_d), "pre_rep": pre_rep,
-            "dec_rep": dec_rep, "kv_transfer_s": np.where(dec_rep >= 0, xfer, np.nan), "decode_arrival_s": dec_arr}
-
-
-def _itl_bins(gaps: np.ndarray) -> np.ndarray:
-    """The engine's histogram bin of each gap (engine.stages.itl_record_nb's rule)."""
-    b = np.floor((np.log(np.maximum(gaps, 1e-300)) - ITL_LOG_LO) * ITL_BINS_PER_LOG)
-    return np.clip(b, 0, ITL_BINS - 1).astype(np.int64)
+            "dec_rep": dec_rep, "kv_transfer_s": xfer, "decode_arrival_s": dec_arr}
 
 
 def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str):
-    """(requests, steps, itl_hist) of a disaggregated run, as simulate.SimResult holds them: a request's times
-    join its prefill (first scheduled, first token) and decode (finish, release) instances; the steps of prefill
-    instances are replicas 0..P-1 and of decode instances P..P+D-1, with a ``role`` column."""
+    """(requests, steps, itl_hist) of a disaggregated run, as simulate.SimResult holds them: a request's first
+    scheduling is its prefill instance's, its tokens (first token, finish, release, gaps) its decode instance's; the
+    steps of prefill instances are replicas 0..P-1 and of decode instances P..P+D-1, with a ``role`` column."""
     res = run_disagg(reqs, dep, dis, policy, allreduce)
     out_p, steps_p, cm_p = res["prefill"]
     out_d, steps_d, cm_d = res["decode"]
     fp, fd = out_p.req_f, out_d.req_f
-    dec = res["dec_rep"] >= 0
     n = len(reqs)
-    finish = np.where(dec, fd[:, R_FINISH], fp[:, R_FINISH])
-    release = np.where(dec, fd[:, R_RELEASE], fp[:, R_RELEASE])
-    gap12 = np.where(dec, fd[:, R_FIRST_TOKEN] - fp[:, R_FIRST_TOKEN], 0.0)  # first to second token: transfer + wait
-    hist = out_p.hist + out_d.hist
-    np.add.at(hist, (reqs.priority[dec], _itl_bins(gap12[dec])), 1)
+    hist = out_d.hist  # (a prefill instance produces one token per request: no gaps)
     names = np.asarray(reqs.class_names, dtype=object)
     requests = pd.DataFrame({
         "request_id": np.arange(n),
@@ -313,16 +314,17 @@ def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str):
         "replica": res["pre_rep"],  # its prefill instance
         "node": 0,
         "first_scheduled_s": fp[:, R_FIRST_SCHED],
-        "first_token_s": fp[:, R_FIRST_TOKEN],
-        "finish_s": finish,
-        "release_s": release,
-        "max_itl_s": np.maximum(np.where(dec, fd[:, R_MAX_ITL], 0.0), gap12),
+        "first_token_s": fd[:, R_FIRST_TOKEN],  # from the decode instance: what the client sees
+        "finish_s": fd[:, R_FINISH],
+        "release_s": fd[:, R_RELEASE],
+        "max_itl_s": fd[:, R_MAX_ITL],
         "preemptions": out_p.req_pre + out_d.req_pre,
         "cached_prompt_tokens": out_p.req_cached,
-        "decode_replica": np.where(dec, dis.prefill_instances + res["dec_rep"], -1),  # its decode instance
+        "prefill_done_s": fp[:, R_FIRST_TOKEN],  # the prefill instance's one token: the KV is ready to move
+        "decode_replica": dis.prefill_instances + res["dec_rep"],  # its decode instance
         "kv_transfer_s": res["kv_transfer_s"],  # prompt KV from the prefill to the decode instance
         "decode_arrival_s": res["decode_arrival_s"],  # transfer done: joins the decode instance's queue
-        "decode_queue_s": np.where(dec, fd[:, R_FIRST_SCHED] - res["decode_arrival_s"], np.nan),  # waiting for KV room
+        "decode_queue_s": fd[:, R_FIRST_SCHED] - res["decode_arrival_s"],  # waiting for KV room
     })
     parts = []
     for base, (out, counts, cm, role) in ((0, (out_p, steps_p, cm_p, "prefill")),
