@@ -44,7 +44,8 @@ SUMMARY_KEYS = ("num_requests", "rejected_requests", "num_steps", "throughput_ou
 PREFIX_KEYS = ("prefix_hit_rate", "cached_prompt_tokens")
 # printed and written beside SUMMARY_KEYS when the policy speculates (issue 13)
 SPEC_KEYS = ("spec_acceptance_rate", "mean_tokens_per_step", "spec_share", "draft_time_share")
-SPEC_FLAGS = ("spec_tokens", "spec_acceptance", "spec_draft_model", "spec_disable_batch_size")
+SPEC_FLAGS = ("spec_tokens", "spec_acceptance", "spec_acceptance_length", "spec_draft_model",
+              "spec_disable_batch_size")
 ARRIVAL_FLAGS = ("--burstiness", "--on-off", "--rate-profile")
 # printed and written beside SUMMARY_KEYS for a prefill/decode split (issue 13 §2)
 DISAGG_KEYS = ("kv_transfer_p50_s", "kv_transfer_p99_s", "decode_queue_p50_s", "decode_queue_p99_s", "prefill_busy",
@@ -447,6 +448,10 @@ def add_spec_decode_args(g) -> None:
     g.add_argument("--spec-acceptance", type=float_arg(low, high), default=None, metavar="A",
                    help="per-token acceptance probability; a verification emits (1 - A^(K+1)) / (1 - A) tokens on "
                         "average (default 0.8)")
+    g.add_argument("--spec-acceptance-length", type=float_arg(*KNOB_LIMITS["spec_acceptance_length"]), default=None,
+                   metavar="L", help="acceptance as vLLM and SGLang report it: mean tokens per verification step, the "
+                                     "bonus token included (1 to K + 1); replaces --spec-acceptance by the A with "
+                                     "(1 - A^(K+1)) / (1 - A) = L")
     g.add_argument("--spec-draft-model", choices=list(MODELS), default=None,
                    help="the draft model of --spec-decode draft: a smaller model of the target's vocabulary (default: "
                         "the smallest such preset, qwen2.5-7b for the Qwen2.5 models, llama-3.1-8b for Llama 3.1)")
@@ -477,7 +482,7 @@ def presets_with_caching(prefix_caching: bool | None) -> dict:
 POLICY_DEFAULTS = dict(preset="continuous", mode=None, max_batch_size=None, max_wait_ms=None, max_num_seqs=None,
                        max_num_batched_tokens=None, chunked_prefill=None, priority=None, preemption=None,
                        prefix_caching=None, spec_decode=None, spec_tokens=None, spec_acceptance=None,
-                       spec_draft_model=None, spec_disable_batch_size=None)
+                       spec_acceptance_length=None, spec_draft_model=None, spec_disable_batch_size=None)
 
 
 # ---------------------------------------------------------------- the scenario
@@ -774,6 +779,9 @@ def _spec_knobs(args, mode: str) -> dict:
     if method in (None, "off") and given:
         flag = "--" + given[0].replace("_", "-")
         raise CliError(f"{flag}: tunes speculative decoding; add --spec-decode draft, eagle, ngram or mtp")
+    if knobs["spec_acceptance"] is not None and knobs["spec_acceptance_length"] is not None:
+        raise CliError("--spec-acceptance-length: gives the acceptance as tokens per verification step; drop "
+                       "--spec-acceptance (the per-token rate it replaces)")
     if knobs["spec_draft_model"] is not None and method != "draft":
         raise CliError(f"--spec-draft-model: is the draft model of --spec-decode draft (--spec-decode is {method})")
     if method not in (None, "off") and mode != "continuous":

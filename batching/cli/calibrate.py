@@ -15,8 +15,10 @@ import pandas as pd
 
 from batching.cli.args import CliError, Parser, check_output_folder, dispatch, write_files
 from batching.cli.calibrate_bench import BENCH_ONLY, add_bench_args, cmd_bench
+from batching.sim.engine import speculative
 from batching.sim.hardware import calibration as cal
 from batching.studies import end_to_end as e2e_check
+from batching.studies import spec_check
 from batching.sim.hardware import costmodel as cm
 from batching.sim.hardware.specs import GPUS
 from batching.sim.workload.requests import WORKLOAD_PRESETS
@@ -199,6 +201,7 @@ def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str |
         return f"\n![{alt}]({figures_dir}/{name})\n" if figures_dir else ""
 
     wl = WORKLOAD_PRESETS["sharegpt"][0]
+    spec_md = cal.spec_markdown(speculative.DRAFT_PASS_FIXED_S, spec_check.markdown_table())
     ar_rows = _allreduce_rows(ar_frames["vllm_graph"])
     return f"""# Cost model calibration
 
@@ -364,7 +367,7 @@ blocks per step; nothing was tuned to close it.
 Llama-3.1-405B needs ~96 GiB per GPU in BF16 at TP 8: it does not fit on 8×H100 (a clear
 error that says FP8 would) and fits on 8×H200; in FP8 it fits on both.
 
-{cal.mla_markdown()}{cal.spec_markdown()}{cal.disagg_markdown()}## Custom models and GPUs
+{cal.mla_markdown()}{spec_md}{cal.disagg_markdown()}## Custom models and GPUs
 
 Command line: `--model-json FILE` (Model's fields, or a Hugging Face `config.json`: its
 `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`, `head_dim`,

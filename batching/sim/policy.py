@@ -31,6 +31,9 @@ KNOB_LIMITS: dict[str, tuple[float, float]] = {
     "watermark": (0.0, 0.5),
     "spec_tokens": (1, 16),  # K draft tokens per step (vLLM num_speculative_tokens)
     "spec_acceptance": (0.0, 1.0),  # A, per-token acceptance probability
+    # L, mean tokens per verification step as vLLM ("mean acceptance length") and SGLang ("accept length") report
+    # it, the bonus token included; 0 = not given (A is spec_acceptance). validate() also holds it to 1 .. K + 1
+    "spec_acceptance_length": (0.0, 17.0),
     "spec_disable_batch_size": (0, 4096),  # 0: speculate at every batch size
 }
 # knobs validate() refuses unless whole numbers (the others are range-checked only)
@@ -66,6 +69,9 @@ class BatchingPolicy:
     spec_acceptance: float = 0.8
     spec_draft_model: str = DEFAULT_DRAFT_MODEL
     spec_disable_batch_size: int = 0
+    # acceptance as engines report it: mean tokens per verification step L (incl. the target's bonus token); when
+    # > 0 it replaces spec_acceptance by the A with (1 - A^(K+1)) / (1 - A) = L (speculative.acceptance_from_length)
+    spec_acceptance_length: float = 0.0
     # the step budget as vLLM V0 sizes it when nobody sets it: without chunked prefill max(max_model_len, 2048) (the
     # deployment's model context, and at least the longest prompt), so every prompt fits one step; a Scenario fills it
     # in from its deployment (``sized_for``). An explicit max_num_batched_tokens (``with_knobs``) turns it off.
@@ -111,6 +117,11 @@ class BatchingPolicy:
             # vLLM's SpeculativeConfig refuses a threshold below 2 ("Expect the batch size threshold of disabling
             # speculative decoding is > 1"): with its >= rule, 1 would switch speculation off in every step
             raise ValueError("spec_disable_batch_size=1 would never speculate; allowed 0 (never off) or 2 to 4096")
+        length = self.spec_acceptance_length
+        if length != 0 and not (1.0 <= length <= self.spec_tokens + 1):
+            raise ValueError(f"spec_acceptance_length={length:g} is out of range for spec_tokens={self.spec_tokens}; "
+                             f"allowed 0 (not given: spec_acceptance applies) or 1 to {self.spec_tokens + 1} (tokens "
+                             "per verification step: the accepted drafts plus the target's own token)")
         if self.spec_decode == "draft":
             if self.spec_draft_model not in MODELS:
                 raise ValueError(
@@ -154,7 +165,9 @@ class BatchingPolicy:
         if self.spec_decode != "off":
             what = f"draft {self.spec_draft_model}" if self.spec_decode == "draft" else self.spec_decode
             limit = f", off at {self.spec_disable_batch_size}+ seqs" if self.spec_disable_batch_size else ""
-            parts.append(f"speculative decoding ({what}, K={self.spec_tokens}, A={self.spec_acceptance:g}{limit})")
+            acc = (f"acceptance length {self.spec_acceptance_length:g}" if self.spec_acceptance_length > 0
+                   else f"A={self.spec_acceptance:g}")
+            parts.append(f"speculative decoding ({what}, K={self.spec_tokens}, {acc}{limit})")
         parts.append(f"preemption {self.preemption}")
         return ", ".join(parts)
 

@@ -406,14 +406,24 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                            float(n_lm), float(swap_tok))
         if spec is not None:
             ns = spec.steps_i[step, SP_SEQS]
-            if spec.drafts and ns > 0:
-                # the proposals: k draft passes (k = proposed / ns, K unless outputs or the budget cut it) over
-                # the ns speculating sequences, each its linear layers, a read of its own KV and its LM head
-                lm = ns * spec.draft_lm_flops_s
-                if lm < spec.draft_lm_bytes_s:
-                    lm = spec.draft_lm_bytes_s
-                one = spec.draft_tab[ns] + spec.draft_ctx_s * spec.steps_f[step, SPF_CTX] + lm
-                draft = one * spec.steps_i[step, SP_PROPOSED] / ns
+            n_pre = si[step, S_PREFILL]
+            if spec.drafts and (ns > 0 or n_pre > 0):
+                # the proposer (vLLM V1's EAGLE proposer, SGLang's EAGLE worker): a first pass over every prompt
+                # token of the step and, per speculating sequence, its tokens accepted last step plus one (the
+                # catch-up), then k - 1 passes over the ns sequences (k = proposed / ns, K unless outputs or the
+                # budget cut it); each pass its fixed cost, linear layers, element-wise ops, all-reduces
+                # (draft_tab by token count), a read of its own KV and its LM head
+                tab_d = spec.draft_tab
+                n_first = ns + n_pre + spec.steps_i[step, SP_ACCEPTED]
+                last = tab_d.shape[0] - 1
+                first = tab_d[n_first] if n_first <= last else tab_d[last] * n_first / last
+                draft = first + spec.draft_attn_s * out.steps_f[step, F_ATTN_WORK]
+                if ns > 0:
+                    lm = ns * spec.draft_lm_flops_s
+                    if lm < spec.draft_lm_bytes_s:
+                        lm = spec.draft_lm_bytes_s
+                    reads = spec.draft_ctx_s * spec.steps_f[step, SPF_CTX] + lm
+                    draft += reads + (tab_d[ns] + reads) * (spec.steps_i[step, SP_PROPOSED] / ns - 1.0)
                 spec.steps_f[step, SPF_DRAFT_S] = draft
                 dur += draft
         running = b.n[B_RUNNING]

@@ -40,9 +40,15 @@ What a step costs (engine/kernel.py prices it; nothing here is a new constant of
 - speculative_disable_by_batch_size: vLLM PR #4592 ("[Dynamic Spec Decoding] Auto-disable by the running
   queue size"): speculation off for the batch while N or more requests run (the engine's comment cites the code).
 
-Simplifications: a draft pass costs no fixed per-step overhead (it runs inside the target's scheduler step,
-under CUDA graphs); the draft's catch-up on the tokens the target accepted is not priced; draft passes carry
-the mean k of the step's speculating sequences; a sequence swapped back in decodes plainly in that step.
+- The proposer's passes (vLLM V1's EAGLE proposer, SGLang's EAGLE worker): the first runs over every prompt token
+  the step computes (a draft model prefills; a head runs over every scheduled token) and over each speculating
+  sequence's accepted tokens plus one (the catch-up), the other k - 1 over one token per sequence; each pass
+  carries DRAFT_PASS_FIXED_S (launch, sampling; docs/CALIBRATION.md "Speculative decoding").
+- Acceptance may be given as engines report it, tokens per verification step (acceptance_from_length).
+
+Simplifications: the catch-up is priced in the step whose verification accepts the tokens (the engines run it as
+the next proposal's first pass); draft passes carry the mean k of the step's speculating sequences; a sequence
+swapped back in decodes plainly in that step; tree drafts are priced as chains (CALIBRATION.md says why).
 """
 from __future__ import annotations
 
@@ -52,12 +58,19 @@ from dataclasses import replace
 import numpy as np
 
 from batching.sim.hardware.costmodel import (
-    C_FIXED, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LIN_BW, C_LIN_FLOPS_RATE, C_LM_BYTES, C_LM_FLOPS_SEQ,
+    C_ATTN_FLOPS_COEF, C_ATTN_RATE, C_FIXED, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LIN_BW, C_LIN_FLOPS_RATE, C_LM_BYTES, C_LM_FLOPS_SEQ,
     CostModel, cost_model, token_time_table_nb,
 )
 from batching.sim.engine.state import NUM_SPF, NUM_SPI, Spec
 from batching.sim.policy import SPEC_METHODS  # noqa: F401  (the methods, named once)
 from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, MODELS, Deployment, Model
+
+# A draft pass's fixed cost (seconds): the launch of its CUDA graph, sampling its top-k token(s) and building the
+# next pass's inputs, outside the kernels its cost model prices. Fitted (studies/spec_check.fit_draft_fixed) to
+# SGLang's measured batch-1 throughput of Llama-3.1-8B-Instruct on one H100 with EAGLE-2 and EAGLE-3 (SGLang docs,
+# "Speculative Decoding": 158.34 tok/s without, 244.10 with EAGLE-2, 373.25 with EAGLE-3; sgl-project/sglang
+# PR #4247: 361.70 tok/s with 5 EAGLE-3 steps), at the acceptance lengths those runs reported; docs/CALIBRATION.md.
+DRAFT_PASS_FIXED_S = 0.91e-3
 
 # methods whose proposals cost GPU passes, and which of them are one-layer heads on the target
 DRAFTING_METHODS = ("draft", "eagle", "mtp")
@@ -69,6 +82,35 @@ def expected_tokens_per_step(k: int, a: float) -> float:
     if a >= 1.0:
         return float(k + 1)
     return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def acceptance_from_length(length: float, k: int) -> float:
+    """The per-token acceptance A whose expected tokens per verification (1 − A^(K+1)) / (1 − A) is ``length`` (the
+    "mean acceptance length" vLLM's spec-decode metrics and SGLang's "accept length" report: tokens per
+    verification step, the bonus token included). L = 1 gives A = 0, L = K + 1 gives A = 1; the expectation grows
+    monotonically with A, so bisection finds it to 1e-12. ValueError outside 1 .. K + 1."""
+    if not (1.0 <= length <= k + 1):  # (NaN fails too)
+        raise ValueError(f"spec_acceptance_length={length:g} is out of range for spec_tokens={k}; allowed 1 to "
+                         f"{k + 1} (tokens per verification step: the accepted drafts plus the target's own token)")
+    if length >= k + 1:
+        return 1.0
+    if length <= 1.0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if expected_tokens_per_step(k, mid) < length:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def acceptance_rate(policy) -> float:
+    """A of a policy: its spec_acceptance, or the one its spec_acceptance_length gives (when set, > 0)."""
+    if policy.spec_acceptance_length > 0:
+        return acceptance_from_length(float(policy.spec_acceptance_length), int(policy.spec_tokens))
+    return float(policy.spec_acceptance)
 
 
 def head_layers(dep: Deployment) -> float:
@@ -193,20 +235,32 @@ def spec_for(policy, dep: Deployment, cm: CostModel | None = None, seed: int = 0
     """The engine's Spec for a policy (None when speculation is off)."""
     if policy.spec_decode == "off" or policy.mode != "continuous":
         return None
-    a = float(policy.spec_acceptance)
+    a = acceptance_rate(policy)
     inv = 0.0 if a <= 0.0 else (-math.inf if a >= 1.0 else 1.0 / math.log(a))
     disable = policy.spec_disable_batch_size if policy.spec_disable_batch_size > 0 else 1 << 62
     drafts = policy.spec_decode in DRAFTING_METHODS
-    size = policy.max_num_seqs + 1
+    # one row per token count a draft pass can run over: the first pass takes the step's prompt tokens (at most the
+    # budget) and each speculating sequence's accepted tokens + 1 (at most max_num_seqs more than the budget)
+    size = policy.max_num_seqs + policy.max_num_batched_tokens + 1
     if drafts:
         ar = allreduce if allreduce is not None else (cm.allreduce if cm is not None else "vllm_graph")
         coef, ar_x, ar_y = _draft_cost(policy, dep, ar)
-        tab = token_time_table_nb(coef, ar_x, ar_y, size)
+        tab = draft_pass_table(coef, ar_x, ar_y, size)
         ctx_s = coef[C_LAYERS] * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
         lm_f = coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE]
         lm_b = coef[C_LM_BYTES] / coef[C_LIN_BW]
+        attn_s = coef[C_LAYERS] * coef[C_ATTN_FLOPS_COEF] / coef[C_ATTN_RATE]
     else:
-        tab, ctx_s, lm_f, lm_b = np.zeros(size), 0.0, 0.0, 0.0
+        tab, ctx_s, lm_f, lm_b, attn_s = np.zeros(size), 0.0, 0.0, 0.0, 0.0
     return Spec(int(policy.spec_tokens), float(inv), int(disable), int(seed) % (2 ** 32), bool(drafts),
-                np.ascontiguousarray(tab, np.float64), float(ctx_s), float(lm_f), float(lm_b),
+                np.ascontiguousarray(tab, np.float64), float(ctx_s), float(lm_f), float(lm_b), float(attn_s),
                 np.ones(1, np.int64), np.zeros(1, np.int64), np.zeros((1, NUM_SPI), np.int64), np.zeros((1, NUM_SPF)))
+
+
+def draft_pass_table(coef: np.ndarray, ar_x: np.ndarray, ar_y: np.ndarray, size: int) -> np.ndarray:
+    """Seconds of one draft pass over 0 .. size - 1 tokens: the draft's linear layers, element-wise ops and its
+    all-reduces (its own cost model's token_time_nb: two all-reduces per layer from the measured table at the draft's
+    TP degree, none at TP 1) plus DRAFT_PASS_FIXED_S for every pass that runs (n >= 1)."""
+    tab = token_time_table_nb(coef, ar_x, ar_y, size)
+    tab[1:] += DRAFT_PASS_FIXED_S
+    return tab

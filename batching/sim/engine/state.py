@@ -246,11 +246,13 @@ class Spec(NamedTuple):
     disable_at: int  # speculate only while fewer than this many sequences run (vLLM speculative_disable_by_batch_size)
     seed: int  # np.random.seed of the run: sampled acceptance is deterministic for a seed
     drafts: bool  # whether proposing costs draft passes (draft model, EAGLE head, MTP module; not n-gram lookup)
-    draft_tab: np.ndarray  # seconds of one draft pass by the number of speculating sequences: its linear layers,
-    #                        element-wise ops and all-reduces (the draft cost model's token_time_nb)
+    draft_tab: np.ndarray  # seconds of one draft pass by the number of tokens it runs over (0 .. budget + max
+    #                        seqs): its fixed cost (launch, sampling), linear layers, element-wise ops and all-reduces
+    #                        (the draft cost model's token_time_nb + speculative.DRAFT_PASS_FIXED_S for n >= 1)
     draft_ctx_s: float  # seconds per context token a draft pass reads (its own KV cache: layers x bytes / bandwidth)
     draft_lm_flops_s: float  # seconds per sequence of the draft's LM head at its compute roofline
     draft_lm_bytes_s: float  # seconds of the draft's LM head weight read
+    draft_attn_s: float  # seconds per unit of prompt attention work (F_ATTN_WORK) in the draft's first pass
     emit: np.ndarray  # int64 per request: tokens the current step emits for it when it speculates (accepted + 1)
     req_acc: np.ndarray  # int64 per request: accepted draft tokens over the run (an output)
     steps_i: np.ndarray  # (room, NUM_SPI) int64, SP_* columns (an output, trimmed like Outputs.steps_i)

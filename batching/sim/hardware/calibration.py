@@ -460,10 +460,12 @@ modelled. Treat its DeepSeek-V3 and Kimi-K2 figures as a roofline estimate, not 
 """
 
 
-def spec_markdown() -> str:
+def spec_markdown(draft_pass_fixed_s: float, checks: str = "") -> str:
     """The "Speculative decoding" section of docs/CALIBRATION.md: where its formulas and costs come from, and
-    what the simulator does not model (batching/sim/engine/speculative.py)."""
-    return """## Speculative decoding
+    what the simulator does not model (batching/sim/engine/speculative.py). ``draft_pass_fixed_s``:
+    speculative.DRAFT_PASS_FIXED_S; ``checks``: the published points' table (batching/studies/spec_check.py). The
+    CLI passes both: the engine layer sits above this module."""
+    return f"""## Speculative decoding
 
 Sources: Leviathan et al., ICML 2023, "Fast Inference from Transformers via Speculative Decoding" (expected
 tokens per verification (1 − A^(K+1)) / (1 − A) for a per-token acceptance A and K draft tokens); the vLLM blog
@@ -475,7 +477,8 @@ acceptance about 0.8); the DeepSeek-V3 technical report (arXiv:2412.19437, §2.2
 Transformer block, a 2d→d projection and the shared head; §5.4.3: the second token is accepted 85–90 % of the
 time, 1.8× tokens per second); MagicDec (Chen et al., arXiv:2408.11049, ICLR 2025: at large batch and long
 context decoding stays memory-bound on KV reads, so speculation keeps paying); vLLM PR #4592
-(`speculative_disable_by_batch_size`).
+(`speculative_disable_by_batch_size`); EAGLE-3 (Li et al., arXiv:2503.01840v3, Tables 3 and 4); the SGLang
+documentation's "Speculative Decoding" page; sgl-project/sglang PR #4247; vllm-project/vllm issue #26191.
 
 - A speculating sequence verifies k + 1 tokens per step (k = K, fewer near the end of its output or of the
   token budget): they are tokens of the step for the linear layers (memory-bound at small batch,
@@ -483,16 +486,43 @@ context decoding stays memory-bound on KV reads, so speculation keeps paying); v
   queries (a multi-query kernel: ~32 FLOP/byte, bandwidth-bound on every GPU here).
 - Accepted draft tokens per sequence and step are drawn with P(≥ j) = A^j, capped at k, from the run's seed;
   the sequence emits accepted + 1 tokens. Rejected ones are computed for nothing (`padded_tokens`), so
-  `gpu_util` counts them as waste.
-- Proposals: `draft` runs the draft model's own cost model K times per step (its TP the largest divisor of its
-  heads up to the target's); `eagle` and `mtp` run one target layer, a 2·hidden² fusion layer and the LM head K
-  times; `ngram` costs nothing. A draft model's weights and KV cache (an EAGLE/MTP head's one layer) come out
-  of the target's KV cache.
-- Not modelled: a draft pass's fixed launch overhead and CPU time, the draft's catch-up on accepted tokens,
-  vLLM V0's scoring without a multi-query kernel. So the simulator's high-load slow-downs (draft 1.06×,
-  n-gram at A = 0.5 1.25× slower) are smaller than vLLM's measured 1.4× and 1.8×; nothing was tuned to close
-  the gap.
-
+  `gpu_util` counts them as waste. `--spec-acceptance-length L` gives the acceptance as vLLM ("mean acceptance
+  length") and SGLang ("accept length") report it, tokens per verification step with the bonus token: the
+  simulator solves (1 − A^(K+1)) / (1 − A) = L for A by bisection (L from 1 to K + 1).
+- Proposals: `draft` runs the draft model's own cost model (its TP the target's when it divides the draft's heads,
+  else 1); `eagle` and `mtp` run one target layer and a 2·hidden² fusion layer with the target's LM head; `ngram`
+  costs nothing. As vLLM V1's EAGLE proposer and SGLang's EAGLE worker run it, a step's proposer makes K passes:
+  the first over every prompt token the step computes (a draft model prefills the prompt; a head runs over every
+  scheduled token, with its own share of the prompt attention) and, per speculating sequence, the tokens its
+  verification accepts plus one (the catch-up: SGLang's draft extend, vLLM's first proposer pass); the other
+  K − 1 over one token per sequence. Every pass costs its linear layers, element-wise ops, two all-reduces per
+  layer from the measured table at the draft's TP degree, a read of its own KV, its LM head and a fixed
+  {draft_pass_fixed_s * 1e3:.2f} ms (launch, top-k sampling and the next pass's inputs). A draft model's weights
+  and KV cache (an EAGLE/MTP head's one layer) come out of the target's KV cache.
+- The fixed cost per draft pass is fitted (`batching/studies/spec_check.py`, `fit_draft_fixed`: least squared
+  log error, 10 µs grid) to SGLang's batch-1 throughput of Llama-3.1-8B-Instruct on one H100 on MT-bench (the
+  SGLang docs' 158.34 tok/s without speculation, 244.10 with EAGLE-2 and 373.25 with EAGLE-3, at the acceptance
+  lengths 3.76 and 5.39 of the 8-step runs in SGLang PR #4247; that PR's 5-step EAGLE-3 run, 361.70 tok/s at 4.68).
+  It is then checked on EAGLE-3 paper Table 3 (SGLang v0.4.4, same model and GPU, a chain of 3 draft tokens,
+  batch 2 to 64), never fitted to it. That table gives no acceptance length; the same draft measured 3.53 tokens
+  per verification with 7 draft tokens in vLLM (issue #26191), A = 0.743, i.e. 2.71 with 3. Prompt 160 and output
+  400 tokens stand for MT-bench (not published with the figures); closed-loop clients stand for the batch size.
+- Before this fit (no fixed cost, the same passes) the held-out median error was 32.9 % (worst 46.2 %, batch 32),
+  too optimistic everywhere: the issue's "43 % median" group. After it: see the table. The fixed cost absorbs
+  what else the engine spends per pass at that version (SGLang v0.4.3-0.4.4 ran EAGLE with top-k 8 trees and
+  without overlapped scheduling) and it leans on the target's step: the simulated batch-1 throughput without
+  speculation is 115 tok/s against SGLang's 158.34 (its 2 ms per-step overhead is vLLM V0's; an SGLang engine
+  profile would shorten it and the fit must then be redone: `fit_draft_fixed` reruns it).
+- Tree drafting (SGLang's `--speculative-eagle-topk` / `--speculative-num-draft-tokens`) is not modelled: the
+  published acceptance lengths already carry the tree's gain, and at batch 1 on an 8B model verifying 64 tree
+  tokens instead of K + 1 costs little (the linear layers stay memory-bound below ~300 tokens per step on H100);
+  at batch 32 and more the tree's verified tokens would be compute-bound, which is why SGLang and the EAGLE-3
+  paper run chains there (Table 3: chain of 3). A run that uses a tree at large batch is priced as a chain here.
+- Not modelled: vLLM V0's scoring without a multi-query kernel; the draft's catch-up while speculation is
+  switched off by `speculative_disable_by_batch_size`; speculation on disaggregated decode instances (refused).
+  The high-load slow-downs of the vLLM blog (draft 1.4×, n-gram 1.8× slower) are not held against the model
+  (their acceptance is not published).
+{checks}
 """
 
 

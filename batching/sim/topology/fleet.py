@@ -86,7 +86,8 @@ def _spec_of(sp, i):
         return None
     else:
         return Spec(sp.k, sp.inv_log_a, sp.disable_at, sp.seed, sp.drafts, sp.draft_tab, sp.draft_ctx_s,
-                    sp.draft_lm_flops_s, sp.draft_lm_bytes_s, sp.emit, sp.req_acc, sp.steps_i[i], sp.steps_f[i])
+                    sp.draft_lm_flops_s, sp.draft_lm_bytes_s, sp.draft_attn_s, sp.emit, sp.req_acc, sp.steps_i[i],
+                    sp.steps_f[i])
 
 
 @njit(cache=True, nogil=True)
