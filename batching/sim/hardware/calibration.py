@@ -539,18 +539,40 @@ over the node's or cluster's links); NVIDIA's H100 SXM datasheet (NVLink 900 GB/
 GPU presets' `nvlink_Bps`); the DGX H100 user guide (eight ConnectX-7 400 Gb/s ports, one per GPU, for the compute
 network: `CROSS_NODE_GBPS`).
 
-- A prefill instance batches prompts under the policy (chunked or whole) and produces the first token; its
-  request then moves on: transfer time = prompt tokens × the KV bytes per token the busiest GPU moves (a dense
-  model's KV heads split over min(prefill TP, decode TP) ranks; an MLA model's whole latent on every rank, as
-  vLLM's and SGLang's MLA backends replicate it under TP) / the link's bandwidth per GPU, NVLink within a node,
-  400 Gb/s per GPU across nodes, or `--kv-link-gbps` per GPU.
-- A request goes to the prefill instance with the fewest outstanding requests and, after its first token, to the
+- The client's path is vLLM's disaggregated serving (a router sends the prompt to a prefill instance with
+  `max_tokens=1` and `kv_transfer_params.do_remote_decode`, then the whole request to a decode instance, which pulls
+  the KV over its NixlConnector and streams every token; vLLM `examples/online_serving/disaggregated_serving`, and
+  the P/D proxies that copy it). So TTFT, as the client sees it, is the prefill instance's queue and prefill, the KV
+  transfer, the wait for room on a decode instance and the decode instance's first step, which computes the last
+  prompt token again (its KV is not transferred) and samples the first token the client gets. The prefill
+  instance's own token is not sent. TPOT, ITL and E2E are the decode instance's.
+- A transfer takes a fixed 6.7 ms (`KV_TRANSFER_FIXED_S`, `--kv-transfer-fixed-ms`) to post before its bytes
+  move: vLLM's NixlConnector posts one read per KV block and layer, and the decode side's KV-transfer metrics of a
+  3-prefill + 1-decode deployment measured 6.7 ms of post time per transfer on average (1,785 descriptors and
+  167 MB per transfer, block size 64, 1,000 requests; vllm-project/vllm issue #50913, 2026-08-28, baseline
+  column). Then prompt tokens × the KV bytes per token the busiest GPU moves (a dense model's KV heads split over
+  min(prefill TP, decode TP) ranks; an MLA model's whole latent on every rank, as vLLM's and SGLang's MLA
+  backends replicate it under TP) / the link's bandwidth per GPU: NVLink within a node, 400 Gb/s per GPU across
+  nodes, or `--kv-link-gbps` per GPU.
+- A request goes to the prefill instance with the fewest outstanding requests and, after the transfer, to the
   decode instance with the most free KV blocks; it waits in that instance's queue until its blocks fit
-  (backpressure, nothing dropped). The decode instance computes the first token's KV in its first step.
+  (backpressure, nothing dropped).
+- Effect (Llama-3.1-70B FP8 on 8×H100, 1 prefill TP 4 + 1 decode TP 4, chunked, 3,000 prompt / 150 output tokens,
+  2 req/s, 300 requests): TTFT P50 154.5 → 182.1 ms, P99 443.3 → 472.3 ms; TPOT P50 11.4 → 11.3 ms; transfer P50
+  0.5 → 7.2 ms. Where TTFT used to end on the prefill instance, it now carries the transfer, the decode queue and
+  one decode step, as the client measures it. The same vLLM thread measured the whole handover (prefill's token →
+  the client's first token) at ~197 ms P50 on its setup, of which the transfer ~29 ms and the recomputed first
+  token ~58 ms including the wait for a step boundary: here the handover is the transfer, the decode queue and one
+  decode step (on this example 7.2 + 5.3 ms + a step of ~11 ms); the rest of that 197 ms (the router sending the
+  decode request only after the prefill response returns, a second step boundary before the pulled KV is used)
+  is engine overhead this model leaves out.
 - Not modelled: the prefill instance holding the KV until the transfer ends (its blocks are freed at the
-  handoff), a transfer's fixed latency and its contention with other transfers on the same link, layer-wise
-  pipelining of the transfer with the prefill, and sessions, speculative decoding or a prefix cache on the
-  decode side.
+  handoff: with a 7 ms transfer against prefill steps of tens of ms it changes little, but under decode-side
+  backpressure vLLM's pull model keeps the prefill's blocks until the decode instance has room, which this model
+  does not), the pull order (vLLM allocates on the decode instance first and transfers after; here the transfer
+  comes first, so a transfer overlaps a wait for decode room), contention between transfers on one link,
+  layer-wise pipelining of the transfer with the prefill, and sessions, speculative decoding or a prefix cache on
+  the decode side.
 
 """
 
