@@ -138,8 +138,9 @@ def test_a_missing_partner_flag_is_one_line_naming_it(capsys, given, missing):
     ([*SPLIT[:2], "--prefill-tp", "1", *SPLIT[4:]], "--prefill-tp: the prefill instances (TP 1): model Qwen2.5-72B"),
     ([*SPLIT, "--preset", "static"], "disaggregation needs iteration-level batching (mode continuous"),
     ([*SPLIT, "--mode", "dynamic"], "dynamic batching runs each batch as a whole"),
-    ([*SPLIT, "--spec-decode", "eagle"], "--spec-decode eagle: speculative decoding is not modelled with "
-                                         "prefill/decode disaggregation"),
+    # speculation runs on a split (tests/test_spec_disagg.py); what no instance could run is refused by role
+    ([*SPLIT, "--spec-decode", "mtp"], "--spec-decode mtp: the prefill instances (TP 4): spec_decode='mtp' needs "
+                                       "multi-token-prediction modules"),
     ([*SPLIT, "--router", "least-kv"], "--router least-kv: a prefill/decode split routes by itself"),
     ([*SPLIT, "--workload", "chat-sessions"], "--workload chat-sessions: session workloads"),
     ([*SPLIT, "--kv-cache-tokens", "2000"], "--prefill-tp 4 with --kv-cache-tokens 2000: request"),

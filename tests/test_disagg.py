@@ -3,6 +3,8 @@ instance keeps its KV within its own capacity, a transfer takes the prompt's KV 
 and the DistServe/Splitwise findings of issue 13 hold on a prefill-heavy workload."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -140,6 +142,9 @@ def test_a_disaggregated_run_repeats() -> None:
     (dict(disagg=SPLIT, policy=PRESETS["static"]), r"mode='static' runs each batch as a whole"),
     (dict(disagg=SPLIT, workload=workload_preset("chat-sessions", 1.0, 50, 0)), r"session workloads"),
     (dict(disagg=Disagg(1, 1, 1, 4)), r"the prefill instances \(TP 1\): model Qwen2.5-72B"),
+    # speculation runs on a split (tests/test_spec_disagg.py); a proposer the model has not is refused by role
+    (dict(disagg=SPLIT, policy=replace(PRESETS["chunked"], spec_decode="mtp")),
+     r"the prefill instances \(TP 4\): spec_decode='mtp' needs multi-token-prediction modules"),
 ])
 def test_bad_splits_are_refused_with_clear_messages(kwargs, match) -> None:
     kwargs.setdefault("workload", workload_preset("chat", 1.0, 20, 0))

@@ -76,6 +76,25 @@ def test_deepseek_mtp_published_in_fp8_has_no_quantization_flag():
     assert "vllm serve deepseek-ai/DeepSeek-V3" in cmd["vllm"] and "--max-num-batched-tokens 2048" in cmd["vllm"]
 
 
+def test_an_acceptance_length_is_named_as_an_input_on_both_engines_and_both_roles_of_a_split():
+    """DeepSeek-V3 MTP (K = 1) with PD, the acceptance given as engines report it: 1.85 tokens per verification is
+    A = 0.85 at K = 1; each command's notes say it is an input and which log line reports it; both roles of the
+    split get the speculative flags (SGLang's prefill server runs the MTP module over the prompt)."""
+    dep = Deployment(Node(GPUS["h200-sxm"], 8, 8), MODELS["deepseek-v3"], "fp8")
+    pol = with_knobs(PRESETS["chunked"], spec_decode="mtp", spec_tokens=1, spec_acceptance_length=1.85)
+    cmd = launch(Scenario(dep, policy=pol, nodes=2, disagg=Disagg(1, 8, 1, 8)))
+    note = ("# the simulation's mean acceptance length 1.85 tokens per verification step (A=0.85 per token at K=1) is "
+            "an input, not a flag; ")
+    v, s = cmd["vllm"], cmd["sglang"]
+    assert v.count(note + 'vLLM logs it as its spec-decode "Mean acceptance length"') == 2
+    assert s.count(note + 'SGLang logs it as "accept len" in its decode batch lines') == 2
+    assert "acceptance rate A=" not in v
+    assert v.count("--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}'") == 2
+    assert s.count("--speculative-algorithm NEXTN") == 2
+    # without a length, A is named as before
+    assert "acceptance rate A=0.8 is an input" in launch(Scenario(dep, policy=replace(pol, spec_acceptance_length=0.0)))["vllm"]
+
+
 def test_static_and_dynamic_say_they_have_no_engine_equivalent():
     for name in ("static", "dynamic"):
         cmd = launch(Scenario(policy=PRESETS[name]))

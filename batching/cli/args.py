@@ -50,6 +50,8 @@ ARRIVAL_FLAGS = ("--burstiness", "--on-off", "--rate-profile")
 # printed and written beside SUMMARY_KEYS for a prefill/decode split (issue 13 §2)
 DISAGG_KEYS = ("kv_transfer_p50_s", "kv_transfer_p99_s", "decode_queue_p50_s", "decode_queue_p99_s", "prefill_busy",
                "decode_busy")
+# a split that speculates: the proposer's pass over the prompts, as a share of the prefill instances' forward passes
+SPEC_DISAGG_KEYS = ("prefill_draft_time_share",)
 # the split's flags (all four together or none) and the Disagg field each sets
 DISAGG_FLAGS = {"--prefill-instances": "prefill_instances", "--prefill-tp": "prefill_tp",
                 "--decode-instances": "decode_instances", "--decode-tp": "decode_tp"}
@@ -674,7 +676,8 @@ def build_scenario(args) -> Scenario:
     if args.router != "round-robin" and pol.mode != "continuous":
         raise CliError(f"--router {args.router}: reads each replica's state at every arrival and is built for "
                        f"iteration-level batching (mode continuous); {pol.mode} batching runs with --router round-robin")
-    _check_spec(pol, dep)
+    if all(getattr(args, field, None) is None for field in DISAGG_FLAGS.values()):
+        _check_spec(pol, dep)  # (a split checks the proposer on each role's deployment: _disagg)
     try:
         reqs, _ = admitted(wl.generate(), dep.model)  # requests beyond the context are rejected, not all of them
     except ValueError as exc:
@@ -730,9 +733,6 @@ def _disagg(args, dep: Deployment, reqs, pol) -> Disagg | None:
     if pol.mode != "continuous":
         raise CliError(f"{split}: prefill/decode disaggregation needs iteration-level batching (mode continuous: the "
                        f"presets continuous, chunked, priority); {pol.mode} batching runs each batch as a whole")
-    if pol.spec_decode != "off":
-        raise CliError(f"--spec-decode {pol.spec_decode}: speculative decoding is not modelled with prefill/decode "
-                       "disaggregation; leave out --spec-decode or the split")
     if args.router != "round-robin":
         raise CliError(f"--router {args.router}: a prefill/decode split routes by itself (prefill: least outstanding, "
                        "decode: most free KV); leave out --router")
@@ -753,6 +753,10 @@ def _disagg(args, dep: Deployment, reqs, pol) -> Disagg | None:
                            f"smaller instances, {fix}") from None
         role = "--prefill-tp" if msg.startswith("the prefill") else "--decode-tp"
         raise CliError(f"{role}: {msg}") from None
+    try:  # the proposer must fit beside the model on each role's GPUs (both hold it: disagg.py)
+        dis.check_spec(pol, dep)
+    except ValueError as exc:
+        raise CliError(f"--spec-decode {pol.spec_decode}: {exc}") from None
     try:
         check_requests(reqs, dis, dep, pol)
     except ValueError as exc:
@@ -898,7 +902,7 @@ def summary_keys(prefix_caching: bool = False, spec_decode: bool = False, disagg
     with speculative decoding, its acceptance rate, tokens per verification, speculating share and draft time; with
     a prefill/decode split, the KV transfer and decode-queue percentiles and each role's busy share."""
     return (SUMMARY_KEYS + (PREFIX_KEYS if prefix_caching else ()) + (SPEC_KEYS if spec_decode else ())
-            + (DISAGG_KEYS if disagg else ()))
+            + (DISAGG_KEYS if disagg else ()) + (SPEC_DISAGG_KEYS if spec_decode and disagg else ()))
 
 
 def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False) -> dict:
@@ -907,7 +911,8 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
     a disaggregated run's summary: with DISAGG_KEYS, ``disaggregated`` (the split in words) and ``gpus``."""
     split = "disaggregated" in summary
     keys = summary_keys(prefix_caching, spec_decode)
-    out = {k: summary[k] for k in keys + (DISAGG_KEYS if split else ()) if k in summary}
+    split_keys = DISAGG_KEYS + (SPEC_DISAGG_KEYS if spec_decode else ()) if split else ()
+    out = {k: summary[k] for k in keys + split_keys if k in summary}
     out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}
     if "concurrency" in summary:  # closed-loop clients: the load is N, not a rate

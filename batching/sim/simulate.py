@@ -58,6 +58,7 @@ class Scenario:
         if self.disagg is not None:
             self.disagg.validate(self.deployment, self.nodes)
             self.disagg.check_policy(self.policy, self.router)
+            self.disagg.check_spec(self.policy, self.deployment)  # each role's deployment, as below
         else:
             check_spec(self.policy, self.deployment)  # MTP without MTP modules, a draft of another family...
 
@@ -402,7 +403,8 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         reqs = reqs.saturated()
     check_size(scenario, reqs)
     if scenario.disagg is not None:
-        requests, steps, hist = dg.frames(reqs, dep, scenario.disagg, scenario.policy, scenario.allreduce)
+        requests, steps, hist = dg.frames(reqs, dep, scenario.disagg, scenario.policy, scenario.allreduce,
+                                          int(getattr(scenario.workload, "seed", 0)))
         return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
                          rejected)
     cm = cost_model(dep, scenario.allreduce)

@@ -3,9 +3,9 @@ scenario served aggregated (``Scenario.disagg = None``) and split into prefill a
 (``batching.sim.topology.disagg.Disagg``), one capacity search (``studies.capacity.capacity``) per configuration.
 
 Also the rule every page that runs several policies applies to a disaggregated scenario: request-level batching
-(static, dynamic) runs each batch as a whole and cannot be split into a prefill and a decode phase, and
-speculative decoding is not modelled with disaggregation, so those policies are skipped (``disagg_skips``), not
-run. No Streamlit here.
+(static, dynamic) runs each batch as a whole and cannot be split into a prefill and a decode phase, so those
+policies are skipped (``disagg_skips``), not run (speculative decoding runs on the decode instances: disagg.py).
+No Streamlit here.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, capacity
 
 REQUEST_LEVEL_REASON = ("static and dynamic batching run each batch as a whole; disaggregation needs "
                         "iteration-level batching")
-SPEC_REASON = "speculative decoding is not modelled with disaggregation"
 DEFAULT_POLICY = "chunked"
 AGGREGATED = "aggregated"
 DISAGGREGATED = "disaggregated"
@@ -38,8 +37,6 @@ def skip_reason(policy: BatchingPolicy) -> str | None:
     """Why ``policy`` cannot run disaggregated, or None when it can."""
     if policy.mode != "continuous":
         return REQUEST_LEVEL_REASON
-    if policy.spec_decode != "off":
-        return SPEC_REASON
     return None
 
 

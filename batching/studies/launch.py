@@ -12,6 +12,7 @@ import json
 import shlex
 from dataclasses import replace
 
+from batching.sim.engine.speculative import acceptance_from_length
 from batching.sim.hardware.specs import MODELS, PUBLISHED_PRECISION, Deployment, Model
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario
@@ -59,6 +60,14 @@ def _common_notes(sc: Scenario, dp: int) -> list[str]:
 # ---------------------------------------------------------------- vLLM
 
 
+def _acceptance_note(pol: BatchingPolicy, where: str) -> str:
+    """The note for an acceptance given as engines report it (``spec_acceptance_length``): it is an input, where the
+    engine reports it, and the per-token A it stands for (speculative.acceptance_from_length)."""
+    a = acceptance_from_length(float(pol.spec_acceptance_length), int(pol.spec_tokens))
+    return (f"the simulation's mean acceptance length {pol.spec_acceptance_length:g} tokens per verification step "
+            f"(A={a:.3g} per token at K={int(pol.spec_tokens)}) is an input, not a flag; {where}")
+
+
 def _vllm_spec(pol: BatchingPolicy, dep: Deployment) -> tuple[list[str], list[str]]:
     if pol.spec_decode == "off":
         return [], []
@@ -79,7 +88,9 @@ def _vllm_spec(pol: BatchingPolicy, dep: Deployment) -> tuple[list[str], list[st
                      "check that your version takes a draft model before relying on this")
     if pol.spec_disable_batch_size:
         cfg["disable_by_batch_size"] = int(pol.spec_disable_batch_size)
-    notes.append(f"the simulation's acceptance rate A={pol.spec_acceptance:g} is an input, not a flag")
+    notes.append(_acceptance_note(pol, "vLLM logs it as its spec-decode \"Mean acceptance length\"")
+                 if pol.spec_acceptance_length > 0 else
+                 f"the simulation's acceptance rate A={pol.spec_acceptance:g} is an input, not a flag")
     return ["--speculative-config " + shlex.quote(json.dumps(cfg, separators=(",", ":")))], notes
 
 
@@ -153,11 +164,13 @@ def _sglang_spec(pol: BatchingPolicy, dep: Deployment) -> tuple[list[str], list[
         return [], []
     k = int(pol.spec_tokens)
     steps = [f"--speculative-num-steps {k}", "--speculative-eagle-topk 1", f"--speculative-num-draft-tokens {k + 1}"]
+    given = ([_acceptance_note(pol, "SGLang logs it as \"accept len\" in its decode batch lines")]
+             if pol.spec_acceptance_length > 0 else [])
     if pol.spec_decode == "eagle":
         return (["--speculative-algorithm EAGLE", f"--speculative-draft-model-path {EAGLE_HEAD}"] + steps,
-                [f"EAGLE: {EAGLE_HEAD} is an EAGLE draft head trained for {dep.model.name}"])
+                [f"EAGLE: {EAGLE_HEAD} is an EAGLE draft head trained for {dep.model.name}"] + given)
     if pol.spec_decode == "mtp":
-        return ["--speculative-algorithm NEXTN"] + steps, ["MTP: the model's own next-token module (NEXTN)"]
+        return ["--speculative-algorithm NEXTN"] + steps, ["MTP: the model's own next-token module (NEXTN)"] + given
     return [], [f"speculative decoding '{pol.spec_decode}' is left out: no SGLang {SGLANG_VERSION} flag for it is "
                 "cited in docs/LAUNCH.md"]
 

@@ -474,7 +474,7 @@ def capacity_summary(scenario: Scenario) -> dict:
 
 def runnable_policies(scenario: Scenario, policies: Mapping[str, BatchingPolicy]) -> dict[str, BatchingPolicy]:
     """The policies that can run on this scenario, in their order. On a disaggregated scenario
-    (``scenario.disagg``) static and dynamic batching (and speculative decoding) cannot: they are left out and one
+    (``scenario.disagg``) static and dynamic batching cannot: they are left out and one
     caption says which and why (``studies.disagg_capacity.skipped_text``), never an error for the page."""
     keep, skipped = disagg_capacity.runnable(scenario, policies)
     if skipped:

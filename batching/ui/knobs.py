@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 import streamlit as st
 
-from batching.sim.policy import PREEMPTION_MODES, PRESETS, SPEC_METHODS, BatchingPolicy, with_knobs
+from batching.sim.policy import KNOB_LIMITS, PREEMPTION_MODES, PRESETS, SPEC_METHODS, BatchingPolicy, with_knobs
 from batching.sim.simulate import Scenario
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS, MODELS
 from batching.sim.workload.requests import SyntheticWorkload
@@ -28,6 +28,7 @@ FIELDS = {
     "spec": ("spec_decode", None),
     "spec_k": ("spec_tokens", None),
     "spec_a": ("spec_acceptance", 100),  # percent in the URL and on the slider
+    "spec_len": ("spec_acceptance_length", None),  # tokens per verification; 0: not given (A applies)
     "spec_model": ("spec_draft_model", None),
     "spec_off": ("spec_disable_batch_size", None),
 }
@@ -45,13 +46,17 @@ SLIDERS = {
 MODE_KNOBS = {
     "static": ("batch",),
     "dynamic": ("batch", "wait_ms"),
-    "continuous": ("seqs", "budget", "chunked", "prio", "preempt", "cache", "spec", "spec_k", "spec_a", "spec_model",
-                   "spec_off"),
+    "continuous": ("seqs", "budget", "chunked", "prio", "preempt", "cache", "spec", "spec_k", "spec_a", "spec_len",
+                   "spec_model", "spec_off"),
 }
 SPEC_HELP = ("Speculative decoding: each step a decoding sequence verifies K proposed tokens + 1 and keeps the "
              "accepted ones (draft: a smaller model of the family; eagle: an EAGLE draft head; ngram: prompt "
              "lookup, no draft compute; mtp: DeepSeek-V3's multi-token-prediction module). It cuts TPOT at low "
              "load; at large batches verification turns compute-bound and the gain shrinks or turns into a loss.")
+SPEC_LEN_HELP = ("The acceptance as engines report it: mean tokens per verification step, the target's own token "
+                 "included (vLLM's spec-decode metrics: mean acceptance length; SGLang: accept length). Between 1 "
+                 "and K + 1; when set it replaces A by the A that gives it, (1 − A^(K+1)) / (1 − A) = this length. "
+                 "0: not given, A applies.")
 PREFIX_CACHING_HELP = ("Automatic prefix caching (vLLM V1, SGLang RadixAttention): prompt blocks already in the KV "
                        "cache (a shared system prompt, a conversation's history) are not computed again; free "
                        "cached blocks are evicted LRU when space is needed. It changes nothing when no prompts "
@@ -84,6 +89,7 @@ def _defaults(base: BatchingPolicy) -> dict:
         "spec": base.spec_decode,
         "spec_k": base.spec_tokens,
         "spec_a": int(round(base.spec_acceptance * 100)),
+        "spec_len": float(base.spec_acceptance_length),
         "spec_model": base.spec_draft_model,
         "spec_off": base.spec_disable_batch_size,
     }
@@ -103,6 +109,8 @@ def knob_params(prefix: str, base: BatchingPolicy) -> list[Param]:
         "spec": Param(prefix + "spec", d["spec"], choices=SPEC_METHODS, label="speculative decoding"),
         "spec_k": Param(prefix + "spec_k", d["spec_k"], *SLIDERS["spec_k"][:2], label="draft tokens K"),
         "spec_a": Param(prefix + "spec_a", d["spec_a"], *SLIDERS["spec_a"][:2], label="acceptance A (%)"),
+        "spec_len": Param(prefix + "spec_len", d["spec_len"], *KNOB_LIMITS["spec_acceptance_length"],
+                          label="mean acceptance length (tokens per verification)"),
         "spec_model": Param(prefix + "spec_model", d["spec_model"], choices=tuple(MODELS), label="draft model"),
         "spec_off": Param(prefix + "spec_off", d["spec_off"], *SLIDERS["spec_off"][:2],
                           label="speculation off from (sequences)"),
@@ -213,8 +221,14 @@ def _knob_widget(prefix: str, k: str) -> None:
             st.slider("Draft tokens K", **_range(k), help="Tokens proposed per sequence and step "
                       "(vLLM num_speculative_tokens).", disabled=off, **kw)
         elif k == "spec_a":
+            by_length = float(state.value(prefix + "spec_len", 0.0)) > 0
             st.slider("Acceptance A (%)", **_range(k), help="Per-token acceptance probability: a verification "
-                      "emits (1 − A^(K+1)) / (1 − A) tokens on average.", disabled=off, **kw)
+                      "emits (1 − A^(K+1)) / (1 − A) tokens on average. Greyed out while a mean acceptance length "
+                      "is given: that length sets A.", disabled=off or by_length, **kw)
+        elif k == "spec_len":
+            low, high = KNOB_LIMITS["spec_acceptance_length"]
+            st.number_input("Mean acceptance length (tokens)", min_value=float(low), max_value=float(high),
+                            step=0.1, format="%.2f", help=SPEC_LEN_HELP, disabled=off, **kw)
         elif k == "spec_model":
             draft = state.value(prefix + "spec", "off") == "draft"
             st.selectbox("Draft model", list(MODELS), help="The smaller model of the family that drafts "

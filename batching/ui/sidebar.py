@@ -218,9 +218,11 @@ DISAGG_HELP = (
     f"nodes, after {KV_TRANSFER_FIXED_S * 1e3:g} ms of posting the transfer (vLLM's NixlConnector, measured), and "
     "waits there for KV room. The "
     "decode instance computes the last prompt token again and streams every token to the client, so TTFT includes "
-    "the transfer and the wait.\n\n"
+    "the transfer and the wait. With speculative decoding the decode instances speculate and the prefill "
+    "instances run the draft's pass over the prompt (its KV moves with the target's), as SGLang serves MTP with "
+    "PD.\n\n"
     "Not modelled: request-level batching (static, dynamic: they cannot run a split), session workloads, "
-    "speculative decoding, prefix caching on the decode side, and the transfer holding the prefill instance's "
+    "prefix caching on the decode side, and the transfer holding the prefill instance's "
     "cache (its blocks are freed at the handoff). The split replaces the tensor parallel and router above; its "
     "instances must fit the nodes' GPUs.")
 

@@ -18,10 +18,22 @@ its KV connector and streams every output token to the client).
   prompt token again and samples the first token the client sees (vLLM's NixlConnector loads all but the last
   prompt token; engine.state.Inputs.ready), then it decodes the rest.
 
+- Speculative decoding (DeepSeek MTP + PD, EAGLE, a draft model, n-gram): the decode instances speculate with the
+  Spec an aggregated replica of their deployment gets (speculative.spec_for at the decode TP; their KV cache less
+  the proposer's share). Prefill instances do not speculate, but a proposer with GPU passes (draft, EAGLE, MTP)
+  runs its first pass over the prompt there: SGLang launches the prefill server with the same
+  --speculative-algorithm, its prefill runs the draft's extend over the prompt and the prefill queue sends the
+  draft's KV with the target's (sgl-project/sglang python/sglang/srt/disaggregation/prefill.py,
+  PrefillBootstrapQueue._init_kv_manager: "We should also transfer draft model kv cache"; issue #6684's MTP + PD
+  launch commands; PR #7242 sends the MTP hidden states too). So a prefill instance gets a Spec as well (its cost
+  is the proposer's pass over each prompt token: it has no decodes), its KV cache shrinks by the proposer's share,
+  and a transfer moves the proposer's KV bytes per token with the target's. The decode instance's first step runs
+  the proposer over its one recomputed token, as it runs the target.
+
 TTFT is what the client sees: prefill queue + prefill + transfer + decode queue + the decode instance's first
 step; TPOT and E2E come from the decode instance's tokens. ``kv_transfer_s`` and ``decode_queue_s`` report the
-transfer and the wait for a decode slot per request. Request-level batching (static, dynamic), sessions,
-speculative decoding and prefix caching on the decode side are not modelled here (clear errors).
+transfer and the wait for a decode slot per request. Request-level batching (static, dynamic), sessions and
+prefix caching on the decode side are not modelled here (clear errors).
 """
 from __future__ import annotations
 
@@ -32,15 +44,18 @@ import pandas as pd
 from numba import njit
 
 from batching.sim.engine import kernel as eng
+from batching.sim.engine.speculative import DRAFTING_METHODS, check_spec, draft_memory_per_gpu, spec_for, spec_kv_blocks
 from batching.sim.engine.stages import later_pop_nb, later_push_nb
 from batching.sim.hardware.costmodel import cost_model
 from batching.sim.engine.state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK,
                                        NUM_B, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
-                                       R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, V_KV, V_OUTSTANDING, Handoff, Later)
-from batching.sim.topology.fleet import _least_nb, _out_of, _pc_of, join_nb, stacked_outputs, stacked_prefix
+                                       R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, V_KV, V_OUTSTANDING, NUM_SPF, NUM_SPI,
+                                       Handoff, Later)
+from batching.sim.topology.fleet import (_least_nb, _out_of, _pc_of, _spec_of, join_nb, stacked_outputs,
+                                         stacked_prefix)
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (node_summary, percentile, queue_growth, replica_summary, request_latencies,
-                                  wall_time)
+                                  spec_summary, wall_time)
 from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment
 
 CROSS_NODE_GBPS = 400.0  # per GPU across nodes: one 400 Gb/s NIC per GPU (ConnectX-7 on DGX/HGX H100)
@@ -95,15 +110,28 @@ class Disagg:
                 raise ValueError(f"the {role} instances (TP {tp}): {exc}") from None
 
     def check_policy(self, policy, router: str = "round-robin") -> None:
-        """What the split runs with: iteration-level batching without speculative decoding, and its own routing."""
+        """What the split runs with: iteration-level batching, and its own routing."""
         if policy.mode != "continuous":
             raise ValueError(f"disaggregation runs iteration-level batching (mode continuous: the presets continuous, "
                              f"chunked, priority); mode={policy.mode!r} runs each batch as a whole")
-        if policy.spec_decode != "off":
-            raise ValueError("speculative decoding is not modelled with disaggregation here; set spec_decode='off'")
         if router != "round-robin":
             raise ValueError(f"router={router!r}: a prefill/decode split routes by itself (prefill: least "
                              "outstanding, decode: most free KV); leave router='round-robin'")
+
+    def check_spec(self, policy, dep: Deployment) -> None:
+        """speculative.check_spec for each role's deployment (a proposer with GPU passes lives on both: see the
+        module's docstring), the role and its TP named in the error."""
+        for role, tp in (("prefill", self.prefill_tp), ("decode", self.decode_tp)):
+            try:
+                check_spec(policy, self.deployment(dep, role))
+            except ValueError as exc:
+                raise ValueError(f"the {role} instances (TP {tp}): {exc}") from None
+
+    def kv_blocks(self, dep: Deployment, role: str, policy=None) -> int:
+        """KV blocks of one ``role`` instance: its deployment's, less the speculative proposer's share of the memory
+        when ``policy`` speculates with one (speculative.spec_kv_blocks)."""
+        d = self.deployment(dep, role)
+        return d.kv_capacity_blocks if policy is None else spec_kv_blocks(policy, d)
 
     def deployment(self, dep: Deployment, role: str) -> Deployment:
         """One instance of ``role`` as a Deployment (its TP on the same GPUs)."""
@@ -123,20 +151,26 @@ class Disagg:
         """Bytes/s of the GPU pairs of one transfer together: min(prefill TP, decode TP) pairs at the link's speed."""
         return min(self.prefill_tp, self.decode_tp) * self.link_per_gpu_Bps(dep)
 
-    def kv_bytes_per_gpu_token(self, dep: Deployment) -> float:
+    def kv_bytes_per_gpu_token(self, dep: Deployment, policy=None) -> float:
         """Bytes per prompt token the busiest GPU of a transfer moves: a prefill rank sends what it holds and a
         decode rank receives what it will hold (each side's KV bytes per token per GPU), all ranks in parallel.
         Dense models: the KV heads split over the ranks (the smaller TP bounds it; heads replicated past
         num_kv_heads stay whole). MLA: every rank holds the whole latent, so every decode rank moves all of it
-        (DeepSeek-V3, BF16 KV, 4,096 tokens across nodes: 288 MB at 50 GB/s = 5.76 ms, not an eighth of it)."""
-        return max(self.deployment(dep, "prefill").kv_bytes_per_token_per_gpu,
-                   self.deployment(dep, "decode").kv_bytes_per_token_per_gpu)
+        (DeepSeek-V3, BF16 KV, 4,096 tokens across nodes: 288 MB at 50 GB/s = 5.76 ms, not an eighth of it).
+        With a speculative proposer that has its own KV (``policy``: draft model, EAGLE head, MTP module) its KV
+        moves too (SGLang's prefill queue registers the draft KV pool with the target's for the transfer)."""
+        def side(role: str) -> float:
+            d = self.deployment(dep, role)
+            extra = draft_memory_per_gpu(policy, d)[1] if policy is not None else 0.0
+            return d.kv_bytes_per_token_per_gpu + extra
+        return max(side("prefill"), side("decode"))
 
-    def transfer_s(self, dep: Deployment, prompt_tokens: np.ndarray) -> np.ndarray:
+    def transfer_s(self, dep: Deployment, prompt_tokens: np.ndarray, policy=None) -> np.ndarray:
         """Seconds each prompt's KV takes from its prefill instance to its decode instance: the fixed time per
-        transfer, then the bytes at the link's speed."""
+        transfer, then the bytes (the proposer's KV too under ``policy``'s speculative decoding) at the link's
+        speed."""
         return (self.kv_transfer_fixed_s
-                + np.asarray(prompt_tokens) * self.kv_bytes_per_gpu_token(dep) / self.link_per_gpu_Bps(dep))
+                + np.asarray(prompt_tokens) * self.kv_bytes_per_gpu_token(dep, policy) / self.link_per_gpu_Bps(dep))
 
     def describe(self) -> str:
         return (f"disaggregated: {self.prefill_instances} prefill x TP {self.prefill_tp} + {self.decode_instances} "
@@ -144,11 +178,15 @@ class Disagg:
 
 
 @njit(cache=True, nogil=True)
-def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, out_d, xfer, hand, heap, dec_rep,
-                  dec_arr, pre_rep, n_steps_p, n_steps_d):
+def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d, xfer, hand, heap,
+                  dec_rep, dec_arr, pre_rep, n_steps_p, n_steps_d):
     """Every request through a prefill instance and then a decode instance; returns
-    (status, role 0 prefill / 1 decode, instance or -1)."""
+    (status, role 0 prefill / 1 decode, instance or -1). ``sp_p``, ``sp_d``: each role's stacked Spec (step tables
+    per instance; fleet._spec_of gives instance i's), or None: the prefill instances' prices the proposer's pass over
+    the prompt, the decode instances' speculates."""
     n = inp_p.arrival.shape[0]
+    if sp_d is not None:
+        np.random.seed(sp_d.seed)  # one generator for the decode instances: sampled acceptance repeats for a seed
     n_p, n_d = n_steps_p.shape[0], n_steps_d.shape[0]
     runs_p = [eng.new_run_nb(inp_p, knobs_p, cost_p, False)]
     for _ in range(1, n_p):  # (not a comprehension: numba's copies the arrays of the tuples it holds)
@@ -165,8 +203,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, 
         t_arr = inp_p.arrival[r] if r < n else np.inf
         # 1. prefill instances up to the arrival; their releases start transfers
         for i in range(n_p):
-            status = eng.advance_nb(inp_p, knobs_p, cost_p, _out_of(out_p, i), _pc_of(pcs_p, i), None, None,
-                                    runs_p[i], t_arr, view_p[i], hand)
+            status = eng.advance_nb(inp_p, knobs_p, cost_p, _out_of(out_p, i), _pc_of(pcs_p, i), None,
+                                    _spec_of(sp_p, i), runs_p[i], t_arr, view_p[i], hand)
             n_steps_p[i] = runs_p[i].c[C_STEP]
             if status != OK:
                 return status, 0, i
@@ -179,8 +217,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, 
             td, q = heap.t[0], heap.r[0]
             later_pop_nb(heap, cnt)
             for i in range(n_d):
-                status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, None, runs_d[i], td,
-                                        view_d[i], None)
+                status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, _spec_of(sp_d, i),
+                                        runs_d[i], td, view_d[i], None)
                 n_steps_d[i] = runs_d[i].c[C_STEP]
                 if status != OK:
                     return status, 1, i
@@ -199,8 +237,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, inp_d, knobs_d, cost_d, 
         join_nb(runs_p[i], out_p, view_p, inp_p, i, r, t_arr)
     released = 0
     for i in range(n_d):
-        status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, None, runs_d[i], np.inf,
-                                view_d[i], None)
+        status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, _spec_of(sp_d, i), runs_d[i],
+                                np.inf, view_d[i], None)
         n_steps_d[i] = runs_d[i].c[C_STEP]
         if status != OK:
             return status, 1, i
@@ -219,33 +257,51 @@ def check_requests(reqs, dis: Disagg, dep: Deployment, policy) -> None:
     if reqs.after is not None:
         raise ValueError("session workloads (closed-loop turns) are not modelled with disaggregation here; "
                          "use a workload without sessions")
+    beside = " beside the speculative proposer" if policy.spec_decode in DRAFTING_METHODS else ""
     for role, need, what in (("prefill", reqs.prompt_tokens + 1, "prompt + first token"),
                              ("decode", reqs.prompt_tokens + reqs.output_tokens, "prompt + output")):
         d = dis.deployment(dep, role)
+        have = dis.kv_blocks(dep, role, policy)
         blocks = -(-need // KV_BLOCK_TOKENS)
         worst = int(np.argmax(blocks))
-        if blocks[worst] > d.kv_capacity_blocks:
+        if blocks[worst] > have:
             raise ValueError(f"request {worst} needs {int(need[worst]):,} tokens of KV cache ({what}) but a {role} "
-                             f"instance (TP {d.node.tp}) holds {d.kv_capacity_tokens:,}; use a larger TP for it or "
-                             "shorter requests")
+                             f"instance (TP {d.node.tp}) holds {have * KV_BLOCK_TOKENS:,}{beside}; use a larger TP "
+                             "for it or shorter requests")
     if not policy.chunked_prefill and int(reqs.prompt_tokens.max()) > policy.max_num_batched_tokens:
         raise ValueError(f"max_num_batched_tokens={policy.max_num_batched_tokens} is below the longest prompt "
                          f"({int(reqs.prompt_tokens.max()):,} tokens) without chunked prefill; raise it or turn "
                          "chunked prefill on")
 
 
-def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> dict:
+def _stacked_spec(spec, n: int, instances: int, room: int):
+    """``spec`` with fresh per-request arrays and step tables for ``instances`` instances (None stays None)."""
+    if spec is None:
+        return None
+    return spec._replace(emit=np.ones(n, np.int64), req_acc=np.zeros(n, np.int64),
+                         steps_i=np.empty((instances, room, NUM_SPI), np.int64),
+                         steps_f=np.empty((instances, room, NUM_SPF)))
+
+
+def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int = 0) -> dict:
     """Run ``reqs`` through the split. Returns the two roles' outputs and per-request arrays: ``prefill`` and
     ``decode`` ((Outputs, steps per instance, cost model)), ``pre_rep``, ``dec_rep`` (-1: done at its first
-    token), ``kv_transfer_s``, ``decode_arrival_s``."""
+    token), ``kv_transfer_s``, ``decode_arrival_s``, and with speculative decoding ``spec_prefill`` and
+    ``spec_decode`` (each role's stacked Spec, or None) and ``spec_accepted`` (accepted draft tokens per request).
+    ``seed``: the decode instances sample acceptance from it."""
 
     dis.check_policy(policy)
+    dis.check_spec(policy, dep)
     check_requests(reqs, dis, dep, policy)
     n = len(reqs)
     classes = max(1, len(reqs.class_names))
     dep_p, dep_d = dis.deployment(dep, "prefill"), dis.deployment(dep, "decode")
     cm_p, cm_d = cost_model(dep_p, allreduce), cost_model(dep_d, allreduce)
-    kv_p, kv_d = dep_p.kv_capacity_blocks, dep_d.kv_capacity_blocks
+    kv_p, kv_d = dis.kv_blocks(dep, "prefill", policy), dis.kv_blocks(dep, "decode", policy)
+    # the decode instances speculate as a replica of their deployment would; the prefill instances run only the
+    # proposer's pass over the prompt (none for n-gram lookup, which has no GPU pass)
+    spec_d = spec_for(policy, dep_d, cm_d, seed, allreduce)
+    spec_p = spec_for(policy, dep_p, cm_p, seed, allreduce) if policy.spec_decode in DRAFTING_METHODS else None
 
     def swap(d: Deployment) -> int:
         return int(policy.swap_space_gib * GIB // d.kv_bytes_per_token_per_gpu)
@@ -263,7 +319,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
                        ready=reqs.prompt_tokens - 1)
     knobs_d = policy.knobs(classes, kv_d, swap(dep_d), mode="continuous", chunked=True)
     cost_d = eng.kernel_cost(cm_d)
-    xfer = dis.transfer_s(dep, reqs.prompt_tokens)
+    xfer = dis.transfer_s(dep, reqs.prompt_tokens, policy)
     engines = dis.prefill_instances + dis.decode_instances
     cap = max(1, eng.MAX_STEPS // engines)  # the stacked step tables hold MAX_STEPS rows in all
     room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances),
@@ -279,8 +335,10 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
         pre_rep = np.full(n, -1, np.int64)
         steps_p = np.zeros(dis.prefill_instances, np.int64)
         steps_d = np.zeros(dis.decode_instances, np.int64)
-        status, role, bad = run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs, inp_d, knobs_d, cost_d, out_d,
-                                          np.ascontiguousarray(xfer, np.float64), hand, heap, dec_rep, dec_arr,
+        sp_p = _stacked_spec(spec_p, n, dis.prefill_instances, room)
+        sp_d = _stacked_spec(spec_d, n, dis.decode_instances, room)
+        status, role, bad = run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d,
+                                          sp_d, np.ascontiguousarray(xfer, np.float64), hand, heap, dec_rep, dec_arr,
                                           pre_rep, steps_p, steps_d)
         if status == OUT_OF_STEPS:
             room = eng.grow_room(room, inp_d, cap, f"its {engines} instances")
@@ -290,14 +348,17 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
                                f"{bad} (deadlock)")
         break
     return {"prefill": (out_p, steps_p, cm_p), "decode": (out_d, steps_d, cm_d), "pre_rep": pre_rep,
-            "dec_rep": dec_rep, "kv_transfer_s": xfer, "decode_arrival_s": dec_arr}
+            "dec_rep": dec_rep, "kv_transfer_s": xfer, "decode_arrival_s": dec_arr, "spec_prefill": sp_p,
+            "spec_decode": sp_d, "spec_accepted": None if sp_d is None else sp_d.req_acc}
 
 
-def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str):
+def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int = 0):
     """(requests, steps, itl_hist) of a disaggregated run, as simulate.SimResult holds them: a request's first
     scheduling is its prefill instance's, its tokens (first token, finish, release, gaps) its decode instance's; the
-    steps of prefill instances are replicas 0..P-1 and of decode instances P..P+D-1, with a ``role`` column."""
-    res = run_disagg(reqs, dep, dis, policy, allreduce)
+    steps of prefill instances are replicas 0..P-1 and of decode instances P..P+D-1, with a ``role`` column. With
+    speculative decoding, ``spec_accepted_tokens`` per request (its decode instance's) and the spec step columns
+    (frames.steps_frame) on every role's steps that carry a Spec."""
+    res = run_disagg(reqs, dep, dis, policy, allreduce, seed)
     out_p, steps_p, cm_p = res["prefill"]
     out_d, steps_d, cm_d = res["decode"]
     fp, fd = out_p.req_f, out_d.req_f
@@ -326,16 +387,24 @@ def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str):
         "decode_arrival_s": res["decode_arrival_s"],  # transfer done: joins the decode instance's queue
         "decode_queue_s": fd[:, R_FIRST_SCHED] - res["decode_arrival_s"],  # waiting for KV room
     })
+    if res["spec_accepted"] is not None:
+        requests["spec_accepted_tokens"] = res["spec_accepted"]  # accepted draft tokens on its decode instance
     parts = []
-    for base, (out, counts, cm, role) in ((0, (out_p, steps_p, cm_p, "prefill")),
-                                         (dis.prefill_instances, (out_d, steps_d, cm_d, "decode"))):
+    for base, (out, counts, cm, role, sp) in ((0, (out_p, steps_p, cm_p, "prefill", res["spec_prefill"])),
+                                             (dis.prefill_instances,
+                                              (out_d, steps_d, cm_d, "decode", res["spec_decode"]))):
         for i, k in enumerate(counts):
             one = eng.EngineOutput(out.req_f, out.req_pre, out.req_cached, out.steps_i[i, :k], out.steps_f[i, :k],
-                                   out.hist)
+                                   out.hist, None if sp is None else sp.req_acc,
+                                   None if sp is None else sp.steps_i[i, :k], None if sp is None else sp.steps_f[i, :k])
             f = steps_frame(one, base + i, cm)
             f.insert(1, "role", role)
             parts.append(f)
     steps = pd.concat(parts, ignore_index=True)
+    if "draft_s" in steps:  # a role without a Spec (n-gram lookup on the prefill side) drafts nothing
+        steps[["spec_seqs", "spec_proposed", "spec_accepted"]] = (
+            steps[["spec_seqs", "spec_proposed", "spec_accepted"]].fillna(0).astype(np.int64))
+        steps["draft_s"] = steps["draft_s"].fillna(0.0)
     return request_latencies(requests), steps, hist
 
 
@@ -350,11 +419,12 @@ def summary_parts(res, dis: Disagg) -> dict:
     wall = wall_time(req)
     s: dict = {}
     parts = []
+    policy = res.scenario.policy
     for role, count, tp in (("prefill", dis.prefill_instances, dis.prefill_tp),
                             ("decode", dis.decode_instances, dis.decode_tp)):
         d = dis.deployment(dep, role)
-        ns = node_summary(steps[steps["role"] == role], wall, count, res.scenario.policy.batch_cap,
-                          d.node.gpu.peak_flops(d.precision), d.node.gpu.hbm_bw_Bps, d.kv_capacity_blocks)
+        ns = node_summary(steps[steps["role"] == role], wall, count, policy.batch_cap,
+                          d.node.gpu.peak_flops(d.precision), d.node.gpu.hbm_bw_Bps, dis.kv_blocks(dep, role, policy))
         parts.append((ns, count * tp))
         s[f"{role}_busy"] = ns["busy"]
     gpus = sum(w for _, w in parts)
@@ -363,7 +433,13 @@ def summary_parts(res, dis: Disagg) -> dict:
     dec = parts[1][0]
     s.update(num_steps=parts[0][0]["num_steps"] + dec["num_steps"], batch_efficiency=dec["batch_efficiency"],
              mean_running=dec["mean_running"], batch_cap=dec["batch_cap"], max_kv_blocks=dec["max_kv_blocks"])
-    s["kv_capacity_tokens"] = dis.deployment(dep, "decode").kv_capacity_tokens
+    s["kv_capacity_tokens"] = dis.kv_blocks(dep, "decode", policy) * KV_BLOCK_TOKENS
+    if policy.spec_decode != "off":  # the decode instances speculate: their steps give the figures
+        s.update(spec_summary(steps[steps["role"] == "decode"]))
+        pre = steps[steps["role"] == "prefill"]
+        dur = float(pre["duration_s"].sum())
+        # the proposer's pass over the prompts on the prefill instances, as a share of their forward passes
+        s["prefill_draft_time_share"] = float(pre["draft_s"].sum()) / dur if dur > 0 else float("nan")
     for q in (50, 99):
         s[f"kv_transfer_p{q}_s"] = percentile(req["kv_transfer_s"].dropna(), q)
         s[f"decode_queue_p{q}_s"] = percentile(req["decode_queue_s"].dropna(), q)
