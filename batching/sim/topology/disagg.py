@@ -223,7 +223,7 @@ def check_requests(reqs, dis: Disagg, dep: Deployment, policy) -> None:
                          "chunked prefill on")
 
 
-def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> dict:
+def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, engine=None) -> dict:
     """Run ``reqs`` through the split. Returns the two roles' outputs and per-request arrays: ``prefill`` and
     ``decode`` ((Outputs, steps per instance, cost model)), ``pre_rep``, ``dec_rep`` (-1: done at its first
     token), ``kv_transfer_s``, ``decode_arrival_s``."""
@@ -233,7 +233,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str) -> di
     n = len(reqs)
     classes = max(1, len(reqs.class_names))
     dep_p, dep_d = dis.deployment(dep, "prefill"), dis.deployment(dep, "decode")
-    cm_p, cm_d = cost_model(dep_p, allreduce), cost_model(dep_d, allreduce)
+    cm_p, cm_d = cost_model(dep_p, allreduce, engine), cost_model(dep_d, allreduce, engine)
     kv_p, kv_d = dep_p.kv_capacity_blocks, dep_d.kv_capacity_blocks
 
     def swap(d: Deployment) -> int:
@@ -287,11 +287,11 @@ def _itl_bins(gaps: np.ndarray) -> np.ndarray:
     return np.clip(b, 0, ITL_BINS - 1).astype(np.int64)
 
 
-def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str):
+def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, engine=None):
     """(requests, steps, itl_hist) of a disaggregated run, as simulate.SimResult holds them: a request's times
     join its prefill (first scheduled, first token) and decode (finish, release) instances; the steps of prefill
     instances are replicas 0..P-1 and of decode instances P..P+D-1, with a ``role`` column."""
-    res = run_disagg(reqs, dep, dis, policy, allreduce)
+    res = run_disagg(reqs, dep, dis, policy, allreduce, engine)
     out_p, steps_p, cm_p = res["prefill"]
     out_d, steps_d, cm_d = res["decode"]
     fp, fd = out_p.req_f, out_d.req_f
