@@ -457,7 +457,9 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         reqs = reqs.saturated()
     check_size(scenario, reqs)
     prof = scenario.profile
-    client = ClientTimes.of(reqs, prof, dep.model.num_layers)
+    # a capacity run (saturated) has every request in the engine's queue at 0: the client's input time does not apply
+    client = ClientTimes.of(reqs, replace(prof, in_fixed_s=0.0, in_per_token_s=0.0) if saturated else prof,
+                            dep.model.num_layers)
     sent = reqs
     if client is not None:
         reqs = client.engine_requests(reqs)
