@@ -158,7 +158,8 @@ def test_report_writes_every_table(tmp_path, capsys):
     assert "TP 8: max |error|" in out and "vllm_graph" in out and "offline output throughput" in out
     md = (tmp_path / "CALIBRATION.md").read_text()
     for heading in ("## Constants and sources", "## Linear layers", "## All-reduce", "## Attention",
-                    "## Per-step overhead", "## End to end", "## Precision, GPUs, models", "## Custom models and GPUs"):
+                    "## Per-step overhead", "## End to end", "## Engine profiles", "## Precision, GPUs, models",
+                    "## Custom models and GPUs"):
         assert heading in md
     assert (tmp_path / "calibration" / "linear_comparison.csv").is_file()
     lin = pd.read_csv(tmp_path / "calibration" / "linear_comparison.csv")

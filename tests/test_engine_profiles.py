@@ -133,3 +133,23 @@ def test_cli_engine_and_profile(tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "seq_s=5 is out of range; allowed 0 to 0.01" in r.stderr
     r = _cli(*base, "--profile", str(tmp_path / "none.json"))
     assert r.returncode != 0 and "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_committed_trtllm_table_rows_are_current():
+    """Three rows of docs/calibration/trtllm_table.csv (what CALIBRATION.md shows) against a fresh simulation."""
+    import pandas as pd
+
+    from batching.cli.calibrate import TRTLLM_CSV
+    from batching.studies import trtllm_table as tt
+
+    doc = pd.read_csv(TRTLLM_CSV)
+    assert len(doc) == sum(len(v) for v in tt.PUBLISHED.values())
+    rows = {("llama-3.1-8b", "h100-sxm", 1): {(1000, 1000): 15220, (2048, 128): 3450},
+            ("llama-3.1-70b", "h100-sxm", 2): {(5000, 500): 898}}
+    fresh = tt.table_check("trtllm", rows)
+    for r in fresh.itertuples(index=False):
+        d = doc[(doc.model == r.model) & (doc.gpu == r.gpu) & (doc.tp == r.tp) & (doc.isl == r.isl)
+                & (doc.osl == r.osl)].iloc[0]
+        assert d.published_tok_s == r.published_tok_s
+        assert d.simulated_tok_s == pytest.approx(r.simulated_tok_s, rel=1e-9)
+        assert abs(r.error) < 0.25  # these rows are within 25 % of the published table

@@ -279,7 +279,7 @@ Sources:
   {cm.ATTN_PREFILL_EFF:.2f} (FlashAttention-2, the v0.6.0 reference runs; vLLM 0.11 runs FlashAttention-3); decode
   attention as KV bytes over time at contexts of 1k tokens and more ({ep.MEASURED_DECODE_BW}) over the calibrated
   {cm.ATTN_DECODE_MEMORY_EFF:.1f} (the median point of vLLM's kernel is 0.691; the large batches that take the
-  time run near 0.85). TensorRT-LLM's kernels measure no faster than vLLM's in these tables (BF16 GEMM 1.009×,
+  time run near 0.85); MLA models keep the calibrated decode efficiency (the tables measure GQA kernels). TensorRT-LLM's kernels measure no faster than vLLM's in these tables (BF16 GEMM 1.009×,
   FP8 0.950×, prompt attention 0.474 vs 0.555 of peak).
 - scheduler defaults: vLLM `vllm/engine/arg_utils.py` (v0.11) `EngineArgs.get_batch_defaults`, OpenAI server on a
   GPU of 70 GiB or more other than A100; SGLang `python/sglang/srt/server_args.py` (v0.5): chunked_prefill_size
@@ -333,8 +333,14 @@ figures come within 0.6-0.9×.
     return out
 
 
+TRTLLM_CSV = DOCS / FIG_DIR / "trtllm_table.csv"  # what --report last wrote (trtllm_check)
+
+
 def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str | None = FIG_DIR,
                     trtllm: pd.DataFrame | None = None) -> str:
+    """The whole CALIBRATION.md; ``trtllm`` None reads the TensorRT-LLM table --report wrote last (TRTLLM_CSV)."""
+    if trtllm is None and TRTLLM_CSV.is_file():
+        trtllm = pd.read_csv(TRTLLM_CSV)
     pct = _pct
     fit = cm.linear_fit()
     lin = cal.op_error_summary("linear")

@@ -245,7 +245,9 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     c[C_ENG_SEQ_S] = prof.seq_s
     c[C_ENG_PREFILL_S] = prof.prefill_step_s
     gemm_eff = prof.gemm_factor(dep.precision)
-    c[C_ENG_GEMM_EFF], c[C_ENG_ATTN_EFF], c[C_ENG_KV_EFF] = gemm_eff, prof.attn_eff, prof.kv_eff
+    # the decode factor was measured on paged GQA/MHA kernels; MLA's latent kernels keep the calibrated efficiency
+    kv_eff = 1.0 if m.is_mla else prof.kv_eff
+    c[C_ENG_GEMM_EFF], c[C_ENG_ATTN_EFF], c[C_ENG_KV_EFF] = gemm_eff, prof.attn_eff, kv_eff
     c[C_LAYERS] = m.num_layers
     c[C_LIN_FLOPS_TOK] = 2.0 * m.active_linear_params_per_layer / tp
     if m.is_moe:
@@ -271,7 +273,7 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     c[C_ATTN_FLOPS_COEF] = prefill_attn_flops_per_pair(m) / tp
     c[C_ATTN_RATE] = gpu.peak_bf16_flops * ATTN_PREFILL_EFF * prof.attn_eff
     c[C_KV_BYTES_TOK_LAYER] = dep.kv_bytes_per_token_per_gpu / m.num_layers
-    c[C_KV_BW] = gpu.hbm_bw_Bps * ATTN_DECODE_MEMORY_EFF * prof.kv_eff
+    c[C_KV_BW] = gpu.hbm_bw_Bps * ATTN_DECODE_MEMORY_EFF * kv_eff
     if m.is_mla:
         # decode attention per cached token: the latent's bytes at the paged kernels' bandwidth or the absorbed
         # form's FLOPs at FlashMLA's efficiency, whichever is slower; both grow with the context read, so the
