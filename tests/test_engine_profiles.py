@@ -52,6 +52,7 @@ def test_default_engine_is_calibrated_vllm():
     assert sc.profile is ENGINES["vllm"] and sc.allreduce == "vllm_graph"
     assert Scenario(DEP, engine="trtllm").allreduce == "trtllm"
     assert Scenario(DEP, engine="trtllm", allreduce="nccl").allreduce == "nccl"
+    assert Scenario(DEP).with_engine("trtllm").allreduce == "trtllm"
     with pytest.raises(ValueError, match="engine='bogus' is unknown; allowed: vllm, sglang, trtllm"):
         Scenario(DEP, engine="bogus").validate()
 

@@ -91,6 +91,11 @@ class Scenario:
     def with_deployment(self, deployment: Deployment) -> "Scenario":
         return replace(self, deployment=deployment)
 
+    def with_engine(self, engine: "str | EngineProfile", allreduce: str | None = None) -> "Scenario":
+        """The scenario run by another engine (a name or a profile), with that engine's all-reduce unless
+        ``allreduce`` is given (a plain ``replace`` would keep the all-reduce the first engine resolved)."""
+        return replace(self, engine=engine, allreduce=allreduce)
+
 
 @dataclass(frozen=True, eq=False)
 class SimResult:
