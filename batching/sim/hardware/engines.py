@@ -202,7 +202,8 @@ ENGINES: dict[str, EngineProfile] = {
                           source="vllm/engine/arg_utils.py (v0.11), EngineArgs.get_batch_defaults"),
     # SGLang's overlap ("zero-overhead") scheduler prepares the next batch while the GPU runs this one: its Nsight
     # profile of 5 consecutive decode batches shows no GPU idle time (SGLang v0.4 post, 2024-12-04): no per-step CPU
-    # time on the GPU's path; detokenisation in its own process (DetokenizerManager).
+    # time on the GPU's path; detokenisation in its own process (DetokenizerManager). Its all-reduce is vLLM's custom
+    # kernel (sgl-kernel's custom_all_reduce, ported from vLLM) captured in CUDA graphs: vllm_graph.
     "sglang": EngineProfile(name="sglang", label="SGLang 0.5", step_s=0.0,
                             gemm_eff=KERNEL_FACTORS["sglang"]["gemm"], gemm_fp8_eff=KERNEL_FACTORS["sglang"]["gemm_fp8"],
                             attn_eff=KERNEL_FACTORS["sglang"]["attn"], kv_eff=KERNEL_FACTORS["sglang"]["kv"],
