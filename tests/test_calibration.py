@@ -158,7 +158,8 @@ def test_report_writes_every_table(tmp_path, capsys):
     assert "TP 8: max |error|" in out and "vllm_graph" in out and "offline output throughput" in out
     md = (tmp_path / "CALIBRATION.md").read_text()
     for heading in ("## Constants and sources", "## Linear layers", "## All-reduce", "## Attention",
-                    "## Per-step overhead", "## End to end", "## Precision, GPUs, models", "## Custom models and GPUs"):
+                    "## Per-step overhead", "## End to end", "## Engine profiles", "## Precision, GPUs, models",
+                    "## Custom models and GPUs"):
         assert heading in md
     assert (tmp_path / "calibration" / "linear_comparison.csv").is_file()
     lin = pd.read_csv(tmp_path / "calibration" / "linear_comparison.csv")
@@ -221,7 +222,7 @@ def test_calibrate_parser_registers(capsys):
     cli_args.add_spec_arguments(run.add_argument_group("scenario"))
     a = run.parse_args(["--model-json", "m.json", "--gpu-json", "g.json", "--kv-dtype", "fp8", "--allreduce", "nccl"])
     assert (str(a.model_json), str(a.gpu_json), a.kv_dtype, a.allreduce) == ("m.json", "g.json", "fp8", "nccl")
-    assert run.parse_args([]).allreduce == cm.DEFAULT_ALLREDUCE
+    assert run.parse_args([]).allreduce is None and run.parse_args([]).engine == "vllm"  # the engine's all-reduce
 
 
 # --- the page's figures -------------------------------------------------------------------

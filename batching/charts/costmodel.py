@@ -27,7 +27,7 @@ PART_GROUPS = {
     "all-reduce": ("all-reduce",),
     "LM head": ("lm head",),
     "swap": ("swap",),
-    "fixed overhead": ("fixed overhead",),
+    "fixed overhead": ("fixed overhead", "per-sequence CPU", "prefill launch"),  # the engine profile's CPU time
 }
 PART_COLORS = {"linear layers": "#4C78A8", "element-wise": "#9ECAE9", "attention": "#F58518",
                "all-reduce": "#54A24B", "LM head": "#B279A2", "swap": "#BAB0AC", "fixed overhead": "#E45756"}

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.sim.hardware import costmodel as cm
+from batching.sim.hardware.engines import DEFAULT_ENGINE, ENGINES, EngineProfile
 from batching.sim.topology.disagg import KV_TRANSFER_FIXED_MAX_S, KV_TRANSFER_FIXED_S, MAX_INSTANCES, Disagg, check_requests
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
@@ -329,9 +330,33 @@ def add_spec_arguments(group, allreduce: bool = True) -> None:
                        help="KV cache dtype: auto (= BF16 activations) or fp8 (half the bytes per token)")
     if not allreduce:
         return
-    group.add_argument("--allreduce", default=cm.DEFAULT_ALLREDUCE, choices=list(cm.ALLREDUCE_IMPLS),
-                       help="measured all-reduce table: vllm_graph (vLLM custom all-reduce in CUDA graphs, default), "
-                            "vllm_eager, nccl, trtllm, vidur_nccl (pass as Scenario(..., allreduce=args.allreduce))")
+    group.add_argument("--engine", default=DEFAULT_ENGINE, choices=list(ENGINES),
+                       help="engine profile: its per-step CPU time, client-side times, kernel factors, all-reduce and "
+                            "scheduler defaults (--preset engine): " + "; ".join(
+                                f"{k} = {v.label}" for k, v in ENGINES.items()) + " (docs/CALIBRATION.md, 'Engine "
+                            "profiles'; default vllm)")
+    group.add_argument("--profile", type=Path, default=None, metavar="FILE",
+                       help="an engine profile JSON (EngineProfile.to_dict's fields; overrides --engine)")
+    group.add_argument("--allreduce", default=None, choices=list(cm.ALLREDUCE_IMPLS),
+                       help="measured all-reduce table: vllm_graph (vLLM custom all-reduce in CUDA graphs), "
+                            "vllm_eager, nccl, trtllm, vidur_nccl; default: the engine profile's (vllm, sglang: "
+                            "vllm_graph; trtllm: trtllm)")
+
+
+def engine_from_args(args) -> str | EngineProfile:
+    """The engine --engine names, or the profile --profile FILE holds (a CliError naming the file and field)."""
+    path = getattr(args, "profile", None)
+    if path is None:
+        return getattr(args, "engine", None) or DEFAULT_ENGINE
+    raw = _input_file("--profile", path)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CliError(f"--profile {shown(path)}: not a JSON file ({exc})") from None
+    try:
+        return EngineProfile.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise CliError(f"--profile {shown(path)}: {exc}") from None
 
 
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
@@ -423,7 +448,10 @@ def add_disagg_args(p: argparse.ArgumentParser) -> None:
 
 def add_policy_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("policy")
-    g.add_argument("--preset", default="continuous", choices=list(PRESETS))
+    g.add_argument("--preset", default="continuous", choices=list(PRESETS) + ["engine"],
+                   help="a policy preset, or engine: the chosen engine profile's own scheduler defaults (vLLM 0.11: "
+                        "chunked prefill, 8,192 tokens, 1,024 seqs; SGLang 0.5: 16,384-token prefill steps, 4,096 "
+                        "seqs; TensorRT-LLM 1.0: 8,192 tokens, 2,048 seqs). Default continuous")
     g.add_argument("--mode", choices=list(MODES), default=None)
     g.add_argument("--max-batch-size", type=int_arg(*KNOB_LIMITS["max_batch_size"]), default=None)
     low, high = KNOB_LIMITS["max_wait_s"]
@@ -654,7 +682,9 @@ def build_scenario(args) -> Scenario:
     """The Scenario the scenario and policy flags describe, validated (nothing simulated yet)."""
     dep = deployment_from_args(args)
     wl = workload_from_args(args)
-    base = preset(args.preset)
+    engine = engine_from_args(args)
+    prof = ENGINES[engine] if isinstance(engine, str) else engine
+    base = prof.policy if args.preset == "engine" else preset(args.preset)
     caching = getattr(args, "prefix_caching", None)
     if caching and (args.mode or base.mode) != "continuous":
         raise CliError(f"--prefix-caching: needs iteration-level batching (mode continuous: the presets continuous, "
@@ -684,7 +714,7 @@ def build_scenario(args) -> Scenario:
         raise CliError(f"{_workload_flag(args)}: {exc}") from None
     pol = pol.sized_for(dep.model.max_context_tokens, int(reqs.prompt_tokens.max()) if len(reqs) else 0)  # as vLLM V0
     dis = _disagg(args, dep, reqs, pol)
-    sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router, disagg=dis)
+    sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router, disagg=dis, engine=engine)
     sc.validate()
     return sc
 

@@ -39,6 +39,7 @@ def cmd_compare(args) -> int:
     policies = presets_with_caching(caching)
     if sc.disagg is not None:  # a split runs iteration-level batching only
         policies = {k: p for k, p in policies.items() if p.mode == "continuous"}
+    print(f"# engine: {sc.profile.describe()}")
     cmp = compare(sc, policies, progress=progress)
     sums = cmp.summaries()
     if sc.disagg is not None:

@@ -231,7 +231,8 @@ def page_export(args, scenario):
     from batching.sim.simulate import simulate
     from batching.studies.compare import compare
 
-    label = args.preset + ("*" if scenario.policy.unsized() != PRESETS[args.preset] else "")
+    known = PRESETS.get(args.preset, scenario.profile.policy)  # --preset engine: the profile's own defaults
+    label = args.preset + ("*" if scenario.policy.unsized() != known else "")
     if args.page == "explore":
         return report.explore_export(simulate(scenario), label, simulate(scenario, saturated=True))
     if args.page == "showdown":

@@ -35,6 +35,7 @@ def cmd_run(args) -> int:
     s = pick(full, caching, spec) | compare_fields(full)
     split = sc.disagg is not None
     print(f"# {sc.policy.describe()}")
+    print(f"# engine: {sc.profile.describe()}")
     if split:
         print(disagg_line(s))
     if arrivals_text(sc.workload):

@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from batching.cli.args import (DISAGG_FLAGS, CliError, add_prefix_caching_arg, add_scenario_args, add_slo_args,
+from batching.cli.args import (DISAGG_FLAGS, CliError, engine_from_args, add_prefix_caching_arg, add_scenario_args, add_slo_args,
                                check_output_file, float_arg, fmt, shown, slo_from_args, workload_from_args,
                                write_json)
 from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
@@ -187,7 +187,7 @@ def _base(args) -> tuple[Scenario, dict]:
     wl = workload_from_args(args)
     caching = args.prefix_caching if args.prefix_caching is not None else PRESETS["chunked"].prefix_caching
     pol = BatchingPolicy(mode="continuous", prefix_caching=caching)  # carries the prefix-caching choice only
-    return Scenario(dep, wl, pol, args.allreduce), custom
+    return Scenario(dep, wl, pol, args.allreduce, engine=engine_from_args(args)), custom
 
 
 def _prices(args) -> dict:

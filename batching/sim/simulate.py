@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from batching.sim.engine import kernel as eng
-from batching.sim.hardware.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model
+from batching.sim.hardware.costmodel import CostModel, cost_model
+from batching.sim.hardware.engines import EngineProfile, engine_profile
 from batching.sim.topology import disagg as dg
 from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.topology import sizing
@@ -32,17 +33,28 @@ class Scenario:
     deployment: Deployment = field(default_factory=Deployment)
     workload: SyntheticWorkload | TraceWorkload = field(default_factory=SyntheticWorkload)
     policy: BatchingPolicy = field(default_factory=lambda: PRESETS["continuous"])
-    allreduce: str = DEFAULT_ALLREDUCE
+    allreduce: str | None = None  # None: the engine profile's default all-reduce
     nodes: int = 1  # identical nodes, each with deployment.node.replicas replicas (num_gpus / tp)
     router: str = "round-robin"  # how a request picks its replica (fleet.ROUTERS)
     disagg: dg.Disagg | None = None  # prefill/decode disaggregation: the GPUs split into prefill and decode instances
+    engine: str | EngineProfile = "vllm"  # a name in engines.ENGINES or a profile (a loaded --profile FILE)
 
     def __post_init__(self) -> None:
+        if self.allreduce is None:  # the engine's own all-reduce (an unknown engine is refused by validate)
+            try:
+                object.__setattr__(self, "allreduce", engine_profile(self.engine).allreduce)
+            except ValueError:
+                object.__setattr__(self, "allreduce", "vllm_graph")
         # a policy whose step budget follows the context (the continuous preset, as vLLM V0 sizes it) gets this
         # deployment's: max(max_model_len, 2048); every reader of scenario.policy sees the budget that runs
         pol, model = self.policy, getattr(self.deployment, "model", None)
         if isinstance(pol, BatchingPolicy) and model is not None:
             object.__setattr__(self, "policy", pol.sized_for(getattr(model, "max_context_tokens", 0)))
+
+    @property
+    def profile(self) -> EngineProfile:
+        """The engine profile this scenario runs with."""
+        return engine_profile(self.engine)
 
     @property
     def replicas(self) -> int:
@@ -53,7 +65,8 @@ class Scenario:
         self.deployment.validate()
         self.workload.validate()
         self.policy.validate()
-        cost_model(self.deployment, self.allreduce)  # checks the all-reduce choice
+        self.profile.validate()  # an unknown engine name is a ValueError naming the allowed ones
+        cost_model(self.deployment, self.allreduce, self.profile)  # checks the all-reduce choice
         check_fleet(self.nodes, self.router, self.policy.mode)
         if self.disagg is not None:
             self.disagg.validate(self.deployment, self.nodes)
@@ -78,6 +91,11 @@ class Scenario:
 
     def with_deployment(self, deployment: Deployment) -> "Scenario":
         return replace(self, deployment=deployment)
+
+    def with_engine(self, engine: "str | EngineProfile", allreduce: str | None = None) -> "Scenario":
+        """The scenario run by another engine (a name or a profile), with that engine's all-reduce unless
+        ``allreduce`` is given (a plain ``replace`` would keep the all-reduce the first engine resolved)."""
+        return replace(self, engine=engine, allreduce=allreduce)
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +127,7 @@ def summarize(res: SimResult) -> dict:
     wall = wall_time(req)
     s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
     s["duration_s"] = wall
+    s["engine"], s["engine_label"] = sc.profile.name, sc.profile.label
     rejected = tuple(res.rejected) + (0,) * (len(res.class_names) - len(res.rejected))
     s["rejected_requests"] = int(sum(rejected))
     s["max_context_tokens"] = dep.model.max_context_tokens
@@ -141,6 +160,47 @@ def summarize(res: SimResult) -> dict:
     elif sc.replicas > 1:
         s["by_replica"] = replica_summary(req, res.steps, wall, sc.replicas, dep.node.replicas)
     return s
+
+
+@dataclass(frozen=True)
+class ClientTimes:
+    """What the client sees beyond the engine (DESIGN §4, ttft): a request reaches the engine's queue ``t_in`` after
+    it is sent (HTTP + tokenisation, engines.EngineProfile.client_in_s) and each token reaches the client ``t_out``
+    after it is computed (detokenise + stream out; the per-layer dispatch before the first token). The front end
+    tokenises in arrival order, so a request never reaches the queue before an earlier one. A closed-loop client's
+    or a session's next request is sent when the previous answer has reached the client, plus its think time."""
+
+    t_in: np.ndarray  # seconds per request
+    t_out: float
+
+    @classmethod
+    def of(cls, reqs: Requests, prof: EngineProfile, num_layers: int) -> "ClientTimes | None":
+        t_in = np.asarray(prof.client_in_s(reqs.prompt_tokens.astype(np.float64)), np.float64)
+        t_out = float(prof.client_out_s(num_layers))
+        if t_out == 0.0 and not np.any(t_in):
+            return None
+        return cls(np.broadcast_to(t_in, reqs.prompt_tokens.shape).copy(), t_out)
+
+    def engine_requests(self, reqs: Requests) -> Requests:
+        """The requests as the engine's queue receives them."""
+        arrival = np.maximum.accumulate(reqs.arrival_s + self.t_in)
+        if reqs.after is None:
+            return replace(reqs, arrival_s=arrival)
+        succ = reqs.after >= 0
+        think = np.where(succ, reqs.think_s + self.t_out + self.t_in, reqs.think_s)
+        return replace(reqs, arrival_s=arrival, think_s=think)
+
+    def as_seen(self, requests: pd.DataFrame, sent: Requests) -> pd.DataFrame:
+        """The engine's per-request times as the client sees them: sent at arrival_s, tokens ``t_out`` later."""
+        out = requests.copy()
+        if sent.after is not None:
+            succ = sent.after >= 0
+            out["arrival_s"] = np.where(succ, out["arrival_s"].to_numpy() - self.t_in, sent.arrival_s)
+        else:
+            out["arrival_s"] = sent.arrival_s
+        for col in ("first_token_s", "finish_s", "release_s"):
+            out[col] = out[col] + self.t_out
+        return out
 
 
 def admitted(reqs: Requests, model: Model) -> tuple[Requests, np.ndarray]:
@@ -314,7 +374,7 @@ def run_size(scenario: Scenario, reqs: Requests, measure: bool = False) -> sizin
         def pilot_split() -> sizing.Pilot:  # the split on its first requests
             sample = reqs.subset(slice(0, min(n, 4 * sizing.PILOT_REQUESTS)))
             try:
-                res = dg.run_disagg(sample, dep, dis, policy, scenario.allreduce)
+                res = dg.run_disagg(sample, dep, dis, policy, scenario.allreduce, scenario.profile)
             except eng.TooManySteps:
                 return sizing.Pilot(eng.MAX_STEPS + 1, 0, len(sample), 1)
             starts = [out.steps_f[i, :k, eng.F_START] for out, counts, _ in (res["prefill"], res["decode"])
@@ -330,7 +390,7 @@ def run_size(scenario: Scenario, reqs: Requests, measure: bool = False) -> sizin
         first = reqs.subset(slice(0, min(n, sizing.PILOT_REQUESTS * replicas)))
         share = first.subset(deal_replicas(first, replicas) == 0)
         try:
-            outs = run_requests(share, dep, policy, cost_model(dep, scenario.allreduce), replicas=1)
+            outs = run_requests(share, dep, policy, cost_model(dep, scenario.allreduce, scenario.profile), replicas=1)
         except eng.TooManySteps:  # the share alone passes MAX_STEPS
             return sizing.Pilot(eng.MAX_STEPS + 1, 0, len(share), replicas)
         req_f = np.concatenate([out.req_f for _, _, out in outs])
@@ -402,12 +462,21 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     if saturated:
         reqs = reqs.saturated()
     check_size(scenario, reqs)
+    prof = scenario.profile
+    # a capacity run (saturated) has every request in the engine's queue at 0: the client's input time does not apply
+    client = ClientTimes.of(reqs, replace(prof, in_fixed_s=0.0, in_per_token_s=0.0) if saturated else prof,
+                            dep.model.num_layers)
+    sent = reqs
+    if client is not None:
+        reqs = client.engine_requests(reqs)
     if scenario.disagg is not None:
         requests, steps, hist = dg.frames(reqs, dep, scenario.disagg, scenario.policy, scenario.allreduce,
-                                          int(getattr(scenario.workload, "seed", 0)))
+                                          int(getattr(scenario.workload, "seed", 0)), prof)
+        if client is not None:
+            requests = request_latencies(client.as_seen(requests, sent))
         return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
                          rejected)
-    cm = cost_model(dep, scenario.allreduce)
+    cm = cost_model(dep, scenario.allreduce, prof)
     outs = run_requests(reqs, dep, scenario.policy, cm, int(getattr(scenario.workload, "seed", 0)),
                         scenario.nodes, scenario.router)
     n = len(reqs)
@@ -446,6 +515,8 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     })
     if scenario.policy.spec_decode != "off":
         requests["spec_accepted_tokens"] = spec_acc  # accepted draft tokens (speculative decoding)
+    if client is not None:
+        requests = client.as_seen(requests, sent)
     requests = request_latencies(requests)
     steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
     return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,

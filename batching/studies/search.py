@@ -341,7 +341,7 @@ def config_scenario(base: Scenario, cfg: Config, custom_gpus: Mapping[str, GPU] 
         split = Disagg(*cfg.split)
         split.validate(dep)
         split.check_policy(pol)
-    return Scenario(dep, base.workload, pol, base.allreduce, disagg=split)
+    return Scenario(dep, base.workload, pol, base.allreduce, disagg=split, engine=base.engine)
 
 
 def fit_problem(sc: Scenario, longest_request: int, longest_prompt: int) -> str | None:

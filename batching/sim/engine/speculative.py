@@ -195,12 +195,14 @@ def check_spec(policy, dep: Deployment) -> None:
                          f"use {fix}")
 
 
-def _draft_cost(policy, dep: Deployment, allreduce: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _draft_cost(policy, dep: Deployment, allreduce: str, engine=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The proposer's coefficients, with the target's engine profile (its kernel factors; its per-step CPU time is the
+    target step's)."""
     if policy.spec_decode == "draft":
-        cm = cost_model(draft_deployment(dep, policy.spec_draft_model), allreduce)
+        cm = cost_model(draft_deployment(dep, policy.spec_draft_model), allreduce, engine)
         coef = cm.coef.copy()
     else:
-        cm = cost_model(dep, allreduce)
+        cm = cost_model(dep, allreduce, engine)
         coef = cm.coef.copy()
         coef[C_LAYERS] = head_layers(dep)
     coef[C_FIXED] = 0.0  # inside the target's scheduler step
@@ -244,7 +246,7 @@ def spec_for(policy, dep: Deployment, cm: CostModel | None = None, seed: int = 0
     size = policy.max_num_seqs + policy.max_num_batched_tokens + 1
     if drafts:
         ar = allreduce if allreduce is not None else (cm.allreduce if cm is not None else "vllm_graph")
-        coef, ar_x, ar_y = _draft_cost(policy, dep, ar)
+        coef, ar_x, ar_y = _draft_cost(policy, dep, ar, cm.engine if cm is not None else None)
         tab = draft_pass_table(coef, ar_x, ar_y, size)
         ctx_s = coef[C_LAYERS] * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
         lm_f = coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE]

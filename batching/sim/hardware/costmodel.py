@@ -32,6 +32,7 @@ from importlib import resources
 import numpy as np
 from numba import njit
 
+from batching.sim.hardware.engines import ATTN_DECODE_BASE, ATTN_PREFILL_BASE, SERIAL_STEP_S, EngineProfile, engine_profile
 from batching.sim.hardware.specs import BYTES_PER_WEIGHT, Deployment
 
 # --- calibrated constants ------------------------------------------------------------
@@ -49,12 +50,12 @@ TILE_FACTOR_ARCHS = ("hopper",)
 # on H100 (vllm-flash-attn 2.6; FlashInfer's FA2 template). The FlashAttention-3 paper (Shah
 # et al., 2024, arXiv:2407.08608, abstract and Fig. 5) measures FlashAttention-2 at ~35 % of
 # the H100's BF16 peak (FlashAttention-3 reaches 0.5-0.75, for newer engines).
-ATTN_PREFILL_EFF = 0.35
+ATTN_PREFILL_EFF = ATTN_PREFILL_BASE  # 0.35, engines.py (the profiles' attention factors are relative to it)
 # Decode attention reads the paged KV cache once per step; the FlashInfer kernels and vLLM's
 # paged attention run near the bandwidth roofline at long contexts and lower at short ones
 # (FlashInfer blog 2024-02-02, "Accelerating Self-Attentions for LLM Serving with FlashInfer",
 # batch-decode bandwidth-utilisation figures); 0.7 of peak HBM bandwidth.
-ATTN_DECODE_MEMORY_EFF = 0.7
+ATTN_DECODE_MEMORY_EFF = ATTN_DECODE_BASE  # 0.7, engines.py (the profiles' decode factors are relative to it)
 # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2) decodes in the absorbed form (DeepSeek-V2 paper,
 # arXiv:2405.04434, section 2.1.3; vLLM's and SGLang's MLA backends): W_UK folds into the query and W_UV into
 # the output (kv_b_proj's FLOPs per token, counted with the linear layers), so every head attends over the
@@ -73,7 +74,7 @@ MLA_DECODE_COMPUTE_EFF = 0.59
 # Throughput Improvement and 5x Latency Reduction", 2024-09-05) measured these CPU overheads at
 # up to ~60 % of the step before multi-step scheduling, which (--num-scheduler-steps 10, as in
 # the reference benchmark) hides most of them (docs/CALIBRATION.md, "Per-step overhead").
-STEP_FIXED_S = 2.0e-3
+STEP_FIXED_S = SERIAL_STEP_S  # engines.py: the vllm profile's per-step time (sglang, trtllm overlap it)
 # All-reduce: measured latencies on H100 SXM, interpolated in log(bytes)-log(time).
 # implementation -> (table in batching/data, implementation label in that table)
 ALLREDUCE_IMPLS = {
@@ -123,8 +124,14 @@ C_MOE_TOPK = 23  # experts each token runs
 C_MOE_EXPERT_BYTES = 24  # weight bytes of one expert per layer per GPU
 C_LINQ_N = 25  # segments of the linear tile factor (0 = none)
 C_ELQ_N = 26  # segments of the element-wise factor (0 = none)
-# 27-34: engine profile terms (batching/sim/hardware/engines.py); 35-47: measured MoE/MLA kernel terms
-C_FREE_FIRST = 27  # first index not yet given a meaning (all zero until then)
+# 27-34: engine profile terms (batching/sim/hardware/engines.py; C_FIXED holds the profile's per-step CPU time);
+# 35-47: measured MoE/MLA kernel terms
+C_ENG_SEQ_S = 27  # seconds per sequence emitting a token (n_lm) per step: sampling, detokenisation, streaming
+C_ENG_PREFILL_S = 28  # seconds added to a step that holds prompt tokens (prefill launches)
+C_ENG_GEMM_EFF = 29  # the profile's GEMM factor, already in C_LIN_FLOPS_RATE / C_LIN_BW (kept for readers)
+C_ENG_ATTN_EFF = 30  # the profile's prompt-attention factor, already in C_ATTN_RATE
+C_ENG_KV_EFF = 31  # the profile's decode-attention factor, already in C_KV_BW
+C_FREE_FIRST = 32  # first index not yet given a meaning (all zero until then)
 Q_MAX = 48  # room for segments of each factor
 C_LINQ_BOUNDS = 48
 C_LINQ_VALUES = C_LINQ_BOUNDS + Q_MAX
@@ -139,6 +146,7 @@ class CostModel:
     ar_log_bytes: np.ndarray
     ar_s: np.ndarray
     allreduce: str
+    engine: EngineProfile | None = None  # the profile priced in (None: the default engine's)
 
 
 # --- measured inputs ------------------------------------------------------------------
@@ -219,7 +227,12 @@ def moe_experts_touched(num_experts: float, top_k: float, n_tokens):
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** n)
 
 
-def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel:
+def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | EngineProfile | None" = None
+               ) -> CostModel:
+    """The coefficients of ``dep`` run by ``engine`` (a name in engines.ENGINES or a profile; default vLLM) with
+    ``allreduce`` (default: the engine's)."""
+    prof = engine_profile(engine)
+    allreduce = prof.allreduce if allreduce is None else allreduce
     m, gpu, tp = dep.model, dep.node.gpu, dep.node.tp
     peak = gpu.peak_flops(dep.precision)
     fit = linear_fit()
@@ -228,7 +241,13 @@ def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel
     gpu_ref = fit["gpu"]
     bpw = dep.bytes_per_weight
     c = np.zeros(NUM_COEFS)
-    c[C_FIXED] = STEP_FIXED_S
+    c[C_FIXED] = prof.step_s
+    c[C_ENG_SEQ_S] = prof.seq_s
+    c[C_ENG_PREFILL_S] = prof.prefill_step_s
+    gemm_eff = prof.gemm_factor(dep.precision)
+    # the decode factor was measured on paged GQA/MHA kernels; MLA's latent kernels keep the calibrated efficiency
+    kv_eff = 1.0 if m.is_mla else prof.kv_eff
+    c[C_ENG_GEMM_EFF], c[C_ENG_ATTN_EFF], c[C_ENG_KV_EFF] = gemm_eff, prof.attn_eff, kv_eff
     c[C_LAYERS] = m.num_layers
     c[C_LIN_FLOPS_TOK] = 2.0 * m.active_linear_params_per_layer / tp
     if m.is_moe:
@@ -241,8 +260,8 @@ def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel
         c[C_MOE_EXPERT_BYTES] = m.expert_params * m.moe_layer_fraction * bpw / tp
     else:
         c[C_LIN_BYTES] = m.linear_params_per_layer * bpw / tp
-    c[C_LIN_FLOPS_RATE] = peak * lin["eff_compute"]
-    c[C_LIN_BW] = gpu.hbm_bw_Bps * lin["eff_memory"]
+    c[C_LIN_FLOPS_RATE] = peak * lin["eff_compute"] * gemm_eff
+    c[C_LIN_BW] = gpu.hbm_bw_Bps * lin["eff_memory"] * gemm_eff
     c[C_LIN_P] = lin["p"]
     # element-wise: memory-bound per token (scales with the hidden size and the GPU's bandwidth);
     # the launch-bound floor stays
@@ -252,9 +271,9 @@ def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel
     c[C_ELEM_P] = el["p"]
     # QK^T and PV: 2 matmuls x 2 FLOPs x head_dim per (query, key) pair per head; BF16 kernels
     c[C_ATTN_FLOPS_COEF] = prefill_attn_flops_per_pair(m) / tp
-    c[C_ATTN_RATE] = gpu.peak_bf16_flops * ATTN_PREFILL_EFF
+    c[C_ATTN_RATE] = gpu.peak_bf16_flops * ATTN_PREFILL_EFF * prof.attn_eff
     c[C_KV_BYTES_TOK_LAYER] = dep.kv_bytes_per_token_per_gpu / m.num_layers
-    c[C_KV_BW] = gpu.hbm_bw_Bps * ATTN_DECODE_MEMORY_EFF
+    c[C_KV_BW] = gpu.hbm_bw_Bps * ATTN_DECODE_MEMORY_EFF * kv_eff
     if m.is_mla:
         # decode attention per cached token: the latent's bytes at the paged kernels' bandwidth or the absorbed
         # form's FLOPs at FlashMLA's efficiency, whichever is slower; both grow with the context read, so the
@@ -283,7 +302,7 @@ def cost_model(dep: Deployment, allreduce: str = DEFAULT_ALLREDUCE) -> CostModel
             c[c_b:c_b + k] = f["segment_bounds"]
             c[c_v:c_v + k] = f["segment_factors"]
     x, y = allreduce_table(allreduce, tp)
-    return CostModel(c, x, y, allreduce)
+    return CostModel(c, x, y, allreduce, prof)
 
 
 def prefill_attn_flops_per_pair(model) -> float:
@@ -392,7 +411,7 @@ def lm_head_s_nb(coef, n_lm):
 @njit(cache=True, nogil=True)
 def step_parts_nb(coef, ar_x, ar_y, n_tokens, attn_work, decode_ctx, n_lm, swap_tokens, out):
     """Fill ``out`` with [linear, elementwise, prompt attention, decode attention,
-    all-reduce, lm head, swap, fixed] seconds for one step."""
+    all-reduce, lm head, swap, fixed, per-sequence CPU, prefill launch] seconds for one step."""
     layers = coef[C_LAYERS]
     if n_tokens > 0:
         out[0] = layers * linear_layer_s_nb(coef, n_tokens)
@@ -407,6 +426,8 @@ def step_parts_nb(coef, ar_x, ar_y, n_tokens, attn_work, decode_ctx, n_lm, swap_
     out[5] = lm_head_s_nb(coef, n_lm)
     out[6] = swap_tokens * coef[C_KV_BYTES_TOK] / coef[C_SWAP_BW]
     out[7] = coef[C_FIXED] if (n_tokens > 0 or swap_tokens > 0) else 0.0
+    out[8] = n_lm * coef[C_ENG_SEQ_S]
+    out[9] = coef[C_ENG_PREFILL_S] if attn_work > 0.0 else 0.0
 
 
 @njit(cache=True, nogil=True)
@@ -423,8 +444,11 @@ def token_time_nb(coef, ar_x, ar_y, n_tokens, swap_tokens):
 
 @njit(cache=True, nogil=True)
 def rest_time_nb(coef, base, attn_work, decode_ctx, n_lm, swap_tokens):
-    """``base`` (token_time_nb) plus attention, LM head and swap time."""
-    t = base
+    """``base`` (token_time_nb) plus attention, LM head, swap and the engine profile's per-sequence and prefill-step
+    time (a step holds prompt tokens exactly when its attention work is positive)."""
+    t = base + n_lm * coef[C_ENG_SEQ_S]
+    if attn_work > 0.0:
+        t += coef[C_ENG_PREFILL_S]
     t += coef[C_LAYERS] * attn_work * coef[C_ATTN_FLOPS_COEF] / coef[C_ATTN_RATE]
     t += coef[C_LAYERS] * decode_ctx * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
     t += lm_head_s_nb(coef, n_lm)
@@ -455,7 +479,7 @@ def token_time_table_nb(coef, ar_x, ar_y, size):
 
 # --- Python helpers -----------------------------------------------------------------------
 PART_NAMES = ("linear", "elementwise", "prompt attention", "decode attention", "all-reduce",
-              "lm head", "swap", "fixed overhead")
+              "lm head", "swap", "fixed overhead", "per-sequence CPU", "prefill launch")
 
 
 def step_breakdown(cm: CostModel, n_tokens: int, attn_work: float = 0.0, decode_ctx: float = 0.0,

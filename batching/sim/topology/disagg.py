@@ -283,7 +283,8 @@ def _stacked_spec(spec, n: int, instances: int, room: int):
                          steps_f=np.empty((instances, room, NUM_SPF)))
 
 
-def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int = 0) -> dict:
+def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int = 0,
+               engine=None) -> dict:
     """Run ``reqs`` through the split. Returns the two roles' outputs and per-request arrays: ``prefill`` and
     ``decode`` ((Outputs, steps per instance, cost model)), ``pre_rep``, ``dec_rep`` (-1: done at its first
     token), ``kv_transfer_s``, ``decode_arrival_s``, and with speculative decoding ``spec_prefill`` and
@@ -296,7 +297,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
     n = len(reqs)
     classes = max(1, len(reqs.class_names))
     dep_p, dep_d = dis.deployment(dep, "prefill"), dis.deployment(dep, "decode")
-    cm_p, cm_d = cost_model(dep_p, allreduce), cost_model(dep_d, allreduce)
+    cm_p, cm_d = cost_model(dep_p, allreduce, engine), cost_model(dep_d, allreduce, engine)
     kv_p, kv_d = dis.kv_blocks(dep, "prefill", policy), dis.kv_blocks(dep, "decode", policy)
     # the decode instances speculate as a replica of their deployment would; the prefill instances run only the
     # proposer's pass over the prompt (none for n-gram lookup, which has no GPU pass)
@@ -352,13 +353,13 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
             "spec_decode": sp_d, "spec_accepted": None if sp_d is None else sp_d.req_acc}
 
 
-def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int = 0):
+def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int = 0, engine=None):
     """(requests, steps, itl_hist) of a disaggregated run, as simulate.SimResult holds them: a request's first
     scheduling is its prefill instance's, its tokens (first token, finish, release, gaps) its decode instance's; the
     steps of prefill instances are replicas 0..P-1 and of decode instances P..P+D-1, with a ``role`` column. With
     speculative decoding, ``spec_accepted_tokens`` per request (its decode instance's) and the spec step columns
     (frames.steps_frame) on every role's steps that carry a Spec."""
-    res = run_disagg(reqs, dep, dis, policy, allreduce, seed)
+    res = run_disagg(reqs, dep, dis, policy, allreduce, seed, engine)
     out_p, steps_p, cm_p = res["prefill"]
     out_d, steps_d, cm_d = res["decode"]
     fp, fd = out_p.req_f, out_d.req_f
