@@ -15,8 +15,10 @@ import pandas as pd
 
 from batching.cli.args import CliError, Parser, check_output_folder, dispatch, write_files
 from batching.cli.calibrate_bench import BENCH_ONLY, add_bench_args, cmd_bench
+from batching.cli.calibrate_published import add_published_args, cmd_published
 from batching.sim.hardware import calibration as cal
 from batching.studies import end_to_end as e2e_check
+from batching.studies import published
 from batching.sim.hardware import costmodel as cm
 from batching.sim.hardware.specs import GPUS
 from batching.sim.workload.requests import WORKLOAD_PRESETS
@@ -38,6 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-figures", action="store_true", help="with --report: tables only, no PNG files")
     p.add_argument("--no-end-to-end", action="store_true", help="skip the end-to-end simulations (a few seconds)")
     add_bench_args(p)
+    add_published_args(p)
     p.set_defaults(func=cmd_calibrate)
     return p
 
@@ -48,7 +51,13 @@ def _pct(v: float) -> str:
 
 def cmd_calibrate(args) -> int:
     if args.bench is not None:
+        if args.published:
+            raise CliError("--published: runs the published figures; leave out --bench FILE (or --published)")
         return cmd_bench(args)
+    if args.published:
+        return cmd_published(args)
+    if args.group:
+        raise CliError("--group: applies to --published; give --published")
     given = [f for f in BENCH_ONLY if getattr(args, f.lstrip("-").replace("-", "_")) is not None]
     if given:
         raise CliError(f"{given[0]}: applies to --bench FILE (a measured run to simulate); give --bench")
@@ -364,7 +373,7 @@ blocks per step; nothing was tuned to close it.
 Llama-3.1-405B needs ~96 GiB per GPU in BF16 at TP 8: it does not fit on 8×H100 (a clear
 error that says FP8 would) and fits on 8×H200; in FP8 it fits on both.
 
-{cal.mla_markdown()}{cal.spec_markdown()}{cal.disagg_markdown()}## Custom models and GPUs
+{published.markdown()}{cal.mla_markdown()}{cal.spec_markdown()}{cal.disagg_markdown()}## Custom models and GPUs
 
 Command line: `--model-json FILE` (Model's fields, or a Hugging Face `config.json`: its
 `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`, `head_dim`,
