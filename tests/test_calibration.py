@@ -221,7 +221,7 @@ def test_calibrate_parser_registers(capsys):
     cli_args.add_spec_arguments(run.add_argument_group("scenario"))
     a = run.parse_args(["--model-json", "m.json", "--gpu-json", "g.json", "--kv-dtype", "fp8", "--allreduce", "nccl"])
     assert (str(a.model_json), str(a.gpu_json), a.kv_dtype, a.allreduce) == ("m.json", "g.json", "fp8", "nccl")
-    assert run.parse_args([]).allreduce == cm.DEFAULT_ALLREDUCE
+    assert run.parse_args([]).allreduce is None and run.parse_args([]).engine == "vllm"  # the engine's all-reduce
 
 
 # --- the page's figures -------------------------------------------------------------------

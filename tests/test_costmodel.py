@@ -3,6 +3,7 @@ import pytest
 
 from batching.sim.hardware import calibration as cal
 from batching.sim.hardware import costmodel as cm
+from batching.sim.hardware.engines import ENGINES
 from batching.sim.hardware.specs import MODELS, deployment
 
 
@@ -60,13 +61,15 @@ def test_attention_grows_quadratically_with_prompt(model):
     b = cm.step_breakdown(model, 2000, cm.prompt_attn_work(2000, 0))["prompt attention"]
     assert b == pytest.approx(4 * a)
     flops = 80 * 4 * 64 * 128 / 8 * cm.prompt_attn_work(1000, 0)
-    assert a == pytest.approx(flops / (989.4e12 * cm.ATTN_PREFILL_EFF))
+    # the default (vllm) engine profile's measured prompt-attention factor on the calibrated efficiency
+    assert a == pytest.approx(flops / (989.4e12 * cm.ATTN_PREFILL_EFF * ENGINES["vllm"].attn_eff))
 
 
 def test_decode_attention_reads_the_kv_cache(model):
     d = deployment()
     t = cm.step_breakdown(model, 10, 0, 10 * 2000, 10)["decode attention"]
-    assert t == pytest.approx(20000 * d.kv_bytes_per_token_per_gpu / (3.35e12 * cm.ATTN_DECODE_MEMORY_EFF))
+    assert t == pytest.approx(20000 * d.kv_bytes_per_token_per_gpu
+                              / (3.35e12 * cm.ATTN_DECODE_MEMORY_EFF * ENGINES["vllm"].kv_eff))
 
 
 def test_allreduce_interpolates_the_measured_table(model):

@@ -14,7 +14,8 @@ import argparse
 import math
 from pathlib import Path
 
-from batching.cli.args import _input_file, check_output_file, int_arg, shown, write_json
+from batching.cli.args import _input_file, check_output_file, engine_from_args, int_arg, shown, write_json
+from batching.sim.hardware.engines import ENGINES
 from batching.sim.hardware.specs import GPUS, MODELS, PRECISIONS, deployment
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import simulate
@@ -23,8 +24,8 @@ from batching.studies import bench_files as bf
 
 __all__ = ["BENCH_ONLY", "add_bench_args", "cmd_bench", "bench_table"]
 BENCH_ONLY = ("--bench-line", "--model", "--gpu", "--tp", "--num-gpus", "--precision", "--preset", "--requests",
-              "--json")
-DEFAULT_GPU, DEFAULT_TP, DEFAULT_PRECISION, DEFAULT_PRESET = "h100-sxm", 8, "bf16", "continuous"  # the CLI's
+              "--json", "--engine", "--profile")
+DEFAULT_GPU, DEFAULT_TP, DEFAULT_PRECISION = "h100-sxm", 8, "bf16"  # the CLI's; the policy: the engine profile's
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -41,7 +42,13 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-gpus", type=int_arg(1, 8), default=None,
                    help="GPUs of the server (default --tp: one engine, as a benchmark file measures)")
     g.add_argument("--precision", choices=list(PRECISIONS), default=None, help=f"default {DEFAULT_PRECISION}")
-    g.add_argument("--preset", choices=list(PRESETS), default=None, help=f"policy, default {DEFAULT_PRESET}")
+    g.add_argument("--preset", choices=[*PRESETS, "engine"], default=None,
+                   help="policy preset; default (and engine): the engine profile's own scheduler defaults")
+    g.add_argument("--engine", choices=list(ENGINES), default=None,
+                   help="engine profile the file was measured with (default vllm; docs/CALIBRATION.md, 'Engine "
+                        "profiles')")
+    g.add_argument("--profile", type=Path, default=None, metavar="FILE",
+                   help="an engine profile JSON (overrides --engine)")
     g.add_argument("--requests", type=int_arg(1, MAX_NUM_REQUESTS), default=None,
                    help="simulate this many requests (default the file's count)")
     g.add_argument("--json", type=Path, default=None, help="write the comparison as JSON")
@@ -88,12 +95,15 @@ def cmd_bench(args) -> int:
     model = args.model or bf.preset_for(b.model_id, name)
     tp = args.tp or DEFAULT_TP
     dep = deployment(args.gpu or DEFAULT_GPU, model, tp, args.num_gpus or tp, args.precision or DEFAULT_PRECISION)
-    sc = bf.bench_scenario(b, dep, PRESETS[args.preset or DEFAULT_PRESET], args.requests, args.seed)
+    engine = engine_from_args(args)
+    policy = PRESETS[args.preset] if args.preset not in (None, "engine") else None  # None: the profile's defaults
+    sc = bf.bench_scenario(b, dep, policy, args.requests, args.seed, engine=engine)
     n = sc.workload.num_requests
     res = simulate(sc, saturated=bf.saturated(b))
     frame = bf.compare(b, res)
     print(f"# {b.fmt} result {shown(name)}: {b.model_id or 'model not named'} -> {dep.model.name}, "
           f"{dep.node.num_gpus}x {dep.node.gpu.name} TP {tp} {dep.precision}, {sc.policy.describe()}")
+    print(f"# engine: {sc.profile.describe()}")
     print(f"# {_setting(b, n)}")
     if b.max_concurrency is not None and math.isfinite(b.request_rate):
         print(f"# the file also capped clients at max_concurrency {b.max_concurrency}: the simulation sends at "
@@ -106,6 +116,7 @@ def cmd_bench(args) -> int:
     write_json(args.json, {"file": name, "format": b.fmt, "model_id": b.model_id, "model": dep.model.name,
                            "gpu": dep.node.gpu.name, "tp": tp, "num_gpus": dep.node.num_gpus,
                            "precision": dep.precision, "policy": sc.policy.describe(), "num_requests": n,
+                           "engine": sc.profile.name, "engine_label": sc.profile.label,
                            "request_rate": b.request_rate if math.isfinite(b.request_rate) else "inf",
                            "max_concurrency": b.max_concurrency,
                            "mean_input_tokens": b.mean_input_tokens, "mean_output_tokens": b.mean_output_tokens,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from batching.sim.hardware.engines import engine_profile
 from batching.sim.hardware.specs import MODELS, Deployment
 from batching.sim.metrics import hist_percentile
 from batching.sim.policy import BatchingPolicy
@@ -311,12 +312,15 @@ def saturated(b: BenchFile) -> bool:
     return not math.isfinite(b.request_rate) and b.max_concurrency is None
 
 
-def bench_scenario(b: BenchFile, dep: Deployment, policy: BatchingPolicy, num_requests: int | None = None,
-                   seed: int = 0, allreduce: str | None = None) -> Scenario:
+def bench_scenario(b: BenchFile, dep: Deployment, policy: BatchingPolicy | None, num_requests: int | None = None,
+                   seed: int = 0, allreduce: str | None = None, engine=None) -> Scenario:
+    """The file's setting on ``dep`` run by ``engine`` (a name or profile; default vLLM) with ``policy`` (None: the
+    engine's own scheduler defaults)."""
     wl = bench_workload(b, num_requests, seed)
+    prof = engine_profile(engine)
+    policy = prof.policy if policy is None else policy
     pol = policy.sized_for(dep.model.max_context_tokens, int(max(b.input_lens or (round(b.mean_input_tokens),))))
-    kw = {} if allreduce is None else {"allreduce": allreduce}
-    sc = Scenario(dep, wl, pol, **kw)
+    sc = Scenario(dep, wl, pol, allreduce, engine=prof.name if engine is None or isinstance(engine, str) else prof)
     sc.validate()
     return sc
 

@@ -32,7 +32,7 @@ from importlib import resources
 import numpy as np
 from numba import njit
 
-from batching.sim.hardware.engines import SERIAL_STEP_S, EngineProfile, engine_profile
+from batching.sim.hardware.engines import ATTN_DECODE_BASE, ATTN_PREFILL_BASE, SERIAL_STEP_S, EngineProfile, engine_profile
 from batching.sim.hardware.specs import BYTES_PER_WEIGHT, Deployment
 
 # --- calibrated constants ------------------------------------------------------------
@@ -50,12 +50,12 @@ TILE_FACTOR_ARCHS = ("hopper",)
 # on H100 (vllm-flash-attn 2.6; FlashInfer's FA2 template). The FlashAttention-3 paper (Shah
 # et al., 2024, arXiv:2407.08608, abstract and Fig. 5) measures FlashAttention-2 at ~35 % of
 # the H100's BF16 peak (FlashAttention-3 reaches 0.5-0.75, for newer engines).
-ATTN_PREFILL_EFF = 0.35
+ATTN_PREFILL_EFF = ATTN_PREFILL_BASE  # 0.35, engines.py (the profiles' attention factors are relative to it)
 # Decode attention reads the paged KV cache once per step; the FlashInfer kernels and vLLM's
 # paged attention run near the bandwidth roofline at long contexts and lower at short ones
 # (FlashInfer blog 2024-02-02, "Accelerating Self-Attentions for LLM Serving with FlashInfer",
 # batch-decode bandwidth-utilisation figures); 0.7 of peak HBM bandwidth.
-ATTN_DECODE_MEMORY_EFF = 0.7
+ATTN_DECODE_MEMORY_EFF = ATTN_DECODE_BASE  # 0.7, engines.py (the profiles' decode factors are relative to it)
 # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2) decodes in the absorbed form (DeepSeek-V2 paper,
 # arXiv:2405.04434, section 2.1.3; vLLM's and SGLang's MLA backends): W_UK folds into the query and W_UV into
 # the output (kv_b_proj's FLOPs per token, counted with the linear layers), so every head attends over the
@@ -277,7 +277,7 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
         # form's FLOPs at FlashMLA's efficiency, whichever is slower; both grow with the context read, so the
         # slower one is an effective bandwidth the engine's bytes term already uses
         t_bytes = c[C_KV_BYTES_TOK_LAYER] / c[C_KV_BW]
-        t_flops = decode_attn_flops_per_token(m) / tp / (gpu.peak_bf16_flops * MLA_DECODE_COMPUTE_EFF * prof.kv_eff)
+        t_flops = decode_attn_flops_per_token(m) / tp / (gpu.peak_bf16_flops * MLA_DECODE_COMPUTE_EFF)
         if t_flops > t_bytes:
             c[C_KV_BW] = c[C_KV_BYTES_TOK_LAYER] / t_flops
     # LM head: a BF16 GEMM in every precision (FP8 checkpoints keep it in BF16)
