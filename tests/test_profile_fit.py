@@ -92,3 +92,39 @@ def test_a_file_with_nothing_to_fit_is_refused():
     sc = bf.bench_scenario(b, SMALL, PRESETS["chunked"], 50, 0)
     with pytest.raises(ValueError, match="no mean or median latency and no throughput to fit to"):
         pf.fit_profile(b, sc)
+
+
+def test_cli_fit_writes_a_profile_every_command_reads(tmp_path, capsys):
+    """calibrate --bench FILE --fit: the errors before and after, the profile written; run --profile FILE runs it."""
+    from batching.cli.main import main
+
+    bench = tmp_path / "sglang.jsonl"
+    bench.write_text(json.dumps(SGLANG_V030_70B_4RPS) + "\n")
+    out = tmp_path / "fitted.json"
+    assert main(["calibrate", "--bench", str(bench), "--model", "llama-3.1-70b", "--tp", "4", "--requests", "200",
+                 "--fit", "--fit-evals", "12", "--fit-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "before the fit:" in text and "after the fit:" in text and f"wrote {out}" in text
+    prof = json.loads(out.read_text())
+    assert prof["name"] == "vllm-fit" and prof["label"].endswith("fitted to sglang.jsonl")
+    assert main(["run", "--model", "llama-3.1-70b", "--tp", "4", "--requests", "60", "--profile", str(out)]) == 0
+    assert "fitted to sglang.jsonl" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--fit-out", "x.json"], "--fit-out: writes the profile --fit finds; add --fit"),
+    (["--fit-evals", "9"], "--fit-evals: caps the simulations of --fit; add --fit"),
+    (["--fit", "--fit-evals", "2"], "argument --fit-evals: 2 is out of range; allowed 5 to 400"),
+])
+def test_cli_fit_flags_are_one_line_errors(tmp_path, capsys, argv, needle):
+    from batching.cli.main import main
+
+    bench = tmp_path / "s.jsonl"
+    bench.write_text(json.dumps(SGLANG_V030_70B_4RPS) + "\n")
+    try:
+        code = main(["calibrate", "--bench", str(bench), "--model", "llama-3.1-70b", "--tp", "4", *argv])
+    except SystemExit as exc:  # argparse's own range check
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err

@@ -188,9 +188,21 @@ genai-perf's inter-token latency is per request, (E2E − TTFT) / (output tokens
 compared with the simulated TPOT. The simulated ITL percentiles come from the engine's log-binned
 ITL histogram (bin centres); its mean is every request's decode time over its token gaps.
 
-Nothing is fitted: the error is what the cost model above predicts for your run, engine
-overheads the model leaves out (HTTP and tokenization in the client's TTFT, detokenization,
-scheduler gaps) included in it. A fit of the model's constants to such files is not built yet.
+Without `--fit` nothing is fitted: the error is what the cost model and the engine profile predict
+for your run. `--fit` (`batching/studies/profile_fit.py`) fits three numbers of the engine profile to
+the file: one factor on the kernels' speed (GEMM, FP8 GEMM, prompt attention and KV reads together),
+the per-step CPU time and the client's time before the engine's queue. Nelder-Mead (scipy) over up to
+`--fit-evals` simulations of the file's setting (at most 500 requests each) minimises, over the
+file's mean and median latencies and its throughputs, the mean squared log error per metric family
+(TTFT; TPOT and ITL; E2E only when the file lists every request's output length, since from mean
+lengths alone the simulated E2E median is that of fixed-length outputs; throughput), plus a small
+pull towards the starting profile so that a metric the file lacks leaves its parameter where it was.
+It prints the errors before and after and writes the profile (`--fit-out FILE`, default
+`<file>.profile.json`), which `--profile FILE` applies on every command and the dashboard's Model and
+hardware page uploads. One operating point cannot tell kernel speed from per-step CPU time apart (a
+decode step of ~6 ms of kernels at 1.4× + 5 ms equals one at 0.87× + 2.3 ms): the fitted profile
+reproduces the run it was fitted to (tests/test_profile_fit.py: errors of up to −82 % fall within
+2.4 %); fit to a run near the load you plan for.
 
 """
 
