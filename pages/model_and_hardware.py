@@ -13,7 +13,7 @@ from batching.sim.hardware import costmodel as cm
 from batching.sim.simulate import Scenario
 from batching.sim.hardware.specs import (KV_BLOCK_TOKENS, MODEL_LIMITS, Deployment, GPU_ARCHS, deployment, deployment_figures,
                                 gpu_from_dict, gpu_to_dict, model_from_dict, model_to_dict)
-from batching.ui import cache, nav, page, widgets
+from batching.ui import cache, nav, page, profiles, widgets
 from batching.ui.safe import plain
 from batching import report
 from batching.charts.export import scenario_caption, with_caption
@@ -84,8 +84,8 @@ def _pct_columns(df: pd.DataFrame) -> dict:
 
 
 def breakdown_section(dep: Deployment, allreduce: str, prompt_mean: float, output_mean: float, label: str,
-                      key: str) -> None:
-    costs = cm.cost_model(dep, allreduce)
+                      key: str, engine=None) -> None:
+    costs = cm.cost_model(dep, allreduce, engine=engine)
     context = prompt_mean + output_mean / 2.0
     ridge = cm.ridge_tokens(costs)
     request_tokens = prompt_mean + output_mean
@@ -252,6 +252,7 @@ def custom_form(dep: Deployment) -> tuple | None:
 
 def page_body(sc: Scenario) -> None:
     step_section(sc)
+    profiles.profile_section(sc.profile)
     custom_section(sc)
     calibration_sections(sc)
 
@@ -294,7 +295,7 @@ def step_section(sc: Scenario) -> None:
     view = widgets.guarded(lambda: deployment(dep.node.gpu, dep.model, dep.node.tp, dep.node.num_gpus, dep.precision,
                                               kv_dtype=kv_dtype or "auto"), "This deployment")
     if view is not None:
-        breakdown_section(view, allreduce, prompt_mean, output_mean, "", "scenario")
+        breakdown_section(view, allreduce, prompt_mean, output_mean, "", "scenario", engine=sc.profile)
         if not cm.tile_factors_apply(view):
             st.caption("This model or GPU has no measured tile factors: its linear layers use the smooth fitted "
                        "roofline (see the calibration below for its error on the measured shapes).")
@@ -317,7 +318,8 @@ def custom_section(sc: Scenario) -> None:
         cdep = widgets.guarded(lambda: deployment(gpu, model, dep.node.tp, dep.node.num_gpus, dep.precision,
                                                   kv_dtype=kv_dtype), f"{model.name} on {gpu.name}")
         if cdep is not None:
-            breakdown_section(cdep, allreduce, prompt_mean, output_mean, f"{model.name} on {gpu.name}", "custom")
+            breakdown_section(cdep, allreduce, prompt_mean, output_mean, f"{model.name} on {gpu.name}", "custom",
+                              engine=sc.profile)
         d = st.columns(2)
         d[0].download_button("Model JSON (--model-json)", json.dumps(model_to_dict(model), indent=1),
                              "model.json", "application/json", on_click="ignore", icon=":material/data_object:")

@@ -91,7 +91,7 @@ def test_scenario_rows_and_slug(run):
 
 
 def test_scenario_caption(run):
-    assert scenario_caption(run.scenario) == ("Simulated: 8× H100 SXM 80GB · Qwen2.5-72B · TP 8 · BF16 · "
+    assert scenario_caption(run.scenario) == ("Simulated: 8× H100 SXM 80GB · Qwen2.5-72B · TP 8 · BF16 · vLLM 0.11 profile · "
                                               "workload chat · 2 req/s · 80 requests · seed 3")
     assert scenario_caption(run.scenario, policy="chunked*", rate="rate searched").endswith(
         "workload chat · rate searched · 80 requests · seed 3 · policy chunked*")
@@ -99,6 +99,7 @@ def test_scenario_caption(run):
                    workload=workload_preset("mixed", 0.5, 40, 0))
     line = scenario_caption(fp8)
     assert "· FP8 ·" in line and "KV cache 65,536 tokens" in line and "workload mixed · 0.5 req/s" in line
+    assert "· TensorRT-LLM 1.0 profile ·" in scenario_caption(dataclasses.replace(run.scenario, engine="trtllm"))
     mix = dataclasses.replace(run.scenario.workload, classes=(dataclasses.replace(
         run.scenario.workload.classes[0], output=LengthDist("fixed", mean=64, low=1, high=64)),))
     assert "workload chat (own mix)" in scenario_caption(run.scenario.with_workload(mix))
@@ -183,7 +184,7 @@ def test_page_export(exports, run, page):
     assert export.page == page and set(export.figures) == figures and set(export.tables) == tables
     for key, (fig, text) in export.figures.items():
         line = caption_of(fig)
-        assert line and line.startswith("Simulated: 8× H100 SXM 80GB · Qwen2.5-72B · TP 8 · BF16 · workload chat"), \
+        assert line and line.startswith("Simulated: 8× H100 SXM 80GB · Qwen2.5-72B · TP 8 · BF16 · vLLM 0.11 profile · workload chat"), \
             key
         assert text, key
     files = export.files(notes=["made by a test"])

@@ -49,7 +49,7 @@ def workload_name(workload: SyntheticWorkload | TraceWorkload) -> str:
 
 def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str | None = None) -> str:
     """One line naming what a figure simulated, e.g. ``Simulated: 8× H100 SXM 80GB · Qwen2.5-72B · TP 8 · BF16 ·
-    workload mixed · 3 req/s · 2,000 requests · seed 0``.
+    vLLM 0.11 profile · workload mixed · 3 req/s · 2,000 requests · seed 0``.
 
     ``policy``: the policy's name, for a figure of one policy; ``rate``: what to say instead of the workload's
     rate where a study varies it (``"rate searched"`` on Capacity, ``"rate swept"`` on Tune)."""
@@ -65,6 +65,9 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
     elif scenario.nodes > 1 or scenario.router != "round-robin":
         parts[0] = f"{scenario.nodes} node{'s' if scenario.nodes > 1 else ''} of {parts[0]}"
         parts.insert(4, f"{scenario.replicas} replica{'s' if scenario.replicas > 1 else ''}, {scenario.router} router")
+    prof = getattr(scenario, "profile", None)
+    if prof is not None:  # the engine profile the run priced its steps and client times with
+        parts.append(f"{prof.label} profile")
     if dep.kv_dtype == "fp8":
         parts.append("FP8 KV cache")
     if dep.kv_cache_tokens is not None:

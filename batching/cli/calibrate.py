@@ -15,9 +15,11 @@ import pandas as pd
 
 from batching.cli.args import CliError, Parser, check_output_folder, dispatch, write_files
 from batching.cli.calibrate_bench import BENCH_ONLY, add_bench_args, cmd_bench
+from batching.cli.calibrate_published import add_published_args, cmd_published
 from batching.sim.engine import speculative
 from batching.sim.hardware import calibration as cal
 from batching.studies import end_to_end as e2e_check
+from batching.studies import published
 from batching.studies import spec_check
 from batching.studies import trtllm_table
 from batching.sim.hardware import engines as eng_profiles
@@ -42,6 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-figures", action="store_true", help="with --report: tables only, no PNG files")
     p.add_argument("--no-end-to-end", action="store_true", help="skip the end-to-end simulations (a few seconds)")
     add_bench_args(p)
+    add_published_args(p)
     p.set_defaults(func=cmd_calibrate)
     return p
 
@@ -52,7 +55,13 @@ def _pct(v: float) -> str:
 
 def cmd_calibrate(args) -> int:
     if args.bench is not None:
+        if args.published:
+            raise CliError("--published: runs the published figures; leave out --bench FILE (or --published)")
         return cmd_bench(args)
+    if args.published:
+        return cmd_published(args)
+    if args.group:
+        raise CliError("--group: applies to --published; give --published")
     given = [f for f in BENCH_ONLY if getattr(args, f.lstrip("-").replace("-", "_")) is not None]
     if given:
         raise CliError(f"{given[0]}: applies to --bench FILE (a measured run to simulate); give --bench")
@@ -187,9 +196,21 @@ genai-perf's inter-token latency is per request, (E2E − TTFT) / (output tokens
 compared with the simulated TPOT. The simulated ITL percentiles come from the engine's log-binned
 ITL histogram (bin centres); its mean is every request's decode time over its token gaps.
 
-Nothing is fitted: the error is what the cost model and the engine profile predict for your run,
-overheads the profile leaves at 0 (HTTP, detokenization and streaming) included in it. A fit of
-the profile's constants to such files (`--fit`) is not built yet.
+Without `--fit` nothing is fitted: the error is what the cost model and the engine profile predict
+for your run. `--fit` (`batching/studies/profile_fit.py`) fits three numbers of the engine profile to
+the file: one factor on the kernels' speed (GEMM, FP8 GEMM, prompt attention and KV reads together),
+the per-step CPU time and the client's time before the engine's queue. Nelder-Mead (scipy) over up to
+`--fit-evals` simulations of the file's setting (at most 500 requests each) minimises, over the
+file's mean and median latencies and its throughputs, the mean squared log error per metric family
+(TTFT; TPOT and ITL; E2E only when the file lists every request's output length, since from mean
+lengths alone the simulated E2E median is that of fixed-length outputs; throughput), plus a small
+pull towards the starting profile so that a metric the file lacks leaves its parameter where it was.
+It prints the errors before and after and writes the profile (`--fit-out FILE`, default
+`<file>.profile.json`), which `--profile FILE` applies on every command and the dashboard's Model and
+hardware page uploads. One operating point cannot tell kernel speed from per-step CPU time apart (a
+decode step of ~6 ms of kernels at 1.4× + 5 ms equals one at 0.87× + 2.3 ms): the fitted profile
+reproduces the run it was fitted to (tests/test_profile_fit.py: errors of up to −82 % fall within
+2.4 %); fit to a run near the load you plan for.
 
 """
 
@@ -530,7 +551,7 @@ blocks per step; nothing was tuned to close it.
 Llama-3.1-405B needs ~96 GiB per GPU in BF16 at TP 8: it does not fit on 8×H100 (a clear
 error that says FP8 would) and fits on 8×H200; in FP8 it fits on both.
 
-{cal.mla_markdown()}{spec_md}{cal.disagg_markdown()}## Custom models and GPUs
+{published.markdown()}{cal.mla_markdown()}{spec_md}{cal.disagg_markdown()}## Custom models and GPUs
 
 Command line: `--model-json FILE` (Model's fields, or a Hugging Face `config.json`: its
 `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`, `head_dim`,

@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
-from batching.cli.args import _input_file, check_output_file, engine_from_args, int_arg, shown, write_json
+from batching.cli.args import (CliError, _input_file, check_output_file, engine_from_args, int_arg, shown, write_files,
+                               write_json)
 from batching.sim.hardware.engines import ENGINES
 from batching.sim.hardware.specs import GPUS, MODELS, PRECISIONS, deployment
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import simulate
 from batching.sim.workload.requests import MAX_NUM_REQUESTS
 from batching.studies import bench_files as bf
+from batching.studies import profile_fit as pf
 
 __all__ = ["BENCH_ONLY", "add_bench_args", "cmd_bench", "bench_table"]
 BENCH_ONLY = ("--bench-line", "--model", "--gpu", "--tp", "--num-gpus", "--precision", "--preset", "--requests",
-              "--json", "--engine", "--profile")
+              "--json", "--engine", "--profile", "--fit", "--fit-out", "--fit-evals")
 DEFAULT_GPU, DEFAULT_TP, DEFAULT_PRECISION = "h100-sxm", 8, "bf16"  # the CLI's; the policy: the engine profile's
 
 
@@ -52,6 +55,14 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--requests", type=int_arg(1, MAX_NUM_REQUESTS), default=None,
                    help="simulate this many requests (default the file's count)")
     g.add_argument("--json", type=Path, default=None, help="write the comparison as JSON")
+    g.add_argument("--fit", action="store_true", default=None,
+                   help="fit the engine profile's kernel speed, per-step CPU time and client time before the queue to "
+                        "the file (docs/CALIBRATION.md, 'Your own benchmark'); prints the errors before and after")
+    g.add_argument("--fit-out", type=Path, default=None, metavar="FILE",
+                   help="with --fit: write the fitted profile as JSON (--profile FILE on every command reads it; "
+                        "the dashboard's Model and hardware page uploads it). Default: <file>.profile.json")
+    g.add_argument("--fit-evals", type=int_arg(5, 400), default=None, metavar="N",
+                   help=f"with --fit: simulations at most (5-400, default {pf.DEFAULT_MAX_EVALS})")
     g.add_argument("--seed", type=int_arg(0, 2**63 - 1), default=0, help=argparse.SUPPRESS)
 
 
@@ -88,6 +99,38 @@ def _setting(b: bf.BenchFile, n: int) -> str:
     return f"{n} requests, {lens}, {load}"
 
 
+def _fit(args, b: bf.BenchFile, sc) -> int:
+    """``--fit``: the profile fitted to the file, the errors before and after, the profile written."""
+    out = args.fit_out or args.bench.with_name(args.bench.name + ".profile.json")
+    check_output_file("--fit-out", out)
+    evals = args.fit_evals or pf.DEFAULT_MAX_EVALS
+
+    def progress(i: int, loss: float) -> None:
+        print(f"\rfitting: simulation {i} of at most {evals}, loss {loss:.4f}", end="", file=sys.stderr, flush=True)
+
+    try:
+        r = pf.fit_profile(b, sc, max_evals=evals, progress=progress)
+    finally:
+        print(file=sys.stderr)
+    print(f"# fitted {sc.profile.describe()} to {shown(b.name)} ({r.evaluations} simulations of "
+          f"{min(sc.workload.num_requests, pf.FIT_REQUESTS):,} requests; metrics: {', '.join(r.metrics_used)})")
+    for key, (base, got) in r.parameters().items():
+        unit, scale = {"speed": ("x", 1.0), "step_s": ("ms", 1e3), "in_fixed_s": ("ms", 1e3)}[key]
+        print(f"#   {key}: {base * scale:,.4g} -> {got * scale:,.4g} {unit}")
+    print("before the fit:")
+    for line in bench_table(r.before):
+        print(line)
+    print("after the fit:")
+    for line in bench_table(r.after):
+        print(line)
+    write_files("--fit-out", out.parent, {out.name: (r.profile.to_json() + "\n").encode()})
+    print(f"wrote {out} (use it with --profile {out.name}, or upload it on the dashboard's Model and hardware page)")
+    write_json(args.json, {"file": b.name, "profile": r.profile.to_dict(), "evaluations": r.evaluations,
+                           "parameters": {k: {"base": v[0], "fitted": v[1]} for k, v in r.parameters().items()},
+                           "before": r.before.to_dict(orient="records"), "after": r.after.to_dict(orient="records")})
+    return 0
+
+
 def cmd_bench(args) -> int:
     name = args.bench.name
     b = bf.parse_bench(_input_file("--bench", args.bench), name, args.bench_line)
@@ -99,6 +142,12 @@ def cmd_bench(args) -> int:
     policy = PRESETS[args.preset] if args.preset not in (None, "engine") else None  # None: the profile's defaults
     sc = bf.bench_scenario(b, dep, policy, args.requests, args.seed, engine=engine)
     n = sc.workload.num_requests
+    if args.fit_out is not None and not args.fit:
+        raise CliError("--fit-out: writes the profile --fit finds; add --fit")
+    if args.fit_evals is not None and not args.fit:
+        raise CliError("--fit-evals: caps the simulations of --fit; add --fit")
+    if args.fit:
+        return _fit(args, b, sc)
     res = simulate(sc, saturated=bf.saturated(b))
     frame = bf.compare(b, res)
     print(f"# {b.fmt} result {shown(name)}: {b.model_id or 'model not named'} -> {dep.model.name}, "

@@ -10,6 +10,7 @@ import streamlit as st
 from batching.sim.topology.disagg import KV_TRANSFER_FIXED_S, MAX_INSTANCES, Disagg
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
 from batching.sim.simulate import Scenario, admitted
+from batching.sim.hardware.engines import DEFAULT_ENGINE, ENGINES, EngineProfile
 from batching.sim.hardware.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
 from batching.sim.workload.requests import (DEFAULT_RATE_REQ_S, MAX_CLIENT_THINK_S, MAX_CONCURRENCY, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
                                    WORKLOAD_PRESETS, TraceWorkload, workload_preset)
@@ -52,6 +53,16 @@ SERVING = {"aggregated": "Aggregated", "disaggregated": "Disaggregated"}
 DISAGG_TP = (1, 2, 4, 8)
 _DISAGG_DEFAULT = Disagg()
 _LAST = "last_valid_scenario"
+# engine profiles (batching/sim/hardware/engines.py): a named one, or the profile file uploaded on Model and hardware
+# (kept in the session as an EngineProfile; a link cannot carry it, so a link naming it opens with vLLM's)
+UPLOADED = "uploaded"
+PROFILE_UPLOAD = "engine_profile_upload"
+ENGINE_HELP = (
+    "What the serving engine adds to the kernels' time and which scheduler defaults it has (docs/CALIBRATION.md, "
+    "'Engine profiles'): per-step CPU time, per-sequence CPU time, prefill launch overhead, the client's time "
+    "before the queue (HTTP, tokenisation) and after a token, and its kernels' speed relative to vLLM's. TTFT is "
+    "what the client sees. A profile fitted to your own benchmark (python -m batching calibrate --bench FILE --fit) "
+    "uploads on Model and hardware.")
 
 
 def params() -> list[Param]:
@@ -61,6 +72,7 @@ def params() -> list[Param]:
         Param("model", DEFAULT_MODEL, choices=tuple(MODELS), label="model"),
         Param("tp", 8, choices=(1, 2, 4, 8), label="tensor parallel"),
         Param("precision", "bf16", choices=PRECISIONS, label="precision"),
+        Param("engine", DEFAULT_ENGINE, choices=(*ENGINES, UPLOADED), label="engine profile"),
         Param("nodes", 1, low=1, high=MAX_NODES, label="nodes"),
         Param("router", ROUTERS[0], choices=ROUTERS, label="router"),
         Param("serving", "aggregated", choices=tuple(SERVING), label="serving"),
@@ -139,6 +151,15 @@ def _draw(ps: list[Param]) -> None:
     c1.selectbox("Tensor parallel", [1, 2, 4, 8], help="GPUs per model replica; 8 / TP replicas share the load.",
                  **state.bind("tp"))
     c2.selectbox("Precision", list(PRECISIONS), format_func=str.upper, **state.bind("precision"))
+    uploaded = st.session_state.get(PROFILE_UPLOAD)
+    engines = [*ENGINES, UPLOADED] if isinstance(uploaded, EngineProfile) else list(ENGINES)
+    if state.value("engine") not in engines:  # a link naming an uploaded profile this session does not have
+        state.set_value("engine", DEFAULT_ENGINE)
+        st.warning(f"The link names an uploaded engine profile, which a link cannot carry; using "
+                   f"{ENGINES[DEFAULT_ENGINE].label}. Upload the profile on Model and hardware.",
+                   icon=":material/link:")
+    st.selectbox("Engine profile", engines, help=ENGINE_HELP, format_func=lambda k: (
+        f"{uploaded.label} (uploaded)" if k == UPLOADED else ENGINES[k].label), **state.bind("engine"))
     _fleet(bounds_of(ps, "nodes"))
     _serving(ps)
     workloads = [p for p in ps if p.key == "workload"][0].choices
@@ -382,7 +403,17 @@ def _build() -> Scenario:
             raise ValueError(f"disaggregated serving: {exc}. Change the split, or add nodes if it needs more "
                              "GPUs.") from None
         router = ROUTERS[0]  # the split routes by itself (prefill: fewest outstanding, decode: most free KV)
-    return Scenario(deployment=dep, workload=wl, nodes=nodes, router=router, disagg=dis)
+    return Scenario(deployment=dep, workload=wl, nodes=nodes, router=router, disagg=dis, engine=engine_choice(v))
+
+
+def engine_choice(v=None) -> str | EngineProfile:
+    """The engine the sidebar names: a profile's name, or the uploaded EngineProfile."""
+    v = v or state.value
+    name = str(v("engine"))
+    if name == UPLOADED:
+        uploaded = st.session_state.get(PROFILE_UPLOAD)
+        return uploaded if isinstance(uploaded, EngineProfile) else DEFAULT_ENGINE
+    return name if name in ENGINES else DEFAULT_ENGINE
 
 
 def _trace_caption(wl: TraceWorkload) -> str:

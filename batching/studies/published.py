@@ -1,0 +1,145 @@
+"""Published measurements the simulator is held against (issue 23 item 9): ``batching/data/published_points.csv``,
+one row per measured figure with its source, its setting and whether it set a constant (``calibration``) or was
+kept aside (``check``), and ``error_before``: the error the simulator had at 8561f67, before issue 23's engine
+profiles, disaggregation and speculation changes (recorded once, by this module run on that commit).
+``published_errors()`` simulates every setting once and gives each figure's error; the
+speculative-decoding points live in ``batching.studies.spec_check`` (they need a pair of runs per figure).
+
+A setting is the engine (its profile), the policy (``engine``: that engine's scheduler defaults; or a preset, for runs
+of older engine versions: the SGLang v0.3 / vLLM v0.6 reference ran vLLM V0's whole-prompt steps), model, GPU, TP, GPUs, precision, traffic (ShareGPT-like
+lengths or fixed ones; a request rate, ``inf`` = all at once, or closed-loop clients) and request count. Nothing here
+is fitted: the figures only report.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from importlib import resources
+
+import pandas as pd
+
+from batching.sim.hardware.specs import deployment
+from batching.sim.policy import PRESETS, BatchingPolicy
+from batching.sim.simulate import Scenario, simulate
+from batching.sim.workload.requests import workload_preset
+from batching.studies import bench_files as bf
+
+POINTS_FILE = "published_points.csv"
+SETTING = ("engine", "policy", "model", "gpu", "tp", "num_gpus", "precision", "kv_dtype", "dataset", "prompt_tokens", "output_tokens",
+           "requests", "request_rate", "concurrency")
+# an engine's scheduler defaults where the library predates engine profiles (the same values engines.py cites)
+FALLBACK_POLICY = {
+    "vllm": dict(chunked_prefill=True, max_num_batched_tokens=8192, max_num_seqs=1024),
+    "sglang": dict(chunked_prefill=False, max_num_batched_tokens=16384, max_num_seqs=4096),
+    "trtllm": dict(chunked_prefill=True, max_num_batched_tokens=8192, max_num_seqs=2048),
+}
+
+
+def points() -> pd.DataFrame:
+    """Every published figure (batching/data/published_points.csv)."""
+    with resources.files("batching.data").joinpath(POINTS_FILE).open("r", encoding="utf-8") as f:
+        return pd.read_csv(f, dtype={"request_rate": str})
+
+
+def groups() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(points()["group"]))
+
+
+def _has_profiles() -> bool:
+    return "engine" in {f.name for f in dataclasses.fields(Scenario)}
+
+
+def scenario_of(row, seed: int = 0) -> Scenario:
+    """The setting of one row as a Scenario: its engine's profile and scheduler defaults."""
+    dep = deployment(row.gpu, row.model, int(row.tp), int(row.num_gpus), row.precision, row.kv_dtype)
+    rate = float(row.request_rate)
+    n = int(row.requests)
+    conc = None if pd.isna(row.concurrency) else int(row.concurrency)
+    if row.dataset == "sharegpt":
+        wl = workload_preset("sharegpt", rate if math.isfinite(rate) else 1.0, n, seed)
+        if conc is not None:
+            wl = wl.with_concurrency(conc, 0.0)
+    else:
+        b = bf.BenchFile("published", row.id, None, n, rate, conc, 1.0, float(row.prompt_tokens),
+                         float(row.output_tokens))
+        wl = bf.bench_workload(b, n, seed)
+    kw = {}
+    if _has_profiles():
+        from batching.sim.hardware.engines import engine_profile
+
+        kw["engine"] = row.engine
+        pol = engine_profile(row.engine).policy if row.policy == "engine" else PRESETS[row.policy]
+    else:
+        pol = (BatchingPolicy(mode="continuous", prefix_caching=True, **FALLBACK_POLICY[row.engine])
+               if row.policy == "engine" else PRESETS[row.policy])
+    return Scenario(dep, wl, pol, **kw)
+
+
+def published_errors(seed: int = 0, groups: tuple[str, ...] | None = None, progress=None) -> pd.DataFrame:
+    """id | group | role | metric | measured | simulated | error per published figure (latencies in s)."""
+    pts = points()
+    if groups:
+        pts = pts[pts["group"].isin(groups)]
+    rows = []
+    settings = list(pts.groupby(list(SETTING), dropna=False, sort=False))
+    for k, (_, grp) in enumerate(settings):
+        first = grp.iloc[0]
+        sc = scenario_of(first, seed)
+        saturated = not math.isfinite(float(first.request_rate)) and pd.isna(first.concurrency)
+        sim = bf.simulated_metrics(simulate(sc, saturated=saturated))
+        for r in grp.itertuples(index=False):
+            v = bf._sim_value(sim, r.metric)
+            rows.append({"id": r.id, "group": r.group, "role": r.role, "metric": r.metric, "measured": r.value,
+                         "simulated": v, "error": bf.error(r.value, v), "error_before": r.error_before,
+                         "source": r.source})
+        if progress is not None:
+            progress(k + 1, len(settings))
+    return pd.DataFrame(rows)
+
+
+def group_summary(errors: pd.DataFrame) -> pd.DataFrame:
+    """Median and worst absolute error per group and role, now and before."""
+    e = errors.assign(abs_error=errors["error"].abs(), abs_before=errors["error_before"].abs())
+    g = e.groupby(["group", "role"])
+    return pd.DataFrame({"points": g["abs_error"].count(), "median before": g["abs_before"].median(),
+                         "median now": g["abs_error"].median(), "worst before": g["abs_before"].max(),
+                         "worst now": g["abs_error"].max()}).reset_index()
+
+
+METRIC_UNITS = {"ttft": ("TTFT", 1e3, "ms"), "tpot": ("TPOT", 1e3, "ms"), "itl": ("ITL", 1e3, "ms"),
+                "e2e": ("E2E", 1e3, "ms"), "output": ("output throughput", 1.0, "tok/s")}
+
+
+def metric_text(metric: str, value: float) -> str:
+    name, scale, unit = METRIC_UNITS[metric.split("_")[0]]
+    return f"{value * scale:,.4g} {unit}"
+
+
+def markdown(errors: pd.DataFrame | None = None) -> str:
+    """The "Published points" section of docs/CALIBRATION.md: every figure, its error before and now, per group."""
+    e = published_errors() if errors is None else errors
+    lines = ["## Published points", "",
+             "Every published figure the simulator is held against in `batching/data/published_points.csv`",
+             "(`python -m batching calibrate --published` prints them; the speculative-decoding speed-ups are in",
+             "\"Speculative decoding\" below). `calibration`: the figure set a constant; `check`: kept aside. Error =",
+             "simulated / measured − 1; \"before\" is the simulator at 8561f67, before this round's engine profiles.",
+             "", "| id | group | role | metric | measured | simulated | error before | error now |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in e.itertuples(index=False):
+        lines.append(f"| {r.id} | {r.group} | {r.role} | {r.metric} | {metric_text(r.metric, r.measured)} | "
+                     f"{metric_text(r.metric, r.simulated)} | {r.error_before:+.1%} | {r.error:+.1%} |")
+    lines += ["", "| group | role | points | median before | median now | worst before | worst now |",
+              "|---|---|---|---|---|---|---|"]
+    for r in group_summary(e).itertuples(index=False):
+        lines.append(f"| {r.group} | {r.role} | {r.points} | {r[3]:.1%} | {r[4]:.1%} | {r[5]:.1%} | {r[6]:.1%} |")
+    lines += ["", "Sources (each applies to the ids after it until the next):", ""]
+    for r in points().itertuples(index=False):
+        if not r.source.startswith("the same"):
+            lines.append(f"- from `{r.id}`: {r.source}")
+    lines += ["", "The closed-loop TTFT at 5 clients and more is off by 2-4x because every simulated client's request",
+              "has exactly 500 output tokens, as published, so the clients stay in lockstep: each wave's 5,000-token",
+              "prompts arrive together and queue behind each other's prefill. Real clients drift apart (network and",
+              "tokenisation jitter, end-of-sequence tokens); with outputs drawn from 400-600 tokens the same runs give a",
+              "mean TTFT of 0.56 s at 5 clients (measured 0.55 s), 0.86 s at 25 (0.69 s) and 1.20 s at 50 (0.83 s),",
+              "ITL and throughput unchanged. The model has no client jitter; the table keeps the published setting."]
+    return "\n".join(lines) + "\n\n"

@@ -1,0 +1,62 @@
+"""Published measurements (issue 23 item 9): batching/data/published_points.csv is read whole, every setting
+simulates, the reference run keeps its documented errors, and ``calibrate --published`` prints every figure with
+its error before and now (one-line errors for bad flags)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from batching.cli.main import main
+from batching.studies import published as pub
+
+
+def test_every_point_names_its_source_role_and_setting():
+    pts = pub.points()
+    assert len(pts) >= 20 and pts["id"].is_unique
+    assert set(pts["role"]) == {"calibration", "check"}
+    assert pts["source"].str.len().min() > 5 and pts["value"].gt(0).all()
+    assert pts["error_before"].abs().lt(10).all()
+    # "the same ..." only after a row naming the full source
+    assert not pts.iloc[0]["source"].startswith("the same")
+
+
+def test_the_reference_run_keeps_its_documented_errors():
+    """The SGLang v0.3 / vLLM v0.6 Llama-3.1-70B reference (docs/CALIBRATION.md "End to end"): the same errors
+    through this registry as through studies/end_to_end.py."""
+    from batching.studies import end_to_end as e2e
+
+    e = pub.published_errors(groups=("dense",)).set_index("id")
+    ref = {r.metric: r for r in e2e.end_to_end()}
+    off = ref["offline output throughput (tok/s)"]
+    assert e.loc["sgl-70b-offline", "error"] == pytest.approx(off.error_sglang, abs=1e-9)
+    assert e.loc["vllm060-70b-offline", "error"] == pytest.approx(off.error_vllm, abs=1e-9)
+    assert e.loc["sgl-70b-4rps", "error"] == pytest.approx(ref["median TPOT at 4 req/s (s)"].error_sglang, abs=1e-9)
+
+
+def test_a_closed_loop_point_runs_its_clients():
+    row = pub.points().set_index("id").loc["nim-70b-c5-itl"]
+    sc = pub.scenario_of(row.rename("nim-70b-c5-itl").to_frame().T.assign(id="nim-70b-c5-itl").iloc[0])
+    assert sc.workload.concurrency == 5 and sc.deployment.kv_dtype == "fp8" and sc.deployment.node.tp == 2
+
+
+def test_cli_prints_every_figure_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--published", "--group", "closed-loop", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "nim-70b-c1-itl" in text and "# median |error| per group: closed-loop (check, 12 points)" in text
+    doc = json.loads(out.read_text())
+    assert len(doc["points"]) == 12
+    for p in doc["points"]:
+        assert math.isfinite(p["error"]) and p["error"] == pytest.approx(p["simulated"] / p["measured"] - 1)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["calibrate", "--published", "--group", "nope"], "--group nope: not a group of the published points; allowed: "),
+    (["calibrate", "--group", "dense"], "--group: applies to --published; give --published"),
+])
+def test_bad_flags_are_one_line(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
