@@ -518,8 +518,16 @@ documentation's "Speculative Decoding" page; sgl-project/sglang PR #4247; vllm-p
   tokens instead of K + 1 costs little (the linear layers stay memory-bound below ~300 tokens per step on H100);
   at batch 32 and more the tree's verified tokens would be compute-bound, which is why SGLang and the EAGLE-3
   paper run chains there (Table 3: chain of 3). A run that uses a tree at large batch is priced as a chain here.
+- On a prefill/decode split (see "Prefill/decode disaggregation") the decode instances speculate with the Spec
+  of their own deployment (their TP; their KV cache less the proposer's share) and the prefill instances run only
+  the proposer's pass over the prompt, whose KV moves with the target's. DeepSeek-V3 FP8 on H200, MTP K = 1,
+  A = 0.85 (1.85 tokens per verification), chat traffic at 0.5 req/s, 200 requests: TPOT P50 5.26 → 3.78 ms
+  (1.39×) on 1 prefill TP 8 + 1 decode TP 8 (two nodes), 5.53 → 3.84 ms (1.44×) aggregated on TP 8. The
+  DeepSeek-V3 report's 1.8× tokens per second (§5.4.3) names no batch, parallelism or engine, so it is not held
+  against these figures; the gap to 1.85 tokens per verification is the MTP pass (0.91 ms fixed + its MoE
+  layer: 15 % of the decode steps' time on the split) and the second verified token reading more experts.
 - Not modelled: vLLM V0's scoring without a multi-query kernel; the draft's catch-up while speculation is
-  switched off by `speculative_disable_by_batch_size`; speculation on disaggregated decode instances (refused).
+  switched off by `speculative_disable_by_batch_size`.
   The high-load slow-downs of the vLLM blog (draft 1.4×, n-gram 1.8× slower) are not held against the model
   (their acceptance is not published).
 {checks}
@@ -539,18 +547,55 @@ over the node's or cluster's links); NVIDIA's H100 SXM datasheet (NVLink 900 GB/
 GPU presets' `nvlink_Bps`); the DGX H100 user guide (eight ConnectX-7 400 Gb/s ports, one per GPU, for the compute
 network: `CROSS_NODE_GBPS`).
 
-- A prefill instance batches prompts under the policy (chunked or whole) and produces the first token; its
-  request then moves on: transfer time = prompt tokens × the KV bytes per token the busiest GPU moves (a dense
-  model's KV heads split over min(prefill TP, decode TP) ranks; an MLA model's whole latent on every rank, as
-  vLLM's and SGLang's MLA backends replicate it under TP) / the link's bandwidth per GPU, NVLink within a node,
-  400 Gb/s per GPU across nodes, or `--kv-link-gbps` per GPU.
-- A request goes to the prefill instance with the fewest outstanding requests and, after its first token, to the
+- The client's path is vLLM's disaggregated serving (a router sends the prompt to a prefill instance with
+  `max_tokens=1` and `kv_transfer_params.do_remote_decode`, then the whole request to a decode instance, which pulls
+  the KV over its NixlConnector and streams every token; vLLM `examples/online_serving/disaggregated_serving`, and
+  the P/D proxies that copy it). So TTFT, as the client sees it, is the prefill instance's queue and prefill, the KV
+  transfer, the wait for room on a decode instance and the decode instance's first step, which computes the last
+  prompt token again (its KV is not transferred) and samples the first token the client gets. The prefill
+  instance's own token is not sent. TPOT, ITL and E2E are the decode instance's.
+- A transfer takes a fixed 6.7 ms (`KV_TRANSFER_FIXED_S`, `--kv-transfer-fixed-ms`) to post before its bytes
+  move: vLLM's NixlConnector posts one read per KV block and layer, and the decode side's KV-transfer metrics of a
+  3-prefill + 1-decode deployment measured 6.7 ms of post time per transfer on average (1,785 descriptors and
+  167 MB per transfer, block size 64, 1,000 requests; vllm-project/vllm issue #50913, 2026-08-28, baseline
+  column). Then prompt tokens × the KV bytes per token the busiest GPU moves (a dense model's KV heads split over
+  min(prefill TP, decode TP) ranks; an MLA model's whole latent on every rank, as vLLM's and SGLang's MLA
+  backends replicate it under TP) / the link's bandwidth per GPU: NVLink within a node, 400 Gb/s per GPU across
+  nodes, or `--kv-link-gbps` per GPU.
+- A request goes to the prefill instance with the fewest outstanding requests and, after the transfer, to the
   decode instance with the most free KV blocks; it waits in that instance's queue until its blocks fit
-  (backpressure, nothing dropped). The decode instance computes the first token's KV in its first step.
+  (backpressure, nothing dropped).
+- Effect (Llama-3.1-70B FP8 on 8×H100, 1 prefill TP 4 + 1 decode TP 4, chunked, 3,000 prompt / 150 output tokens,
+  2 req/s, 300 requests): TTFT P50 154.5 → 182.1 ms, P99 443.3 → 472.3 ms; TPOT P50 11.4 → 11.3 ms; transfer P50
+  0.5 → 7.2 ms. Where TTFT used to end on the prefill instance, it now carries the transfer, the decode queue and
+  one decode step, as the client measures it. The same vLLM thread measured the whole handover (prefill's token →
+  the client's first token) at ~197 ms P50 on its setup, of which the transfer ~29 ms and the recomputed first
+  token ~58 ms including the wait for a step boundary: here the handover is the transfer, the decode queue and one
+  decode step (on this example 7.2 + 5.3 ms + a step of ~11 ms); the rest of that 197 ms (the router sending the
+  decode request only after the prefill response returns, a second step boundary before the pulled KV is used)
+  is engine overhead this model leaves out.
+- Speculative decoding (DeepSeek MTP + PD, EAGLE, a draft model, n-gram): the decode instances speculate as a
+  replica of their deployment does (speculative.spec_for at the decode TP, a KV cache less the proposer's weights
+  and KV). The prefill instances do not speculate (they emit one token), but a proposer with GPU passes runs its
+  first pass over the prompt there: SGLang launches the prefill server with the same `--speculative-algorithm`
+  (sgl-project/sglang issue #6684's MTP + PD commands), runs the draft's extend after the prefill, and its prefill
+  queue registers the draft model's KV pool with the target's for the transfer
+  (`python/sglang/srt/disaggregation/prefill.py`, `PrefillBootstrapQueue._init_kv_manager`: "We should also
+  transfer draft model kv cache"; PR #7242 sends MTP's hidden states as well). So the prefill instances price the
+  proposer over each prompt token (`prefill_draft_time_share`), their KV cache shrinks by its share too, and a
+  transfer moves the proposer's KV bytes per token with the target's (DeepSeek-V3's MTP module: 1 +
+  `head_layers`/61 of the latent's 70,272 B). The decode instance's first step runs the proposer over its one
+  recomputed token. Llama-3.1-8B on H100, 1 prefill TP 1 + 1 decode TP 1, EAGLE K = 3, A = 0.7, chat at
+  0.5 req/s: TPOT P50 8.78 → 5.31 ms (1.65×), TTFT P50 43.2 → 47.0 ms (the head's pass over the prompt),
+  KV per instance 448,304 → 428,992 tokens. No published PD + speculation measurement with its settings was
+  found to hold these against; the decode side's speed-up is the aggregated model's (table above).
 - Not modelled: the prefill instance holding the KV until the transfer ends (its blocks are freed at the
-  handoff), a transfer's fixed latency and its contention with other transfers on the same link, layer-wise
-  pipelining of the transfer with the prefill, and sessions, speculative decoding or a prefix cache on the
-  decode side.
+  handoff: with a 7 ms transfer against prefill steps of tens of ms it changes little, but under decode-side
+  backpressure vLLM's pull model keeps the prefill's blocks until the decode instance has room, which this model
+  does not), the pull order (vLLM allocates on the decode instance first and transfers after; here the transfer
+  comes first, so a transfer overlaps a wait for decode room), contention between transfers on one link,
+  layer-wise pipelining of the transfer with the prefill, the MTP/EAGLE hidden states sent with the KV (a few KB
+  per request), and sessions or a prefix cache on the decode side.
 
 """
 
