@@ -110,17 +110,21 @@ def main() -> None:
     from batching.sim.topology.fleet import run_fleet
 
     reqs = mixed.generate()
-    pol = PRESETS["continuous"]
     dep = Scenario().deployment
+    # the step budget as a Scenario sizes it (vLLM V0: the model's context), which run_disagg does not do itself
+    pol = PRESETS["continuous"].sized_for(dep.model.max_context_tokens, int(reqs.prompt_tokens.max()))
     cm0 = _cm(dep)
     kv = spec_kv_blocks(pol, dep)
     swap = int(pol.swap_space_gib * GIB // dep.kv_bytes_per_token_per_gpu)
     rates = _race({"plain": lambda: engine_seconds(Scenario(workload=mixed, policy=pol)),
                    "disagg 1x4+1x4": lambda: _best(lambda: run_disagg(reqs, dep, Disagg(1, 4, 1, 4), pol,
                                                                       cm0.allreduce)),
+                   "disagg 1x4+1x4 eagle": lambda: _best(lambda: run_disagg(reqs, dep, Disagg(1, 4, 1, 4),
+                                                                            with_knobs(pol, spec_decode="eagle"),
+                                                                            cm0.allreduce)),
                    "2 replicas LO": lambda: _best(lambda: run_fleet(reqs, 2, "least-outstanding", pol, swap, kv,
                                                                     cm0))}, args.requests)
-    for label in ("disagg 1x4+1x4", "2 replicas LO"):
+    for label in ("disagg 1x4+1x4", "disagg 1x4+1x4 eagle", "2 replicas LO"):
         print(f"{label} keeps {rates[label] / rates['plain']:.0%} of the requests/s of plain continuous "
               f"(target >= 50 %)")
     # speed-up over the interpreted kernel on 500 requests

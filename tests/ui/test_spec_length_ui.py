@@ -57,3 +57,16 @@ def test_compare_slot_takes_the_length():
     at = run_page(COMPARE, b_spec="eagle", b_spec_len="2", **FAST)
     assert_clean(at)
     assert at.number_input(key="wid:b_spec_len").value == 2.0 and at.query_params["b_spec_len"] == "2"
+
+
+def test_explore_runs_a_split_that_speculates_from_the_link():
+    """Speculation on a prefill/decode split (issue 23 item 3): no refusal, the run's decode instances speculate at
+    the acceptance length given, every chart draws."""
+    at = run_page(EXPLORE, serving="disaggregated", spec="eagle", spec_k="3", spec_len="2.5", **FAST)
+    assert_clean(at)
+    run, _ = at.session_state["explore_last"]
+    assert run.disagg is not None and run.policy.spec_acceptance_length == 2.5
+    from batching.ui import cache
+
+    s = cache.simulate_cached(run).summary()
+    assert s["mean_tokens_per_step"] == pytest.approx(2.5, rel=0.15) and s["prefill_draft_time_share"] > 0
