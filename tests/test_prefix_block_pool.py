@@ -110,8 +110,8 @@ def test_three_families_served_one_at_a_time_on_a_64_block_cache_hit_nothing():
     """The issue's case: 3 families of a 256-token (16-block) prefix + 400 tokens of their own (41 full blocks a
     prompt), served one at a time, A B C A B C, on a 64-block cache. Each request's own blocks go back to the free
     queue after its family's prefix, so the next request's allocation takes the older family's prefix first: by a
-    family's next turn its prefix is gone, as in V1 (0 hit tokens; a cache of shared blocks alone kept all three
-    prefixes, 48 blocks, and served 864)."""
+    family's next turn its prefix is gone, as in V1: 0 hit tokens. (The engine before, whose cache held shared
+    blocks only, served 576 here, 96 tokens to each of the last 6.)"""
     n = 9
     prompt = np.full(n, 656)
     output = np.full(n, 8)
