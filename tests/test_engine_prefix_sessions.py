@@ -74,16 +74,23 @@ def test_caching_off_or_without_chains_changes_nothing():
 
 
 def test_unused_cached_blocks_are_reclaimed_least_recently_used_first():
-    # 12 blocks of cache. Request 0 caches chain A (4 blocks), then request 1 chain B (4 blocks): 8 cached, 4
-    # truly free. Request 2 (a 6-block private prompt) needs 2 more, so the 2 least recently used go: A's last
-    # two (A is older, and a released chain's tail is reclaimed first). Request 3 (chain A) then hits 2 blocks,
-    # request 4 (chain B) all 4 it may (one prompt token is always computed).
+    # 12 blocks of cache, one free queue (vLLM V1's block pool): never-used blocks first, then freed ones in the
+    # order they were freed, each request's last block first. Request 0 (chain A, 80 tokens: A's 4 blocks and one of
+    # its own) takes blocks from the 12 never used and frees [own, A3, A2, A1, A0]; request 1 (chain B) takes 5 more
+    # never-used ones and frees [own, B3 .. B0]. Request 2 (6 blocks of its own) takes the 2 never-used left, then
+    # request 0's own block and A3, A2, A1. Request 3 (chain A) then hits A0 only, and its 4 new blocks take request
+    # 1's own block and B3, B2, B1: request 4 (chain B) hits B0 only.
     out = run([0.0, 10.0, 20.0, 30.0, 40.0], [80, 80, 96, 80, 80], [1, 1, 1, 1, 1],
               chain=[[0, 1, 2, 3], [10, 11, 12, 13], [], [0, 1, 2, 3], [10, 11, 12, 13]], kv_blocks=12)
-    assert out.req_cached.tolist() == [0, 0, 0, 32, 64]
+    assert out.req_cached.tolist() == [0, 0, 0, 16, 16]
     si = out.steps_i
     assert (si[:, eng.S_KV_BLOCKS] + si[:, eng.S_CACHE_BLOCKS] <= 12).all()
     assert si[-1, eng.S_CACHE_BLOCKS] > 0  # what nobody uses stays cached after the run
+    # a cache of 16 blocks keeps A and B whole (request 2 takes the 6 never-used blocks left): requests 3 and 4 hit
+    # all they may (one prompt token is always computed: 4 blocks of 5)
+    out = run([0.0, 10.0, 20.0, 30.0, 40.0], [80, 80, 96, 80, 80], [1, 1, 1, 1, 1],
+              chain=[[0, 1, 2, 3], [10, 11, 12, 13], [], [0, 1, 2, 3], [10, 11, 12, 13]], kv_blocks=16)
+    assert out.req_cached.tolist() == [0, 0, 0, 64, 64]
 
 
 def test_a_block_in_use_is_never_reclaimed():

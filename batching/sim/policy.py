@@ -179,7 +179,7 @@ PRESETS: dict[str, BatchingPolicy] = {
     "dynamic": BatchingPolicy(mode="dynamic", max_batch_size=64, max_wait_s=0.1),
     # vLLM V0 defaults: 256 sequences, whole-prompt prefill steps in a budget of max(max_model_len, 2048) tokens,
     # recompute preemption (prefix caching on in every iteration-level preset, as vLLM V1 and SGLang default to; it
-    # changes nothing without shared prefixes)
+    # changes nothing without shared prefixes: the engine then runs without the cache, kernel._new_prefix)
     "continuous": BatchingPolicy(mode="continuous", max_num_batched_tokens=V0_MIN_BUDGET, prefix_caching=True,
                                  budget_from_context=True),
     # vLLM V1 / Sarathi-Serve: mixed steps with a 2,048-token budget

@@ -246,12 +246,20 @@ def session_next_nb(r, t, inp, lat, cnt):
         later_push_nb(lat, cnt, t + inp.think[nxt], nxt)
 
 
-# --- the prefix cache (vLLM V1 automatic prefix caching): a sequence's leading chain blocks ----------------
-# A sequence holds blocks[r] GPU blocks; its first pb[r] are shared chain blocks (cached, reference-counted
-# per id), the rest are its own. B_FREE counts every block no running sequence uses, the cached ones nobody
-# uses (B_EVICTABLE, in an LRU list) included, so admission and preemption see reclaimable blocks as free;
-# ``pc_trim_nb`` reclaims the oldest of them whenever fresh allocations have dipped into them.
-# A cached block's state (ref, LRU links) sits in a slot: the block id itself when the chains name few enough ids
+# --- the prefix cache as vLLM V1's block pool (engine_state.Prefix) ----------------------------------------------
+# A sequence holds blocks[r] GPU blocks; its first pb[r] are named (every full block, its chain's id or its own),
+# cached and reference-counted per name, the rest (a partial last block, blocks scheduled but not yet full) are its
+# own, anonymous. B_FREE counts every block no running sequence uses, the named ones nobody uses (B_EVICTABLE)
+# included, so admission and preemption see reclaimable blocks as free. The free blocks form one queue (V1's
+# FreeKVCacheBlockQueue): a released sequence appends its blocks last first (anonymous tail, then named blocks from
+# its last to its first: a chain's tail is evicted first); an allocation takes the queue's head, dropping a name it
+# finds there. Allocations only lower B_FREE; ``pc_trim_nb`` then takes that many entries from the head (the queue
+# is never shorter than before them, so taking them late takes the same ones), before any lookup or naming reads
+# the cache. A block named when another block already holds its name (two sequences computed it at once, or the
+# last prompt block recomputed when the whole prompt is cached) is merged into the cached copy and its own block
+# freed: V1 keeps both copies (block_pool.py: it does not de-duplicate, so block tables stay append-only), vLLM
+# V0's block manager and SGLang's radix tree merge as here.
+# A cached block's state (ref, queue links, gap) sits in a slot: the block id itself when the ids are few enough
 # (Prefix.index empty), else a slot taken while the block is cached and found through Prefix.index, a hash table
 # (linear probing, deletion by backward shift), so the tables follow the GPU's blocks, not the ids a trace names
 # (engine_state.prefix_tables).
@@ -259,6 +267,16 @@ def session_next_nb(r, t, inp, lat, cnt):
 def chain_id_nb(ids, lo, j, shift):
     """The id of block j of the chain whose ids start at ids[lo], each id naming 2^shift blocks (Inputs.chain_len)."""
     return ids[lo + (j >> shift)] + (j & ((1 << shift) - 1))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def block_id_nb(inp, r, j):
+    """The name of request r's block j: its chain's id, or past its chain an id of its own (Inputs.own_base)."""
+    n = inp.chain_len[r]
+    bid = inp.own_base[r] + (j - n)
+    if j < n:
+        bid = chain_id_nb(inp.chain_ids, inp.chain_off[r], j, inp.chain_shift)
+    return bid
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -333,43 +351,41 @@ def _pc_remove_nb(key, index, free, ends, s):
     ends[3] += 1
 
 
-# Each operation below walks a chain by block id when the tables are indexed by id, else calls its hashed twin.
+# Each operation below walks a request's blocks by id when the tables are indexed by id, else calls its hashed twin.
 @njit(cache=True, nogil=True, inline="always")
 def pc_lookup_nb(h, limit, inp, pc):
-    """(m, m0): request h's leading chain blocks that are cached, at most ``limit``, and how many of those no
-    running sequence uses (taking them costs free blocks)."""
-    lo = inp.chain_off[h]
-    m_max = min(limit, inp.chain_len[h])
+    """(m, m0): request h's leading blocks that are cached, at most ``limit``, and how many of those no running
+    sequence uses (taking them costs free blocks)."""
     if _hashed_nb(pc):
-        return _pc_lookup_hashed_nb(lo, m_max, inp, pc)
+        return _pc_lookup_hashed_nb(h, limit, inp, pc)
     m = 0
     m0 = 0
-    going = m < m_max
+    going = m < limit
     while going:
-        bid = chain_id_nb(inp.chain_ids, lo, m, inp.chain_shift)
+        bid = block_id_nb(inp, h, m)
         if pc.cached[bid]:
             if pc.ref[bid] == 0:
                 m0 += 1
             m += 1
-            going = m < m_max
+            going = m < limit
         else:
             going = False
     return m, m0
 
 
 @njit(cache=True, nogil=True)
-def _pc_lookup_hashed_nb(lo, m_max, inp, pc):
+def _pc_lookup_hashed_nb(h, limit, inp, pc):
     m = 0
     m0 = 0
     s = -1
-    going = m < m_max
+    going = m < limit
     while going:
-        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], chain_id_nb(inp.chain_ids, lo, m, inp.chain_shift), s + 1)
+        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], block_id_nb(inp, h, m), s + 1)
         if s >= 0:
             if pc.ref[s] == 0:
                 m0 += 1
             m += 1
-            going = m < m_max
+            going = m < limit
         else:
             going = False
     return m, m0
@@ -377,23 +393,30 @@ def _pc_lookup_hashed_nb(lo, m_max, inp, pc):
 
 @njit(cache=True, nogil=True, inline="always")
 def _lru_unlink_nb(pc, s):
+    """Named slot s leaves the free queue; the anonymous blocks queued before it stay where they were."""
     p, nx = pc.prev[s], pc.next[s]
+    g = pc.gap[s]
+    pc.gap[s] = 0
     if p >= 0:
         pc.next[p] = nx
     else:
         pc.ends[0] = nx
     if nx >= 0:
         pc.prev[nx] = p
+        pc.gap[nx] += g
     else:
         pc.ends[1] = p
+        pc.ends[4] += g
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _lru_append_nb(pc, s):
-    """Slot s joins the LRU list at its tail (the most recently used end)."""
+    """Named slot s joins the free queue at its tail (the last to be taken)."""
     tail = pc.ends[1]
     pc.prev[s] = tail
     pc.next[s] = -1
+    pc.gap[s] = pc.ends[4]
+    pc.ends[4] = 0
     if tail >= 0:
         pc.next[tail] = s
     else:
@@ -402,92 +425,111 @@ def _lru_append_nb(pc, s):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _touch_nb(pc, s, cnt):
+    """A sequence takes named slot s: out of the free queue if nobody held it (V1's BlockPool.touch)."""
+    if pc.ref[s] == 0:
+        _lru_unlink_nb(pc, s)
+        cnt[B_EVICTABLE] -= 1
+        cnt[B_FREE] -= 1
+    pc.ref[s] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
 def pc_acquire_nb(h, m, inp, seqs, pc, cnt):
-    """Request h takes its first m chain blocks from the cache (they are cached): pb = blocks = m."""
-    lo = inp.chain_off[h]
+    """Request h takes its first m blocks from the cache (they are cached): pb = blocks = m."""
     if _hashed_nb(pc):
-        _pc_acquire_hashed_nb(lo, m, inp, pc, cnt)
+        _pc_acquire_hashed_nb(h, m, inp, pc, cnt)
     else:
         for j in range(m):
-            bid = chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift)
-            if pc.ref[bid] == 0:
-                _lru_unlink_nb(pc, bid)
-                cnt[B_EVICTABLE] -= 1
-                cnt[B_FREE] -= 1
-            pc.ref[bid] += 1
+            _touch_nb(pc, block_id_nb(inp, h, j), cnt)
     seqs.pb[h] = m
     seqs.blocks[h] = m
 
 
 @njit(cache=True, nogil=True)
-def _pc_acquire_hashed_nb(lo, m, inp, pc, cnt):
+def _pc_acquire_hashed_nb(h, m, inp, pc, cnt):
     s = -1
     for j in range(m):
-        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift), s + 1)
-        if pc.ref[s] == 0:
-            _lru_unlink_nb(pc, s)
-            cnt[B_EVICTABLE] -= 1
-            cnt[B_FREE] -= 1
-        pc.ref[s] += 1
+        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], block_id_nb(inp, h, j), s + 1)
+        _touch_nb(pc, s, cnt)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def pc_register_nb(r, full, inp, seqs, pc):
-    """Sequence r's blocks before ``full`` are (scheduled to be) complete: name its chain blocks among them
-    in the cache, as vLLM V1 caches full blocks when it schedules them. A block someone else cached already
-    (computed twice, at the same time) stays r's own copy, and r names no further blocks."""
-    lo = inp.chain_off[r]
+def pc_register_nb(r, full, inp, seqs, pc, cnt):
+    """Sequence r's blocks before ``full`` are (scheduled to be) complete: name them in the cache, as vLLM V1
+    caches full blocks when it schedules them (KVCacheManager.allocate_slots, after the allocation). A block whose
+    name is cached already is merged into that copy (the section's note): r holds the copy, its own block is free,
+    queued as anonymous. Inlined into the step stages, written for their loops (one exit, no call that is not
+    inlined: the hashed twin is compiled out with tables by id)."""
     end = min(full, seqs.plim[r])
-    going = seqs.pb[r] < end
-    if going and _hashed_nb(pc):
-        _pc_register_hashed_nb(r, lo, end, inp, seqs, pc)
-        going = False
-    while going:
-        j = seqs.pb[r]
-        bid = chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift)
-        if pc.cached[bid]:
-            seqs.plim[r] = j
-            going = False
-        else:
-            pc.cached[bid] = True
-            pc.ref[bid] = 1
+    if _hashed_nb(pc):
+        _pc_register_hashed_nb(r, end, inp, seqs, pc, cnt)
+    else:
+        going = seqs.pb[r] < end
+        while going:
+            j = seqs.pb[r]
+            bid = block_id_nb(inp, r, j)
+            if pc.cached[bid]:
+                if pc.ref[bid] == 0:
+                    trim_nb(pc, cnt)  # the allocations before it come first: they may take this very block
+            if pc.cached[bid]:
+                _touch_nb(pc, bid, cnt)
+                cnt[B_FREE] += 1  # its own copy, anonymous, joins the queue's tail
+                pc.ends[4] += 1
+                pc.ends[5] += 1
+            else:
+                pc.cached[bid] = True
+                pc.ref[bid] = 1
             seqs.pb[r] = j + 1
             going = j + 1 < end
 
 
 @njit(cache=True, nogil=True)
-def _pc_register_hashed_nb(r, lo, end, inp, seqs, pc):
-    going = True
-    while going:
+def _pc_register_hashed_nb(r, end, inp, seqs, pc, cnt):
+    while seqs.pb[r] < end:
         j = seqs.pb[r]
-        bid = chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift)
-        s = -1
-        if _pc_find_nb(pc.key, pc.index, pc.ends[2], bid, -1) < 0:
+        bid = block_id_nb(inp, r, j)
+        s = _pc_slot_nb(pc, bid)
+        if s >= 0:
+            if pc.ref[s] == 0:
+                pc_trim_nb(pc, cnt)
+                s = _pc_slot_nb(pc, bid)
+        if s < 0:
             s = _pc_insert_nb(pc.key, pc.index, pc.free, pc.ends, bid)
-        if s < 0:  # cached already (or, not reached, no free slot)
-            seqs.plim[r] = j
-            going = False
-        else:
             pc.cached[s] = True
             pc.ref[s] = 1
-            seqs.pb[r] = j + 1
-            going = j + 1 < end
+        else:
+            _touch_nb(pc, s, cnt)
+            cnt[B_FREE] += 1
+            pc.ends[4] += 1
+            pc.ends[5] += 1
+        seqs.pb[r] = j + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pc_slot_nb(pc, bid):
+    """The slot of block bid while it is cached, else -1."""
+    if _hashed_nb(pc):
+        return _pc_find_nb(pc.key, pc.index, pc.ends[2], bid, -1)
+    return bid if pc.cached[bid] else -1
 
 
 @njit(cache=True, nogil=True, inline="always")
 def pc_release_nb(r, inp, seqs, pc, cnt):
-    """Sequence r gives back its GPU blocks: its own ones are free; its chain blocks stay cached, and
-    those nobody else uses join the LRU list, the chain's last block first (so it is reclaimed first)."""
+    """Sequence r gives back its GPU blocks, last first (V1's KVCacheManager.free: reversed): its anonymous ones
+    join the free queue, then its named ones nobody else holds, its last named block first (taken first)."""
     pb = seqs.pb[r]
-    cnt[B_FREE] += seqs.blocks[r] - pb
-    lo = inp.chain_off[r]
+    own = seqs.blocks[r] - pb
+    cnt[B_FREE] += own
+    pc.ends[4] += own
+    pc.ends[5] += own
     if _hashed_nb(pc):
-        _pc_release_hashed_nb(lo, pb, inp, pc, cnt)
+        _pc_release_hashed_nb(r, pb, inp, pc, cnt)
     else:
         j = pb
         while j > 0:  # (a loop with a negative range step could raise: see the module's note on speed)
             j -= 1
-            bid = chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift)
+            bid = block_id_nb(inp, r, j)
             pc.ref[bid] -= 1
             if pc.ref[bid] == 0:
                 _lru_append_nb(pc, bid)
@@ -495,16 +537,15 @@ def pc_release_nb(r, inp, seqs, pc, cnt):
                 cnt[B_FREE] += 1
     seqs.blocks[r] = 0
     seqs.pb[r] = 0
-    seqs.plim[r] = inp.chain_len[r]
 
 
 @njit(cache=True, nogil=True)
-def _pc_release_hashed_nb(lo, pb, inp, pc, cnt):
+def _pc_release_hashed_nb(r, pb, inp, pc, cnt):
     j = pb
     s = -2
     while j > 0:
         j -= 1
-        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], chain_id_nb(inp.chain_ids, lo, j, inp.chain_shift), s - 1)
+        s = _pc_find_nb(pc.key, pc.index, pc.ends[2], block_id_nb(inp, r, j), s - 1)
         pc.ref[s] -= 1
         if pc.ref[s] == 0:
             _lru_append_nb(pc, s)
@@ -512,16 +553,37 @@ def _pc_release_hashed_nb(lo, pb, inp, pc, cnt):
             cnt[B_FREE] += 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def pc_trim_nb(pc, cnt):
-    """Reclaim the least recently used cached blocks until the fresh allocations fit beside them."""
-    while cnt[B_FREE] < cnt[B_EVICTABLE]:
+    """``trim_nb``, called: from the engine loop (an inlined loop there would defeat the pruning of reference
+    counts, see the module's note) and from functions that are not inlined."""
+    trim_nb(pc, cnt)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def trim_nb(pc, cnt):
+    """The allocations since the last call take their blocks from the free queue's head (V1's
+    BlockPool.get_new_blocks): anonymous ones as they come, a named one losing its name. The queue holds
+    B_EVICTABLE named and ends[5] anonymous blocks; B_FREE of them are still free."""
+    over = cnt[B_EVICTABLE] + pc.ends[5] - cnt[B_FREE]
+    while over > 0:
         s = pc.ends[0]
-        _lru_unlink_nb(pc, s)
-        pc.cached[s] = False
-        if _hashed_nb(pc):
-            _pc_remove_nb(pc.key, pc.index, pc.free, pc.ends, s)
-        cnt[B_EVICTABLE] -= 1
+        if s < 0:
+            pc.ends[4] -= over
+            pc.ends[5] -= over
+            over = 0
+        elif pc.gap[s] > 0:
+            k = min(pc.gap[s], over)
+            pc.gap[s] -= k
+            pc.ends[5] -= k
+            over -= k
+        else:
+            _lru_unlink_nb(pc, s)
+            pc.cached[s] = False
+            if _hashed_nb(pc):
+                _pc_remove_nb(pc.key, pc.index, pc.free, pc.ends, s)
+            cnt[B_EVICTABLE] -= 1
+            over -= 1
 
 
 # --- preemption (rare: called by the engine loop, between stages) -------------------------
@@ -690,12 +752,14 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
                     free -= need
                     blocks[r] += need
                 if pc is not None:
-                    # (the cheap test first: a sequence whose chain is all named skips the division). Written out
+                    # (the cheap test first: a sequence whose blocks are all named skips the division). Written out
                     # here and in schedule_chunks_nb: one shared inlined helper made the kernel 3.3x slower
                     # (benchmarks/bench_engine_pair.py, continuous, 10,000 requests: 0.064 -> 0.213 s CPU)
                     if seqs.pb[r] < seqs.plim[r]:
                         if seqs.pb[r] < (kv[r] + 1) // KV_BLOCK_TOKENS:
-                            pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc)
+                            cnt[B_FREE] = free  # naming may trim the queue or free a merged block
+                            pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc, cnt)
+                            free = cnt[B_FREE]
                 sched[r] = 1 + kr
                 n_dec += 1 + kr
                 ctx += kv[r] + 1 + kr  # a multi-query kernel reads the context once for its k + 1 queries
@@ -780,7 +844,7 @@ def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
     cnt[B_SWAP_USED] -= kv[s]
     si[step, S_SWAP_TOKENS] += kv[s]
     cnt[B_FREE] -= need
-    seqs.blocks[s] = need  # its own blocks: pc_register_nb names its chain blocks again as it decodes
+    seqs.blocks[s] = need  # its own blocks: pc_register_nb names them again as it decodes
     nr = cnt[B_RUNNING]
     for i in range(nr, nd, -1):
         run[i] = run[i - 1]
@@ -837,7 +901,9 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
                     # (the cheap test first; written out as in schedule_decodes_nb, which says why)
                     if seqs.pb[r] < seqs.plim[r]:
                         if seqs.pb[r] < (kv[r] + c) // KV_BLOCK_TOKENS:
-                            pc_register_nb(r, (kv[r] + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
+                            cnt[B_FREE] = free
+                            pc_register_nb(r, (kv[r] + c) // KV_BLOCK_TOKENS, inp, seqs, pc, cnt)
+                            free = cnt[B_FREE]
                 sched[r] = c
                 n_pre += c
                 attn += c * (kv[r] + 0.5 * c)
@@ -886,7 +952,8 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
             tokens += si[step, S_PADDED]
         m, m0 = 0, 0
         if pc is not None:
-            # cached leading blocks, leaving at least one prompt token to compute (as vLLM)
+            # cached leading blocks, leaving at least one token to compute (vLLM V1's KVCacheManager.
+            # get_computed_blocks: max_cache_hit_length = num_tokens - 1; a recompute victim's generated ones count)
             m, m0 = pc_lookup_nb(h, (target[h] - 1) // KV_BLOCK_TOKENS, inp, pc)
         hit = m * KV_BLOCK_TOKENS
         if inp.ready[h] > 0 and req_f[h, R_FIRST_SCHED] < 0:
@@ -928,8 +995,8 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
                     si[step, S_CACHED_TOKENS] += hit
                     if first:
                         out.req_cached[h] = hit
-                pc_register_nb(h, (hit + c) // KV_BLOCK_TOKENS, inp, seqs, pc)
-                pc_trim_nb(pc, cnt)
+                pc_trim_nb(pc, cnt)  # its new blocks come from the queue's head, after it took its hits
+                pc_register_nb(h, (hit + c) // KV_BLOCK_TOKENS, inp, seqs, pc, cnt)
             sched[h] = c
             si[step, S_PREFILL] += c
             out.steps_f[step, F_ATTN_WORK] += c * (hit + 0.5 * c)
@@ -988,7 +1055,7 @@ def count_decoding_nb(b, seqs, hi):
 # --- applying a step ----------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def finish_nb(nd, t, inp, seqs, b, pc, lat):
-    """The ``nd`` sequences the step finished (b.done): their chain blocks go back to the prefix cache, and
+    """The ``nd`` sequences the step finished (b.done): their blocks go back to the prefix cache's queue, and
     a session's next turn arrives a think time after the release."""
     for j in range(nd):
         r = b.done[j]

@@ -118,6 +118,9 @@ class Inputs(NamedTuple):
     #                        + j % 2^chain_shift (engine_stages.chain_id_nb): a Mooncake trace's 512-token hashes
     #                        name 32 blocks each (chain_shift 5), held once, not as 32 ids
     chain_shift: int
+    own_base: np.ndarray  # int64: the id of request r's block j past its chain (its own blocks, prompt then output:
+    #                       no other request names them) is own_base[r] + j - chain_len[r] (engine_stages.block_id_nb)
+    n_ids: int  # ids the blocks of all requests name: chain ids, then every request's own ones (kernel.inputs)
 
 
 class Knobs(NamedTuple):
@@ -163,9 +166,9 @@ class Seqs(NamedTuple):
     kv: np.ndarray  # tokens whose KV is stored (GPU or host)
     target: np.ndarray  # tokens to prefill before decoding (prompt, + generated after a recompute)
     gen: np.ndarray  # output tokens produced
-    blocks: np.ndarray  # GPU blocks held (shared chain blocks included)
-    pb: np.ndarray  # of those, the leading chain blocks it holds as shared, cached blocks (prefix caching)
-    plim: np.ndarray  # chain blocks it may still name in the cache (its chain length; less once it computed a cached one twice)
+    blocks: np.ndarray  # GPU blocks held (shared cached blocks included)
+    pb: np.ndarray  # of those, the leading blocks it holds as named, cached blocks (prefix caching): every full one
+    plim: np.ndarray  # blocks it may name: all it can fill, (prompt + output - 1) // 16 (the last token's KV is never computed)
     sched: np.ndarray  # tokens scheduled in the current step
     last_tok: np.ndarray  # time of the last token (float64)
 
@@ -190,21 +193,27 @@ class Batch(NamedTuple):
 
 
 class Prefix(NamedTuple):
-    """The prefix cache (vLLM V1's automatic prefix caching): per cached block, how many running sequences use
-    it; the cached blocks nobody uses form an LRU list (doubly linked, oldest at the head), reclaimed from the
-    head when a new block is needed. The state is kept per slot (engine_stages' prefix cache section): slot = id
-    when ``index`` is empty, else a slot found through the hash table ``index`` (``prefix_tables``)."""
+    """The prefix cache as vLLM V1's block pool (vllm/v1/core/block_pool.py, kv_cache_utils.FreeKVCacheBlockQueue):
+    every full block a request computed is named (Inputs: its chain id, or an id of its own), and a named block
+    counts how many running sequences hold it. The free blocks form ONE queue, allocation taking its head: the
+    named ones nobody holds (evictable: allocation drops the name) in a doubly linked list, the anonymous ones
+    (never used, a request's partial last block) as counts, ``gap[s]`` of them just before named slot s and
+    ends[4] after the tail, so the queue keeps V1's order without one entry per physical block. The state is kept
+    per slot (engine_stages' prefix cache section): slot = id when ``index`` is empty, else a slot found through
+    the hash table ``index`` (``prefix_tables``)."""
 
     ref: np.ndarray  # int32 per slot: running sequences holding its block
     cached: np.ndarray  # bool per slot: a GPU block holds it (the direct tables' membership test)
-    prev: np.ndarray  # int32 per slot: LRU neighbours (-1 none)
+    prev: np.ndarray  # int32 per slot: free-queue neighbours among the named blocks (-1 none)
     next: np.ndarray
-    ends: np.ndarray  # int64 (4,): LRU head (oldest) and tail (-1 when empty), the hash's shift, free slots left
+    ends: np.ndarray  # int64 (6,): queue head and tail named slots (-1 when none), the hash's shift, free slots left,
+    #                   anonymous free blocks after the tail, anonymous free blocks in all
     key: np.ndarray  # int32 per slot: the block id it holds, -1 when free (hashed tables; empty for direct ones)
     index: np.ndarray  # int32 per bucket, a power of two of them: a slot, or -1 (empty); empty for direct tables
     free: np.ndarray  # int32: the free slots, ends[3] of them (hashed tables)
     hashed: np.ndarray  # empty int8, 1-D for hashed tables, 2-D for tables by id: a flag in the type (numba makes
     #                     ndim a constant), so each kind of tables compiles without the other's code
+    gap: np.ndarray  # int32 per slot: anonymous free blocks queued just before it (while it is queued)
 
 
 # prefix tables are indexed by block id up to this many ids per GPU block, or DIRECT_IDS ids over all instances
@@ -213,27 +222,29 @@ DIRECT_IDS = 1 << 22
 
 
 def prefix_tables(n_ids: int, kv_blocks: int, instances: int | None = None) -> Prefix:
-    """Prefix-cache tables for chains naming ids 0 .. n_ids - 1 on a GPU cache of kv_blocks blocks (one set, or
-    ``instances`` stacked: row i is instance i's). Indexed by id (13 bytes an id) while there are at most
-    DIRECT_IDS_PER_KV_BLOCK ids per GPU block or DIRECT_IDS in all (the shipped Mooncake trace's 1.4 M); past that
-    a hash table with a slot per block that can be cached at once: at most 2 x kv_blocks (the cached blocks running
-    sequences use plus the evictable ones, which pc_trim_nb keeps within the free blocks), 60-75 bytes a GPU block
-    however many ids the chains name (an adversarial 12 MB Mooncake file names 62 M: 0.8 GB indexed by id). Both
-    give the same runs; the hashed ones are up to ~25 % slower where lookups dominate."""
+    """Prefix-cache tables for blocks named 0 .. n_ids - 1 (Inputs.n_ids: chain ids and every request's own ones) on
+    a GPU cache of kv_blocks blocks (one set, or ``instances`` stacked: row i is instance i's). Indexed by id (17
+    bytes an id) while there are at most DIRECT_IDS_PER_KV_BLOCK ids per GPU block or DIRECT_IDS in all; past that
+    a hash table with a slot per block that can be named at once: at most kv_blocks (a name is held by one GPU
+    block, in use or queued; 2 x kv_blocks are allocated), 64-80 bytes a GPU block however many ids the requests
+    name (the shipped Mooncake trace's own blocks alone name ~13 M). Both give the same runs; the hashed ones are
+    up to ~25 % slower where lookups dominate."""
     lead = () if instances is None else (instances,)
     direct = n_ids <= DIRECT_IDS_PER_KV_BLOCK * kv_blocks or n_ids * (instances or 1) <= DIRECT_IDS
     slots = n_ids if direct else 2 * kv_blocks + 64
     buckets = 0 if direct else 1 << (2 * slots - 1).bit_length()  # a power of two >= 2 x slots: half full at most
     index_dt = np.int32 if max(slots, n_ids) < 2**31 else np.int64
-    ends = np.full(lead + (4,), -1, np.int64)
+    ends = np.full(lead + (6,), -1, np.int64)
     ends[..., 2] = 64 - (buckets.bit_length() - 1) if buckets else 0  # bucket: the hash's top log2(buckets) bits
     ends[..., 3] = 0 if direct else slots
+    ends[..., 4] = kv_blocks  # every block free, never used: anonymous, in the queue (V1 starts it with all blocks)
+    ends[..., 5] = kv_blocks
     return Prefix(np.zeros(lead + (slots,), index_dt), np.zeros(lead + (slots,), np.bool_),
                   np.empty(lead + (slots,), index_dt), np.empty(lead + (slots,), index_dt), ends,
                   np.full(lead + ((0 if direct else slots),), -1, index_dt), np.full(lead + (buckets,), -1, index_dt),
                   np.empty(lead + ((0 if direct else slots),), index_dt) if direct else  # slot 0 taken first
                   np.broadcast_to(np.arange(slots - 1, -1, -1, dtype=index_dt), lead + (slots,)).copy(),
-                  np.empty(lead + ((0, 0) if direct else (0,)), np.int8))
+                  np.empty(lead + ((0, 0) if direct else (0,)), np.int8), np.zeros(lead + (slots,), np.int32))
 
 
 class Spec(NamedTuple):

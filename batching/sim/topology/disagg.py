@@ -328,7 +328,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
     while True:
         out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
         out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
-        pcs = stacked_prefix(dis.prefill_instances, inp_p.chain_ids, inp_p.chain_shift, kv_p) if chains else None
+        pcs = stacked_prefix(dis.prefill_instances, inp_p, kv_p) if chains else None
         hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64))
         heap = Later(np.empty(n), np.empty(n, np.int64), np.empty(0, np.int64))
         dec_rep = np.full(n, -1, np.int64)

@@ -69,7 +69,7 @@ def _pc_of(pcs, i):
         return None
     else:
         return Prefix(pcs.ref[i], pcs.cached[i], pcs.prev[i], pcs.next[i], pcs.ends[i], pcs.key[i], pcs.index[i],
-                      pcs.free[i], pcs.hashed[i])
+                      pcs.free[i], pcs.hashed[i], pcs.gap[i])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -201,12 +201,12 @@ def stacked_outputs(n: int, instances: int, room: int, classes: int, arrival) ->
                    np.empty((instances, room, NUM_SF)), np.zeros((max(1, classes), ITL_BINS), np.int64))
 
 
-def stacked_prefix(instances: int, chain_ids, shift: int, kv_blocks: int) -> Prefix | None:
-    """One prefix cache per instance (a GPU cache of kv_blocks blocks each) over the chains' block ids, each naming
-    2^shift blocks (_pc_of gives instance i's), or None without chains."""
-    if len(chain_ids) == 0:
+def stacked_prefix(instances: int, inp, kv_blocks: int) -> Prefix | None:
+    """One prefix cache per instance (a GPU cache of kv_blocks blocks each) over the blocks the requests name
+    (Inputs.n_ids; _pc_of gives instance i's), or None without chains (kernel._new_prefix says why)."""
+    if len(inp.chain_ids) == 0:
         return None
-    return prefix_tables(int(chain_ids.max()) + (1 << shift), kv_blocks, instances)
+    return prefix_tables(inp.n_ids, kv_blocks, instances)
 
 
 def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks: int, cm, spec=None):
@@ -230,7 +230,7 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
     while True:
         out = stacked_outputs(n, replicas, room, len(reqs.class_names), inp.arrival)
         req_f = out.req_f
-        pcs = stacked_prefix(replicas, inp.chain_ids, inp.chain_shift, kv_blocks) if pc_off is not None else None
+        pcs = stacked_prefix(replicas, inp, kv_blocks) if pc_off is not None else None
         lats = None
         one = eng.new_later(inp.after)
         if one is not None:

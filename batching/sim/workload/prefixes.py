@@ -61,6 +61,19 @@ def two_part_chains(
     return off, ids
 
 
+def own_block_ids(tokens: np.ndarray, chain_ids: np.ndarray, chain_len: np.ndarray,
+                  shift: int = 0) -> tuple[np.ndarray, int]:
+    """Ids for the blocks past each chain: a request's own blocks, which no other request shares (vLLM V1 names
+    every full block, hashing its tokens and all before it). Request r's block j >= chain_len[r] is own_base[r] + j
+    - chain_len[r], up to its last full block, (tokens[r] - 1) // 16 (tokens: prompt + output; the last output
+    token's KV is never computed). The ids follow the chains' (each chain id naming 2^shift blocks). Returns
+    (own_base, number of ids in all)."""
+    first = int(chain_ids.max()) + (1 << shift) if len(chain_ids) else 0
+    own = np.maximum((np.asarray(tokens, np.int64) - 1) // KV_BLOCK_TOKENS - chain_len, 0)
+    base = offsets(own)
+    return base[:-1] + first, first + int(base[-1])
+
+
 def split_chains(off: np.ndarray, ids: np.ndarray) -> list[np.ndarray]:
     """The chains as one array per request (views into ``ids``)."""
     return [ids[off[r] : off[r + 1]] for r in range(len(off) - 1)]
