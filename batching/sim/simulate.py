@@ -12,6 +12,7 @@ import pandas as pd
 
 from batching.sim.engine import kernel as eng
 from batching.sim.hardware.costmodel import DEFAULT_ALLREDUCE, CostModel, cost_model
+from batching.sim.hardware.kernel_tables import calibration_status
 from batching.sim.topology import disagg as dg
 from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.topology import sizing
@@ -134,6 +135,7 @@ def summarize(res: SimResult) -> dict:
         by[str(level)] = cls
     s["by_priority"] = by
     s["nodes"], s["replicas"], s["router"] = sc.nodes, sc.replicas, sc.router
+    s["calibrated"], s["calibration_note"] = calibration_status(sc)
     if sc.disagg is not None:
         s["replicas"] = sc.disagg.prefill_instances + sc.disagg.decode_instances
         s["router"] = "disaggregated (prefill: least-outstanding, decode: most free KV)"
