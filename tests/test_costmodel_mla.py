@@ -4,6 +4,7 @@ per pair), and a whole simulation of DeepSeek-V3 on 8xH200 in FP8 runs and conse
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -17,8 +18,11 @@ from batching.sim.workload.requests import workload_preset
 V3 = MODELS["deepseek-v3"]
 
 
-def v3(gpu="h200-sxm", tp=8, kv_dtype="auto"):
-    return Deployment(Node(GPUS[gpu], 8, tp), V3, "fp8", kv_dtype)
+def v3(gpu="h200-sxm", tp=8, kv_dtype="auto", measured=False):
+    """DeepSeek-V3 in FP8. ``measured=False``: on a copy of the preset GPU under another name, which has no measured
+    MLA/MoE kernel tables, so the roofline these tests describe prices it (tests/test_moe_costs.py: the tables)."""
+    g = GPUS[gpu] if measured else replace(GPUS[gpu], name=GPUS[gpu].name[:40] + " (roofline)")
+    return Deployment(Node(g, 8, tp), V3, "fp8", kv_dtype)
 
 
 def test_prompt_attention_uses_the_non_absorbed_head_shapes():

@@ -325,7 +325,7 @@ def add_spec_arguments(group, allreduce: bool = True) -> None:
                             "modules from num_nextn_predict_layers")
     group.add_argument("--gpu-json", type=Path, default=None,
                        help="a custom GPU: JSON with name, memory_gib, hbm_bandwidth_tb_s, peak_bf16_tflops "
-                            "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch] (overrides --gpu)")
+                            "[, peak_fp8_tflops, nvlink_gb_s, pcie_gb_s, arch, peak_fp4_tflops] (overrides --gpu)")
     group.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES),
                        help="KV cache dtype: auto (= BF16 activations) or fp8 (half the bytes per token)")
     if not allreduce:
@@ -359,6 +359,17 @@ def engine_from_args(args) -> str | EngineProfile:
         raise CliError(f"--profile {shown(path)}: {exc}") from None
 
 
+def add_layout_args(g) -> None:
+    """--ep and --dp-attention: how a mixture of experts is laid out over the tensor-parallel group."""
+    g.add_argument("--ep", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=1,
+                   help="expert parallelism: 1 (experts split by tensor parallelism, default) or = --tp (whole "
+                        "experts spread over the group's GPUs, as vLLM --enable-expert-parallel)")
+    g.add_argument("--dp-attention", action="store_true", default=False,
+                   help="data-parallel attention (SGLang --enable-dp-attention, dp = tp): each GPU runs attention "
+                        "for its own sequences with every head and holds only their KV cache; the experts stay "
+                        "shared")
+
+
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scenario")
     g.add_argument("--gpu", default="h100-sxm", choices=list(GPUS))
@@ -366,7 +377,9 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="qwen2.5-72b", choices=list(MODELS))
     g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=8,
                    help="tensor parallel degree {1,2,4,8}")
-    g.add_argument("--precision", default="bf16", choices=list(PRECISIONS))
+    g.add_argument("--precision", default="bf16", choices=list(PRECISIONS),
+                   help="weights: bf16, fp8, or nvfp4 (4-bit with FP8 block scales and an FP8 KV cache; B200 only)")
+    add_layout_args(g)
     g.add_argument("--nodes", "--num-nodes", dest="nodes", type=int_arg(1, MAX_NODES), default=1,
                    help=f"identical nodes in the fleet (1-{MAX_NODES}), each with num-gpus / tp replicas; with a "
                         "prefill/decode split, the nodes its instances spread over")
@@ -539,7 +552,8 @@ def deployment_from_args(args) -> Deployment:
     model = load_json_spec(args.model_json, "model") if getattr(args, "model_json", None) else args.model
     return deployment(gpu, model, args.tp, args.num_gpus, args.precision,
                       kv_dtype=getattr(args, "kv_dtype", None) or "auto",
-                      kv_cache_tokens=getattr(args, "kv_cache_tokens", None))
+                      kv_cache_tokens=getattr(args, "kv_cache_tokens", None), ep=getattr(args, "ep", 1) or 1,
+                      dp_attention=bool(getattr(args, "dp_attention", False)))
 
 
 def _input_file(flag: str, path: Path) -> bytes:
@@ -947,6 +961,8 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
                           for lvl, v in summary["by_priority"].items()}
     if "concurrency" in summary:  # closed-loop clients: the load is N, not a rate
         out.update({k: summary[k] for k in ("concurrency", "think_time_s")})
+    if summary.get("calibrated") is False:  # no measurement behind a term of this model/GPU/precision: say why
+        out.update({k: summary[k] for k in ("calibrated", "calibration_note")})
     if summary.get("rejected_requests"):  # the context they passed
         out["max_context_tokens"] = summary["max_context_tokens"]
     if split:
@@ -954,6 +970,13 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
     elif summary.get("replicas", 1) > 1:  # a fleet: its shape and each replica's share
         out.update({k: summary[k] for k in ("nodes", "replicas", "router", "by_replica")})
     return out
+
+
+def calibration_line(summary: dict) -> str | None:
+    """"# not calibrated: <why>" for a summary whose model/GPU/precision has no measurement behind a term, else None."""
+    if summary.get("calibrated", True):
+        return None
+    return f"# not calibrated: {summary.get('calibration_note', '')}"
 
 
 def disagg_line(summary: dict) -> str | None:

@@ -18,6 +18,7 @@ from batching.cli.calibrate_bench import BENCH_ONLY, add_bench_args, cmd_bench
 from batching.cli.calibrate_published import add_published_args, cmd_published
 from batching.sim.engine import speculative
 from batching.sim.hardware import calibration as cal
+from batching.studies import deepseek_check
 from batching.studies import end_to_end as e2e_check
 from batching.studies import published
 from batching.studies import spec_check
@@ -368,11 +369,12 @@ TRTLLM_CSV = DOCS / FIG_DIR / "trtllm_table.csv"  # what --report last wrote (tr
 
 
 def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str | None = FIG_DIR,
-                    trtllm: pd.DataFrame | None = None) -> str:
+                    trtllm: pd.DataFrame | None = None, deepseek: pd.DataFrame | None = None) -> str:
     """The whole CALIBRATION.md; ``trtllm`` None reads the TensorRT-LLM table --report wrote last (TRTLLM_CSV)."""
     if trtllm is None and TRTLLM_CSV.is_file():
         trtllm = pd.read_csv(TRTLLM_CSV)
     pct = _pct
+    deepseek = deepseek_check.deepseek_frame() if deepseek is None else deepseek
     fit = cm.linear_fit()
     lin = cal.op_error_summary("linear")
     el = cal.op_error_summary("elementwise")
@@ -551,14 +553,14 @@ blocks per step; nothing was tuned to close it.
 Llama-3.1-405B needs ~96 GiB per GPU in BF16 at TP 8: it does not fit on 8×H100 (a clear
 error that says FP8 would) and fits on 8×H200; in FP8 it fits on both.
 
-{published.markdown()}{cal.mla_markdown()}{spec_md}{cal.disagg_markdown()}## Custom models and GPUs
+{published.markdown()}{cal.mla_markdown(deepseek)}{spec_md}{cal.disagg_markdown()}## Custom models and GPUs
 
 Command line: `--model-json FILE` (Model's fields, or a Hugging Face `config.json`: its
 `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`, `head_dim`,
 `intermediate_size` / `moe_intermediate_size`, `vocab_size`, `num_local_experts` /
 `num_experts`, `num_experts_per_tok`, `tie_word_embeddings`), `--gpu-json FILE`
 (`name`, `memory_gib`, `hbm_bandwidth_tb_s`, `peak_bf16_tflops`, optional `peak_fp8_tflops`,
-`nvlink_gb_s`, `pcie_gb_s`, `arch`), `--kv-dtype fp8`. Dashboard: the form on the Model and
+`nvlink_gb_s`, `pcie_gb_s`, `arch`, `peak_fp4_tflops`), `--kv-dtype fp8`. Dashboard: the form on the Model and
 hardware page. Custom shapes and GPUs use the smooth fit (the tile factor needs measurements
 of those shapes).
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from batching.cli.args import (add_policy_args, add_scenario_args, arrivals_text, build_scenario, check_output_file,
+from batching.cli.args import (add_policy_args, calibration_line, add_scenario_args, arrivals_text, build_scenario, check_output_file,
                                check_output_folder, disagg_line, fleet_lines, fmt, pick, prefix_line, summary_keys,
                                write_files, write_json)
 from batching.cli.compare import OVERLOAD_KEYS, compare_fields
@@ -58,6 +58,8 @@ def cmd_run(args) -> int:
         print(line)
     if rejected_line(s):
         print(f"# {rejected_line(s)}")
+    if calibration_line(s):
+        print(calibration_line(s))
     write_json(args.json, s)
     if args.csv:
         from batching.report import requests_csv, steps_csv, summary_csv  # formula-looking text cells get a leading '

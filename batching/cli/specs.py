@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from batching.cli.args import add_spec_arguments, check_output_file, deployment_from_args, int_arg, write_json
+from batching.cli.args import add_layout_args, add_spec_arguments, check_output_file, deployment_from_args, int_arg, write_json
 from batching.sim.hardware.specs import (GPUS, KV_BLOCK_TOKENS, MODELS, PRECISIONS, PUBLISHED_PRECISION,
                                 deployment_figures)
 
@@ -29,6 +29,7 @@ def add_parser(subparsers):
     g.add_argument("--kv-cache-tokens", type=int_arg(KV_BLOCK_TOKENS, 2**40), default=None,
                    help="shrink the KV cache to this many tokens")
     add_spec_arguments(g, allreduce=False)  # --model-json, --gpu-json, --kv-dtype
+    add_layout_args(g)  # --ep, --dp-attention
     p.add_argument("--json", type=Path, nargs="?", const=Path(STDOUT), default=None, metavar="FILE",
                    help="print the figures as JSON (or write them to FILE)")
     p.set_defaults(func=cmd_specs)
@@ -62,11 +63,12 @@ def cmd_specs(args) -> int:
     if to_stdout:
         print(json.dumps(d, indent=2))
         return 0
-    kv_label = "FP8" if d["kv_dtype"] == "fp8" else "BF16"
+    kv_label = "FP8" if d["kv_dtype"] == "fp8" or d["precision"] == "nvfp4" else "BF16"
     rows = [
         ("model", f"{d['model']} ({d['attention']})"),
         ("node", f"{d['num_gpus']}x {d['gpu']}, tp={d['tp']}, {d['replicas']} replica"
-                 f"{'s' if d['replicas'] != 1 else ''}"),
+                 f"{'s' if d['replicas'] != 1 else ''}"
+                 + (f", ep={d['ep']}" if d.get("ep", 1) > 1 else "") + (", DP attention" if d.get("dp_attention") else "")),
         ("precision", f"{d['precision']} weights, {kv_label} KV cache"),
         ("parameters", _params(d["parameters"])),
         ("active_parameters", _params(d["active_parameters"])),
@@ -75,7 +77,9 @@ def cmd_specs(args) -> int:
         ("kv_cache_gib_per_gpu", _gib(d["kv_cache_gib_per_gpu"])),
         ("kv_bytes_per_token", f"{d['kv_bytes_per_token']:,.0f} B (whole model)"),
         ("kv_bytes_per_token_per_gpu", f"{d['kv_bytes_per_token_per_gpu']:,.0f} B"
-                                       + (" (the latent is held whole on every TP rank)"
+                                       + (" (DP attention: each token's KV on one GPU of the group, "
+                                          f"{d['tp']} GPUs)" if d.get("dp_attention")
+                                          else " (the latent is held whole on every TP rank)"
                                           if d["attention"] == "MLA" and d["tp"] > 1 else "")),
         ("kv_capacity_tokens", f"{d['kv_capacity_tokens']:,} per replica"),
         ("kv_capacity_tokens_node", f"{d['kv_capacity_tokens_node']:,} ({d['replicas']} replica"

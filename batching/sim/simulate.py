@@ -13,6 +13,7 @@ import pandas as pd
 from batching.sim.engine import kernel as eng
 from batching.sim.hardware.costmodel import CostModel, cost_model
 from batching.sim.hardware.engines import EngineProfile, engine_profile
+from batching.sim.hardware.kernel_tables import calibration_status
 from batching.sim.topology import disagg as dg
 from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.topology import sizing
@@ -154,6 +155,7 @@ def summarize(res: SimResult) -> dict:
         by[str(level)] = cls
     s["by_priority"] = by
     s["nodes"], s["replicas"], s["router"] = sc.nodes, sc.replicas, sc.router
+    s["calibrated"], s["calibration_note"] = calibration_status(sc)
     if sc.disagg is not None:
         s["replicas"] = sc.disagg.prefill_instances + sc.disagg.decode_instances
         s["router"] = "disaggregated (prefill: least-outstanding, decode: most free KV)"

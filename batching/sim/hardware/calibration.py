@@ -21,13 +21,15 @@ in-tokens form as Vidur's own random-forest runtime estimator).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from importlib import resources
 
 import numpy as np
 import pandas as pd
 
 from batching.sim.hardware import costmodel as cm
-from batching.sim.hardware.specs import GPUS, MODELS, Deployment, Model, Node, deployment
+from batching.sim.hardware import kernel_tables as kt
+from batching.sim.hardware.specs import BYTES_PER_WEIGHT, GPUS, MODELS, Deployment, Model, Node, deployment
 
 # --- the calibration model: Llama-2-70B as Vidur profiled it ------------------------------
 # Llama-2-70B (meta-llama/Llama-2-70b-hf config.json): 64 heads, 8 KV heads, head dim 128,
@@ -335,6 +337,21 @@ def constants_table() -> pd.DataFrame:
         ("all-reduce", "payload bytes per token", cm.ACTIVATION_BYTES, "B x hidden", "BF16 activations"),
         ("linear", "segment tolerance of the tile factor", fit["segment_tolerance"], "",
          "design choice: the fewest segments with every measured point within this band"),
+        ("moe/mla", "measured kernel tables", "aiconfigurator 0.12.0", "",
+         "NVIDIA aiconfigurator per-op database (Apache-2.0): vLLM 0.24.0 MoE and MLA module tables, SGLang "
+         "0.5.14 MoE, H100/H200/B200 (batching/data/aic_*.csv)"),
+        ("moe/mla", "expert routing of the MoE tables", "power_law_1.01", "",
+         "aiconfigurator's DeepSeek model (sdk/models/deepseek.py, _power_law_alpha = 1.01)"),
+        ("moe/mla", "MLA decode fit: least cached tokens per batch", kt.DECODE_FIT_MIN_TOKENS, "tokens",
+         "design choice: batches where the context read dominates the module's time"),
+        ("moe/mla", "MLA prefill fit: least prompt", kt.PREFILL_FIT_MIN_PROMPT, "tokens",
+         "design choice: prompts where QK^T and PV dominate the module's time"),
+        ("moe/mla", "DP attention: all-reduces' bytes per layer", cm.DP_ATTENTION_ALLREDUCES_PER_LAYER, "",
+         "SGLang DP attention without DeepEP: an all-gather before the experts and a reduce-scatter after = one "
+         "all-reduce's bytes (TP attention: two all-reduces per layer)"),
+        ("precision", "NVFP4 bytes per weight", BYTES_PER_WEIGHT["nvfp4"], "B",
+         "NVIDIA blog 'Introducing NVFP4 for Efficient and Accurate Low-Precision Inference' (2025-06-24): E2M1 "
+         "values with one FP8 E4M3 scale per 16; ModelOpt exports: group_size 16, KV cache FP8"),
     ]
     for impl, (source, label) in cm.ALLREDUCE_IMPLS.items():
         rows.append(("all-reduce", f"table '{impl}'", label or "NCCL (binned)", "", cm.ALLREDUCE_SOURCES[source]))
@@ -358,6 +375,9 @@ def constants_table() -> pd.DataFrame:
             ("gpu", f"{g.name}: HBM bandwidth", g.hbm_bw_Bps / 1e12, "TB/s", GPU_SOURCES.get(key, "")),
             ("gpu", f"{g.name}: BF16 dense peak", g.peak_bf16_flops / 1e12, "TFLOP/s", GPU_SOURCES.get(key, "")),
             ("gpu", f"{g.name}: FP8 dense peak", g.peak_fp8_flops / 1e12, "TFLOP/s", GPU_SOURCES.get(key, "")),
+            ("gpu", f"{g.name}: FP4 dense peak", g.peak_fp4_flops / 1e12, "TFLOP/s",
+             "NVIDIA HGX B200 datasheet: FP4 144 PFLOPS with sparsity for 8 GPUs = 9 PF dense per GPU"
+             if g.peak_fp4_flops else "no FP4 tensor cores"),
             ("gpu", f"{g.name}: NVLink per direction", g.nvlink_Bps / 1e9, "GB/s", GPU_SOURCES.get(key, "")),
             ("gpu", f"{g.name}: host link (swap)", g.pcie_Bps / 1e9, "GB/s", "usable PCIe x16 throughput"),
         ]
@@ -382,9 +402,86 @@ def model_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mla_markdown() -> str:
+def measured_kernel_rows() -> tuple[list[str], list[str]]:
+    """Markdown rows: the MLA fits per GPU (DeepSeek-V3 at TP 8: 16 heads per GPU) and DeepSeek-V3's routed experts
+    per layer at TP 8 on H200, measured against the roofline of uniformly touched experts."""
+    mla = []
+    for gpu in ("h100-sxm", "h200-sxm", "b200"):
+        g, key = GPUS[gpu], kt.TABLE_GPUS[GPUS[gpu].name]
+        for kv, nbytes in (("auto", 2), ("fp8", 1)):
+            d, p = kt.mla_decode_s_per_token(key, 16, kv), kt.mla_prefill_s_per_pair(key, 16, kv)
+            bw = 576 * nbytes / d
+            rate = 2 * 16 * 320 / p
+            mla.append(f"| {g.name} | {'FP8' if kv == 'fp8' else 'BF16'} | {d * 1e12:.1f} ps | {bw / 1e12:.2f} TB/s "
+                       f"({bw / g.hbm_bw_Bps:.0%} of HBM) | {p * 1e12:.2f} ps | {rate / 1e12:.0f} TFLOP/s "
+                       f"({rate / g.peak_bf16_flops:.0%} of BF16 peak) |")
+    v3 = deployment("h200-sxm", "deepseek-v3", 8, precision="fp8")
+    meas = cm.cost_model(v3)
+    roof = cm.cost_model(Deployment(Node(replace(GPUS["h200-sxm"], name="H200 roofline"), 8, 8), v3.model, "fp8"))
+    moe = []
+    for n in (1, 8, 64, 512, 4096):
+        a, b = cm.linear_layer_s(meas, n)[0], cm.linear_layer_s(roof, n)[0]
+        t = cm.moe_table_s_nb(meas.coef, float(n)) * 61 / 58
+        moe.append(f"| {n:,} | {t * 1e3:.3f} ms | {a * 1e3:.3f} ms | {b * 1e3:.3f} ms | {a / b - 1:+.0%} |")
+    return mla, moe
+
+
+def mla_ratios() -> dict:
+    """Figures the MLA text quotes: the prefill module's FLOP rate as a share of BF16 peak (lowest, highest over the
+    GPUs), an FP8 latent's decode time over a BF16 one's (lowest, highest), and the H200 decode module's fixed part
+    per layer at 16 heads (the intercept of the fit over every batch)."""
+    prefill, fp8 = [], []
+    for gpu in ("h100-sxm", "h200-sxm", "b200"):
+        g, key = GPUS[gpu], kt.TABLE_GPUS[GPUS[gpu].name]
+        prefill.append(2 * 16 * 320 / kt.mla_prefill_s_per_pair(key, 16, "auto") / g.peak_bf16_flops)
+        fp8.append(kt.mla_decode_s_per_token(key, 16, "fp8") / kt.mla_decode_s_per_token(key, 16, "auto"))
+    a, b, _ = kt.mla_decode_fit("h200", 16, "auto", 1)
+    v3 = deployment("h200-sxm", "deepseek-v3", 8, precision="fp8")
+    moe = {k: float(np.interp(64, *kt.moe_table("h200", v3.model, "fp8", 8, 1, k))) for k in kt.KERNEL_FRAMEWORKS}
+    step = {k: cm.step_time(cm.cost_model(v3, kernels=k), 64, decode_ctx=64 * 1400.0, n_lm=64)
+            for k in kt.KERNEL_FRAMEWORKS}
+    return {"prefill_lo": min(prefill), "prefill_hi": max(prefill), "fp8_lo": min(fp8), "fp8_hi": max(fp8),
+            "fixed_s": a, "per_seq_s": b, "moe64_vllm": moe["vllm"], "moe64_sglang": moe["sglang"],
+            "step64_change": step["sglang"] / step["vllm"] - 1}
+
+
+def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
+    """(source, policy, markdown table, summary sentence) of the DeepSeek serving check, or placeholders saying it
+    was not run (the frame comes from batching.studies.deepseek_check, a study this module does not import)."""
+    if frame is None or len(frame) == 0:
+        return "not run", "-", "(the check was not run: `python -m batching calibrate --report` runs it)", ""
+    lines = ["| clients | published TPOT | before | now | aiconfigurator | error before | error now | error "
+             "aiconfigurator | published output tok/s | now | error before | error now |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in frame.itertuples():
+        lines.append(f"| {r.clients} | {r.published_tpot_ms:.1f} ms | {r.before_tpot_ms:.2f} ms | {r.tpot_ms:.2f} ms | "
+                     f"{r.aiconfigurator_tpot_ms:.2f} ms | {r.tpot_error_before:+.1%} | {r.tpot_error:+.1%} | "
+                     f"{r.aiconfigurator_error:+.1%} | {r.published_output_tok_s:,.0f} | {r.output_tok_s:,.0f} | "
+                     f"{r.output_error_before:+.1%} | {r.output_error:+.1%} |")
+    err = frame.tpot_error.abs()
+    summary = (f"TPOT: median |error| {err.median():.1%} (worst {err.max():.1%}; before "
+               f"{frame.tpot_error_before.abs().median():.1%}, worst {frame.tpot_error_before.abs().max():.1%}); "
+               f"output throughput: median |error| {frame.output_error.abs().median():.1%} (before "
+               f"{frame.output_error_before.abs().median():.1%}). aiconfigurator: median |error| "
+               f"{frame.aiconfigurator_error.abs().median():.1%}.")
+    e = frame.set_index("clients")
+    lo, hi = e.index.min(), e.index.max()
+    med = frame.tpot_error.abs().median()
+    holds = "holds" if med <= 0.15 else "does not hold"
+    why = (f"Why the target (within 15 %) {holds} for the median TPOT ({med:.1%}), and not at {hi} clients nor for "
+           f"throughput: the simulated step is too fast by a share that grows with the batch ({e.tpot_error[lo]:+.0%} at {lo} "
+           f"clients, {e.tpot_error[hi]:+.0%} at {hi}), and aiconfigurator's own estimate misses in the same "
+           f"direction at {hi} ({e.aiconfigurator_error[hi]:+.0%}). Throughput errs more than TPOT because the "
+           f"client also waits for each first token: the published mean TTFT is {e.published_ttft_ms.min():.0f}-"
+           f"{e.published_ttft_ms.max():.0f} ms, the simulated median {e.ttft_ms.min():.0f}-{e.ttft_ms.max():.0f} ms "
+           "(no tokenisation, HTTP or scheduling time: the engine profiles of issue 23 item 2).")
+    return frame.attrs.get("source", ""), frame.attrs.get("policy", ""), "\n".join(lines), summary + "\n\n" + why
+
+
+def mla_markdown(deepseek: pd.DataFrame | None = None) -> str:
     """The "MLA and large MoE models" section of docs/CALIBRATION.md: sources, what the cost model assumes for
-    multi-head latent attention and DeepSeek's mixture of experts, and what is not calibrated."""
+    multi-head latent attention and DeepSeek's mixture of experts, its check against published DeepSeek serving
+    runs (``deepseek``: batching.studies.deepseek_check.deepseek_frame()), and what is not calibrated."""
     rows = []
     for key in ("deepseek-v3", "kimi-k2"):
         m = MODELS[key]
@@ -397,6 +494,15 @@ def mla_markdown() -> str:
                 fit = f"does not fit ({need:.1f} GiB of weights per GPU)"
             rows.append(f"| {m.name} | 8x {GPUS[gpu].name} | {fit} |")
     v3, k2 = MODELS["deepseek-v3"], MODELS["kimi-k2"]
+    kt_min, kt_pre = kt.DECODE_FIT_MIN_TOKENS, kt.PREFILL_FIT_MIN_PROMPT
+    mla_rows, moe_rows = measured_kernel_rows()
+    tp_dep = deployment("h200-sxm", v3, 8, precision="fp8")
+    dp_dep = deployment("h200-sxm", v3, 8, precision="fp8", dp_attention=True)
+    tp_kv, dp_kv = tp_dep.kv_bytes_per_token_per_gpu, dp_dep.kv_bytes_per_token_per_gpu
+    tp_cap, dp_cap = tp_dep.kv_capacity_tokens, dp_dep.kv_capacity_tokens
+    tp_w, dp_w = tp_dep.weight_bytes_per_gpu / 2**30, dp_dep.weight_bytes_per_gpu / 2**30
+    ds_source, ds_policy, ds_table, ds_summary = deepseek_parts(deepseek)
+    r = mla_ratios()
     return f"""## MLA and large MoE models
 
 Sources: DeepSeek-V2 paper (arXiv:2405.04434, section 2.1: multi-head latent attention and its absorbed
@@ -429,17 +535,62 @@ head but not the input embedding lookup; the MTP module's 11.5B more), and the F
 |---|---|---|
 {chr(10).join(rows)}
 
-- Linear layers: FLOPs of the active parameters per token; weight reads of attention, routers, the shared
-  expert and the dense layers' MLPs every step, plus the routed experts the step's tokens touch (uniform
-  routing), averaged over the layers (3 of DeepSeek-V3's 61 layers and 1 of Kimi-K2's are dense). kv_b_proj
-  counts as a linear layer: in the absorbed decode form it multiplies each token's query and output once.
-- Decode attention (absorbed form): per cached token and layer, the latent's bytes at
-  {cm.ATTN_DECODE_MEMORY_EFF:.0%} of HBM bandwidth (the paged kernels' figure) or 2 · (2 · kv_lora_rank +
-  qk_rope_head_dim) FLOPs per head on the GPU's heads at {cm.MLA_DECODE_COMPUTE_EFF:.0%} of the BF16 peak
-  (FlashMLA), whichever is slower. DeepSeek-V3 at TP 8 (16 heads per GPU) is memory-bound on every GPU here;
-  at TP 1 (128 heads) it would be compute-bound.
-- Prompt attention (non-absorbed form): 2 · heads · (qk_nope + qk_rope + v_head_dim) FLOPs per query-key pair
-  per layer at {cm.ATTN_PREFILL_EFF:.0%} of the BF16 peak, like the other models.
+- Measured kernels (issue 23): NVIDIA aiconfigurator 0.12.0's per-op database of vLLM 0.24.0's kernels on H100 SXM,
+  H200 SXM and B200 (Apache-2.0; `batching/data/aic_*.csv`, extracted by `tools/extract_moe_tables.py`, sources in
+  `batching/data/README.md`). Where it covers the deployment (`kernel_tables.measured_terms`), a step's
+  - routed experts per layer are the measured MoE op (permutation, grouped gate/up and down GEMMs of the FP8
+    block-scaled or BF16 or NVFP4 experts, activation, un-permutation) at the step's token count, log-log
+    interpolated between the measured counts (1 to 16,384 tokens), proportional beyond; routing as
+    aiconfigurator's DeepSeek model draws it (power law, alpha 1.01), averaged over the layers (3 of DeepSeek-V3's
+    61 are dense); expert TP = tp, or expert parallelism (`--ep`, = tp) with whole experts on each GPU;
+  - MLA decode attention is the decode module's seconds per cached token read, the least-squares slope over
+    context of its latency (batches reading at least {kt_min:,} tokens), at the GPU's heads per GPU;
+  - MLA prefill attention is the prefill module's seconds per causal query-key pair (the quadratic term of a
+    least-squares fit over prompts of at least {kt_pre:,} tokens);
+  - the rest of the linear layers (MLA projections, shared expert, router, dense layers' MLPs) stays on the
+    fitted roofline (FLOPs of those parameters, their weight reads every step): aiconfigurator's GEMM tables time
+    FP8 block-scaled GEMMs eagerly (a 57 us floor for the smallest GEMM, quantisation included), which does not
+    describe CUDA-graph decode steps, so they are not used.
+  Uncovered combinations (Mixtral's experts, FP8 Qwen3-30B-A3B split over 4 or 8 GPUs, custom GPUs, A100, dense
+  models in NVFP4) keep the roofline below and say `calibrated: false` with the reason (`calibration_note` in the
+  summary and JSON, a `# not calibrated: ...` line on the command line; `kernel_tables.calibration_status`).
+
+MLA fits, DeepSeek-V3 shapes at TP 8 (16 heads per GPU), per layer and GPU:
+
+| GPU | KV cache | decode: per cached token | as bandwidth of the latent | prefill: per query-key pair | as FLOP rate (non-absorbed FLOPs) |
+|---|---|---|---|---|---|
+{chr(10).join(mla_rows)}
+
+The measured prefill module reaches {r["prefill_lo"]:.0%}-{r["prefill_hi"]:.0%} of the BF16 peak in these units
+(FlashAttention-3-class kernels, beyond the {cm.ATTN_PREFILL_EFF:.0%} of FlashAttention-2 the GQA models keep). An FP8
+latent takes {r["fp8_lo"]:.0%}-{r["fp8_hi"]:.0%} of a BF16 one's decode time, not always half.
+
+DeepSeek-V3's linear layers per layer at TP 8 on H200 (FP8): the measured routed experts, the whole linear time
+with them, and the previous roofline (uniform routing, every touched expert's weights read at the fitted
+bandwidth):
+
+| tokens | routed experts of one MoE layer (measured) | linear, measured experts | linear, roofline | change |
+|---|---|---|---|---|
+{chr(10).join(moe_rows)}
+
+- Roofline (no measured table): FLOPs of the active parameters per token; weight reads of attention, routers, the
+  shared expert and the dense layers' MLPs every step, plus the routed experts the step's tokens touch (uniform
+  routing), averaged over the layers. Decode attention: per cached token and layer, the latent's bytes at
+  {cm.ATTN_DECODE_MEMORY_EFF:.0%} of HBM bandwidth or 2 · (2 · kv_lora_rank + qk_rope_head_dim) FLOPs per head on
+  the GPU's heads at {cm.MLA_DECODE_COMPUTE_EFF:.0%} of the BF16 peak (FlashMLA), whichever is slower. Prompt
+  attention (non-absorbed form): 2 · heads · (qk_nope + qk_rope + v_head_dim) FLOPs per query-key pair per layer
+  at {cm.ATTN_PREFILL_EFF:.0%} of the BF16 peak.
+- Layouts: `--ep N` (N = tp) spreads whole experts over the group (same weight bytes per GPU; the measured EP
+  table; the all-reduces stay, as vLLM's TP+EP without DeepEP). `--dp-attention` (SGLang's DP attention, dp = tp):
+  each GPU runs every head for its own share of the sequences and holds only their KV, so a token costs
+  kv_bytes / tp per GPU ({dp_kv:,.0f} B for DeepSeek-V3 instead of {tp_kv:,.0f}) and the group holds
+  {dp_cap:,} tokens on 8xH200 in FP8 instead of {tp_cap:,}, while each GPU keeps the whole attention weights
+  ({dp_w:.1f} GiB per GPU instead of {tp_w:.1f}); the attention modules run at all heads on 1/tp of the sequences; one
+  all-gather + reduce-scatter per layer (the bytes of one all-reduce) replaces TP's two all-reduces.
+- NVFP4 (`precision="nvfp4"`, B200 only: others refuse it): 4-bit weights with one FP8 scale per 16 (0.5625 bytes
+  per weight; NVIDIA's NVFP4 blog, 2025-06-24), an FP8 KV cache (ModelOpt's NVFP4 exports), linear layers at B200's
+  9 PFLOP/s dense FP4 (HGX B200 datasheet: 144 PFLOPS sparse for 8 GPUs); DeepSeek-V3's NVFP4 experts are
+  measured on B200, dense models' FP4 GEMMs are not (`calibrated: false`).
 
 Custom models: a Hugging Face `config.json` of `DeepseekV2ForCausalLM` or `DeepseekV3ForCausalLM` (Kimi-K2's
 too, `model_type` `kimi_k2`) loads as an MLA model (`--model-json`, the dashboard's form): `kv_lora_rank`,
@@ -449,13 +600,31 @@ keys; experts in only every `moe_layer_freq`-th layer are refused. `python -m ba
 --tp T --precision P [--kv-dtype fp8] [--json]` prints what fits and how much KV cache (the Model and hardware
 page shows the same figures).
 
-Not calibrated: no MLA kernel time and no DeepSeek-V3 or Kimi-K2 serving run was measured or compared. The
-model assumes the decode kernels reach the GQA kernels' {cm.ATTN_DECODE_MEMORY_EFF:.0%} of bandwidth (FlashMLA
-claims 0.9 on H800) and FlashMLA's compute efficiency; the linear layers use the smooth roofline fitted to
-Llama-2-70B's GEMMs, with no measurement of FP8 block-scaled GEMMs or of the grouped expert GEMMs; the
-experts are sharded by tensor parallelism (no expert parallelism, no expert load imbalance); the
-re-decompression of earlier context during chunked MLA prefill, the MTP module and SGLang's DP attention are not
-modelled. Treat its DeepSeek-V3 and Kimi-K2 figures as a roofline estimate, not a calibrated prediction.
+Checked against published serving runs ({ds_source}; nothing in the cost model was fitted to any DeepSeek serving
+figure, so every point is a check): DeepSeek-V3 (R1-0528 has its shapes) in FP8 on 8xH200 at TP 8, 1,024-token
+prompts and outputs, N closed-loop clients, policy `{ds_policy}` (SGLang's prefill batches pause decoding). TPOT
+is the simulator's median against the published mean; "before" is the roofline of the previous commit;
+aiconfigurator's estimate is its static-batch TPOT for the same setting (SGLang 0.5.14 database).
+
+{ds_table}
+
+{ds_summary}
+
+What the simulator leaves out at large batches: (1) the MLA projections
+and the shared expert at decode sizes are priced by the roofline of their weight reads, with no kernel floors; the
+measured decode module's part that does not grow with context is {r["fixed_s"] * 1e6:.0f} us per layer plus
+{r["per_seq_s"] * 1e9:.0f} ns per sequence on H200 ({61 * r["fixed_s"] * 1e3:.1f} ms a step), more than the published
+8-client step leaves beside the routed experts, so the tables' fixed part (timed without CUDA graphs) is not used
+and nothing replaces it; (2) SGLang's per-step CPU work (scheduling 64 requests, `--stream-interval 10`
+detokenisation), which the engine profiles (issue 23 item 2) carry, not these tables; (3) SGLang 0.5.14's fused
+MoE kernels, which ran, are mostly slower than vLLM 0.24.0's priced here ({r["moe64_sglang"] * 1e3:.3f} against
+{r["moe64_vllm"] * 1e3:.3f} ms per layer at 64 tokens on H200; `cost_model(..., kernels="sglang")` prices them:
+{r["step64_change"]:+.0%} on a 64-sequence decode step at 1,400 tokens of context).
+
+Not calibrated: TP/EP 16 across two nodes (a node holds at most 8 GPUs here); the all-to-all of DeepEP (the
+aiconfigurator tables have it for EP 8 on H200 only); expert load imbalance beyond the measured power-law
+routing; the MTP module's cost; the re-decompression of earlier context during chunked MLA prefill; the
+attention projections' and shared expert's FP8 block-scaled GEMMs at decode sizes (roofline, see above).
 
 """
 

@@ -131,13 +131,20 @@ C_ENG_PREFILL_S = 28  # seconds added to a step that holds prompt tokens (prefil
 C_ENG_GEMM_EFF = 29  # the profile's GEMM factor, already in C_LIN_FLOPS_RATE / C_LIN_BW (kept for readers)
 C_ENG_ATTN_EFF = 30  # the profile's prompt-attention factor, already in C_ATTN_RATE
 C_ENG_KV_EFF = 31  # the profile's decode-attention factor, already in C_KV_BW
-C_FREE_FIRST = 32  # first index not yet given a meaning (all zero until then)
+# measured MoE kernels (batching/sim/hardware/kernel_tables.py): 0 = none, else the points of the routed-expert table
+C_MOE_TAB_N = 35
+C_MEAS_LIN_FLOPS_TOK = 36  # with a routed-expert table: linear FLOPs per token per layer per GPU outside the experts
+C_FREE_FIRST = 37  # first index not yet given a meaning (all zero until then)
 Q_MAX = 48  # room for segments of each factor
 C_LINQ_BOUNDS = 48
 C_LINQ_VALUES = C_LINQ_BOUNDS + Q_MAX
 C_ELQ_BOUNDS = C_LINQ_VALUES + Q_MAX
 C_ELQ_VALUES = C_ELQ_BOUNDS + Q_MAX
-NUM_COEFS = C_ELQ_VALUES + Q_MAX
+# the routed-expert table: log(tokens) and log(seconds per layer) at each measured token count
+MOE_TAB_MAX = 32
+C_MOE_TAB_X = C_ELQ_VALUES + Q_MAX
+C_MOE_TAB_Y = C_MOE_TAB_X + MOE_TAB_MAX
+NUM_COEFS = C_MOE_TAB_Y + MOE_TAB_MAX
 
 
 @dataclass(frozen=True, eq=False)
@@ -227,12 +234,16 @@ def moe_experts_touched(num_experts: float, top_k: float, n_tokens):
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** n)
 
 
-def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | EngineProfile | None" = None
-               ) -> CostModel:
+def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | EngineProfile | None" = None,
+               kernels: str | None = None) -> CostModel:
     """The coefficients of ``dep`` run by ``engine`` (a name in engines.ENGINES or a profile; default vLLM) with
-    ``allreduce`` (default: the engine's)."""
+    ``allreduce`` (default: the engine's). ``kernels``: whose measured fused-MoE kernels price the routed experts
+    (kernel_tables.KERNEL_FRAMEWORKS: "vllm", "sglang"; the MLA modules are vLLM's either way); default the
+    engine's own where a table of it ships (SGLang), else vLLM's."""
     prof = engine_profile(engine)
     allreduce = prof.allreduce if allreduce is None else allreduce
+    if kernels is None:
+        kernels = "sglang" if prof.name.split("-")[0] == "sglang" else "vllm"
     m, gpu, tp = dep.model, dep.node.gpu, dep.node.tp
     peak = gpu.peak_flops(dep.precision)
     fit = linear_fit()
@@ -301,8 +312,51 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
             c[c_n] = k
             c[c_b:c_b + k] = f["segment_bounds"]
             c[c_v:c_v + k] = f["segment_factors"]
+    _apply_measured_kernels(c, dep, kernels)
     x, y = allreduce_table(allreduce, tp)
+    y = _layout_allreduce(y, dep)
     return CostModel(c, x, y, allreduce, prof)
+
+
+# --- measured MoE / MLA kernels and parallel layouts (issue 23 item 4) -------------------------------------------
+# DP attention exchanges each layer's tokens once (an all-gather of the ranks' tokens before the experts and a
+# reduce-scatter after: SGLang's DP attention without DeepEP), the bytes of one all-reduce (= reduce-scatter +
+# all-gather), where TP attention all-reduces twice (after attention and after the MLP / experts)
+DP_ATTENTION_ALLREDUCES_PER_LAYER = 1.0
+TP_ALLREDUCES_PER_LAYER = 2.0
+
+
+def _layout_allreduce(y: np.ndarray, dep: Deployment) -> np.ndarray:
+    """The all-reduce table as the engine charges it (twice per layer): halved under DP attention."""
+    if dep.dp_attention:
+        return y * (DP_ATTENTION_ALLREDUCES_PER_LAYER / TP_ALLREDUCES_PER_LAYER)
+    return y
+
+
+def _apply_measured_kernels(c: np.ndarray, dep: Deployment, kernels: str = "vllm") -> None:
+    """Where aiconfigurator's measured kernels cover this deployment (kernel_tables.measured_terms): the routed
+    experts priced from ``kernels``' fused-MoE table (vLLM's or SGLang's) instead of the roofline of touched experts, MLA decode attention at
+    the decode module's measured seconds per cached token, MLA prefill attention at the prefill module's measured
+    seconds per query-key pair. Dense models and uncovered combinations keep the fitted roofline unchanged."""
+    from batching.sim.hardware.kernel_tables import measured_terms
+
+    m, tp = dep.model, dep.node.tp
+    t = measured_terms(dep, kernels)
+    if t["moe"] is not None:
+        x, y = t["moe"]
+        if len(x) > MOE_TAB_MAX:
+            raise ValueError(f"the MoE table has {len(x)} token counts; at most {MOE_TAB_MAX} fit the coefficients")
+        c[C_MOE_TAB_N] = len(x)
+        c[C_MOE_TAB_X:C_MOE_TAB_X + len(x)] = np.log(x)
+        c[C_MOE_TAB_Y:C_MOE_TAB_Y + len(x)] = np.log(y)
+        routed = m.experts_per_token * m.expert_params * m.moe_layer_fraction
+        c[C_MEAS_LIN_FLOPS_TOK] = 2.0 * (m.active_linear_params_per_layer - routed) / tp
+    if dep.dp_attention:  # every GPU reads the whole attention weights (the rest stays split over the group)
+        c[C_LIN_BYTES] += m.attn_params_per_layer * (tp - 1) * dep.bytes_per_weight / tp
+    if t["decode_s_per_token"] is not None:
+        c[C_KV_BW] = c[C_KV_BYTES_TOK_LAYER] / t["decode_s_per_token"]
+    if t["prefill_s_per_pair"] is not None:
+        c[C_ATTN_RATE] = c[C_ATTN_FLOPS_COEF] / t["prefill_s_per_pair"]
 
 
 def prefill_attn_flops_per_pair(model) -> float:
@@ -355,8 +409,37 @@ def _segment_factor_nb(coef, c_n, c_bounds, c_values, n_tokens):
 
 
 @njit(cache=True, nogil=True)
+def moe_table_s_nb(coef, n_tokens):
+    """Seconds per layer of the routed experts for n tokens from the measured table: log-log interpolation between
+    measured token counts, the first point's time below it, proportional to the tokens past the last."""
+    k = int(coef[C_MOE_TAB_N])
+    if n_tokens <= 0.0 or k <= 0:
+        return 0.0
+    x = np.log(n_tokens)
+    if x <= coef[C_MOE_TAB_X]:
+        return np.exp(coef[C_MOE_TAB_Y])
+    last = k - 1
+    if x >= coef[C_MOE_TAB_X + last]:
+        return np.exp(coef[C_MOE_TAB_Y + last] + x - coef[C_MOE_TAB_X + last])
+    lo, hi = 0, last
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if coef[C_MOE_TAB_X + mid] <= x:
+            lo = mid
+        else:
+            hi = mid
+    x0, x1 = coef[C_MOE_TAB_X + lo], coef[C_MOE_TAB_X + hi]
+    y0, y1 = coef[C_MOE_TAB_Y + lo], coef[C_MOE_TAB_Y + hi]
+    return np.exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
+@njit(cache=True, nogil=True)
 def linear_layer_s_nb(coef, n_tokens):
     """Seconds of one layer's linear ops (QKV, O, MLP or touched experts) per GPU for n tokens."""
+    if coef[C_MOE_TAB_N] > 0.0:  # measured routed experts + the roofline of the rest (attention, shared, router)
+        t = _pnorm_nb(n_tokens * coef[C_MEAS_LIN_FLOPS_TOK] / coef[C_LIN_FLOPS_RATE], coef[C_LIN_BYTES] / coef[C_LIN_BW],
+                      coef[C_LIN_P])
+        return t + moe_table_s_nb(coef, n_tokens)
     weight_bytes = coef[C_LIN_BYTES]
     experts = coef[C_MOE_EXPERTS]
     if experts > 0.0:

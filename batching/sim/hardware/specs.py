@@ -19,8 +19,11 @@ from batching.sim.checks import check_range
 GIB = 1024**3
 KV_BLOCK_TOKENS = 16  # vLLM's default paged-attention block size
 
-PRECISIONS = ("bf16", "fp8")
-BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0}
+PRECISIONS = ("bf16", "fp8", "nvfp4")
+# NVFP4 (NVIDIA blog "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", 2025-06-24): 4-bit E2M1
+# weights with one FP8 E4M3 scale per block of 16 (plus one FP32 scale per tensor, negligible): 0.5 + 1/16 bytes
+NVFP4_BLOCK = 16
+BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5 + 1.0 / NVFP4_BLOCK}
 KV_DTYPES = ("auto", "fp8")
 
 
@@ -94,8 +97,15 @@ class GPU:
     # GEMM kernel family the measured linear-layer tables apply to ("hopper" = H100/H200:
     # same SMs, same cuBLAS kernels); "" = use the smooth fitted model only.
     arch: str = ""
+    peak_fp4_flops: float = 0.0  # dense FP4 (NVFP4) tensor-core peak, FLOP/s (0 = no FP4: Hopper, Ampere)
 
     def peak_flops(self, precision: str) -> float:
+        if precision == "nvfp4":
+            if self.peak_fp4_flops <= 0:
+                ok = "bf16, fp8" if self.peak_fp8_flops > 0 else "bf16"
+                raise ValueError(f"precision='nvfp4' is not supported on {self.name} (no FP4 tensor cores; NVFP4 "
+                                 f"needs Blackwell, e.g. b200); allowed: {ok}")
+            return self.peak_fp4_flops
         if precision == "fp8":
             if self.peak_fp8_flops <= 0:
                 raise ValueError(f"precision='fp8' is not supported on {self.name}; allowed: bf16")
@@ -109,6 +119,8 @@ class GPU:
         check_range("peak_bf16_flops", self.peak_bf16_flops, 1e12, 1e17)
         if self.peak_fp8_flops != 0:
             check_range("peak_fp8_flops", self.peak_fp8_flops, 1e12, 1e17)
+        if self.peak_fp4_flops != 0:
+            check_range("peak_fp4_flops", self.peak_fp4_flops, 1e12, 1e17)
         check_range("nvlink_Bps", self.nvlink_Bps, 1e9, 1e13)
         check_range("pcie_Bps", self.pcie_Bps, 1e8, 1e12)
 
@@ -372,7 +384,8 @@ GPUS: dict[str, GPU] = {
     # B200 (NVIDIA HGX B200 datasheet, per GPU of the 8-GPU board: 2.25 PF BF16 dense and 4.5 PF
     # FP8 dense = half the sparse figures, 8 TB/s HBM3e, NVLink5 1.8 TB/s total = 900 GB/s per
     # direction); 183,359 MiB as nvidia-smi reports; host link PCIe Gen5 x16 ~55 GB/s usable.
-    "b200": GPU("B200 180GB", 183359 * 2**20, 8.0e12, 2250e12, 4500e12, 900e9, 55e9, "blackwell"),
+    # FP4 (NVIDIA HGX B200 datasheet: 144 PFLOPS FP4 with sparsity for 8 GPUs = 18 PF per GPU, 9 PF dense)
+    "b200": GPU("B200 180GB", 183359 * 2**20, 8.0e12, 2250e12, 4500e12, 900e9, 55e9, "blackwell", 9000e12),
     # A100 SXM4 80GB (NVIDIA A100 datasheet): 312 TF BF16 dense, no FP8, 2.039 TB/s HBM2e, NVLink3
     # 600 GB/s total = 300 GB/s per direction, PCIe Gen4 x16 ~25 GB/s usable; 81,920 MiB reported.
     "a100-80gb": GPU("A100 SXM 80GB", 81920 * 2**20, 2.039e12, 312e12, 0.0, 300e9, 25e9, "ampere"),
@@ -463,10 +476,18 @@ class Deployment:
     # for a 70B model at TP 8 with an 8k token budget (vLLM start-up logs).
     activation_reserve_bytes: float = 2 * GIB
     kv_cache_tokens: int | None = None  # override: shrink the cache to this many tokens
+    # Expert parallelism: 1 = every expert split over the TP group's GPUs (tensor-parallel experts); = tp: whole
+    # experts spread over them, num_experts / ep per GPU (vLLM --enable-expert-parallel, SGLang --ep-size)
+    ep: int = 1
+    # Data-parallel attention (SGLang --enable-dp-attention with dp = tp): each GPU of the group runs attention for
+    # its own share of the sequences with every head and the whole attention weights, and holds only those
+    # sequences' KV cache (a latent is no longer replicated); the experts stay shared by the group
+    dp_attention: bool = False
 
     def validate(self) -> None:
         self.node.validate()
         self.model.validate()
+        self._validate_layout()
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
         self.node.gpu.peak_flops(self.precision)
@@ -491,6 +512,34 @@ class Deployment:
         if self.kv_cache_tokens is not None:
             check_range("kv_cache_tokens", self.kv_cache_tokens, KV_BLOCK_TOKENS, self.kv_capacity_tokens_max)
 
+    def _validate_layout(self) -> None:
+        """Expert parallelism and DP attention: a mixture of experts only; ep = 1 or the TP degree."""
+        m, tp = self.model, self.node.tp
+        if not isinstance(self.ep, int) or isinstance(self.ep, bool) or self.ep < 1:
+            raise ValueError(f"ep={shown(self.ep)} is not allowed; allowed: 1 or tp={tp}")
+        if self.ep != 1:
+            if not m.is_moe:
+                raise ValueError(f"ep={self.ep} needs a mixture-of-experts model; {m.name} is dense: allowed ep 1")
+            if self.ep != tp:
+                raise ValueError(f"ep={self.ep} is not allowed with tp={tp}; allowed: 1 (experts split by tensor "
+                                 f"parallelism) or {tp} (= tp: whole experts spread over the group's GPUs)")
+            if m.num_experts % self.ep:
+                raise ValueError(f"ep={self.ep} must divide {m.name}'s num_experts={m.num_experts}")
+        if not isinstance(self.dp_attention, bool):
+            raise ValueError(f"dp_attention={shown(self.dp_attention)} is not true or false")
+        if self.dp_attention:
+            if not m.is_moe:
+                raise ValueError(f"dp_attention needs a mixture-of-experts model (the experts are what the group "
+                                 f"shares); {m.name} is dense: use more replicas (smaller tp) instead")
+            if tp == 1:
+                raise ValueError("dp_attention needs tp > 1 (attention replicated over the group's GPUs); "
+                                 "allowed with tp 2, 4, 8")
+
+    @property
+    def attention_ranks(self) -> int:
+        """GPUs that split the group's sequences for attention: tp with DP attention, else 1 (all run all)."""
+        return self.node.tp if self.dp_attention else 1
+
     def _fit_hint(self) -> str:
         """What would make the model fit: more GPUs per replica, FP8, or a larger GPU."""
         hints = []
@@ -499,7 +548,7 @@ class Deployment:
                 if replace(self, node=replace(self.node, tp=tp))._fits():
                     hints.append(f"tp={tp}")
                     break
-        if self.precision != "fp8" and self.node.gpu.peak_fp8_flops > 0:
+        if self.precision == "bf16" and self.node.gpu.peak_fp8_flops > 0:
             for tp in sorted({self.node.tp, 8}):
                 if tp <= self.node.num_gpus and replace(self, precision="fp8", node=replace(self.node, tp=tp))._fits():
                     hints.append("precision fp8" + ("" if tp == self.node.tp else f" with tp={tp}"))
@@ -522,7 +571,7 @@ class Deployment:
                 continue
             found = None
             for precision in sorted({self.precision, "fp8"}, key=PRECISIONS.index):
-                if precision == "fp8" and gpu.peak_fp8_flops <= 0:
+                if precision == "fp8" and gpu.peak_fp8_flops <= 0 or precision == "nvfp4" and gpu.peak_fp4_flops <= 0:
                     continue
                 for tp in (1, 2, 4, 8):
                     if tp <= n and n % tp == 0 and self.model.num_heads % tp == 0 and replace(
@@ -544,13 +593,18 @@ class Deployment:
 
     @property
     def kv_bytes_per_element(self) -> float:
-        return 1.0 if self.kv_dtype == "fp8" else 2.0
+        """1 byte with an FP8 KV cache; NVFP4 checkpoints serve with an FP8 KV cache (NVIDIA ModelOpt's NVFP4
+        exports write hf_quant_config.json with quant_algo NVFP4, group_size 16, kv_cache_quant_algo FP8), else 2."""
+        return 1.0 if self.kv_dtype == "fp8" or self.precision == "nvfp4" else 2.0
 
     @property
     def linear_weight_bytes_per_gpu(self) -> float:
         """Transformer-block linear layers (attention projections, MLP or experts) per GPU."""
         m = self.model
-        return m.num_layers * m.linear_params_per_layer * self.bytes_per_weight / self.node.tp
+        params = m.linear_params_per_layer
+        if self.dp_attention:  # the attention projections whole on every GPU, the rest split over the group
+            params += m.attn_params_per_layer * (self.node.tp - 1)
+        return m.num_layers * params * self.bytes_per_weight / self.node.tp
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -566,6 +620,10 @@ class Deployment:
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
+        if self.dp_attention:
+            # each token's KV (every head, or the whole latent) lives on the one GPU whose attention serves its
+            # sequence: per GPU of the group, a token costs its whole KV over the group's GPUs
+            return self.model.kv_bytes_per_token(self.kv_bytes_per_element) / self.node.tp
         if self.model.is_mla:
             # one latent per token serves every head: each TP rank holds all of it (vLLM's and SGLang's MLA
             # backends under tensor parallelism replicate the latent cache; SGLang's DP attention avoids that)
@@ -605,12 +663,12 @@ class Deployment:
 
 def deployment(gpu: str | GPU = DEFAULT_GPU, model: str | Model = DEFAULT_MODEL, tp: int = 8,
                num_gpus: int | None = None, precision: str = "bf16", kv_dtype: str = "auto",
-               kv_cache_tokens: int | None = None) -> Deployment:
+               kv_cache_tokens: int | None = None, ep: int = 1, dp_attention: bool = False) -> Deployment:
     """Build a validated Deployment from preset ids as users type them (or custom GPU / Model objects)."""
     g = gpu if isinstance(gpu, GPU) else gpu_preset(gpu)
     m = model if isinstance(model, Model) else model_preset(model)
     d = Deployment(Node(g, 8 if num_gpus is None else num_gpus, tp), m, precision, kv_dtype,
-                   kv_cache_tokens=kv_cache_tokens)
+                   kv_cache_tokens=kv_cache_tokens, ep=ep, dp_attention=dp_attention)
     d.validate()
     return d
 
@@ -626,6 +684,7 @@ GPU_JSON_FIELDS = {
     "nvlink_gb_s": (float, 450.0),  # NVLink per direction per GPU, GB/s (H100's by default)
     "pcie_gb_s": (float, 55.0),  # usable host link, GB/s (PCIe Gen5 x16 by default)
     "arch": (str, ""),  # "hopper" applies the measured H100 GEMM tile factors; "" = smooth model only
+    "peak_fp4_tflops": (float, 0.0),  # dense FP4 (NVFP4) peak, TFLOP/s (0 = no FP4)
 }
 # JSON field -> (GPU attribute, scale to SI units, lowest, highest in the JSON's units): the one place the
 # ranges are defined (GPU.validate checks the attributes against them; the dashboard's form uses the same)
@@ -636,6 +695,7 @@ GPU_JSON_UNITS: dict[str, tuple[str, float, float, float]] = {
     "peak_fp8_tflops": ("peak_fp8_flops", 1e12, 1.0, 1e5),  # or 0 = no FP8
     "nvlink_gb_s": ("nvlink_Bps", 1e9, 1.0, 1e4),
     "pcie_gb_s": ("pcie_Bps", 1e9, 0.1, 1e3),
+    "peak_fp4_tflops": ("peak_fp4_flops", 1e12, 1.0, 1e5),  # or 0 = no FP4
 }
 GPU_ARCHS = ("", "hopper", "blackwell", "ampere")
 # Model field -> (lowest, highest) for the integer fields (num_kv_heads is also held to num_heads, and
@@ -771,7 +831,7 @@ def gpu_from_dict(d: dict) -> GPU:
             v[key] = _text(key, d[key])
         else:
             _, _, low, high = GPU_JSON_UNITS[key]
-            if key == "peak_fp8_tflops" and d[key] == 0 and not isinstance(d[key], bool):
+            if key in ("peak_fp8_tflops", "peak_fp4_tflops") and d[key] == 0 and not isinstance(d[key], bool):
                 v[key] = 0.0
                 continue
             v[key] = _number(key, d[key], float, low, high)
@@ -783,7 +843,7 @@ def gpu_from_dict(d: dict) -> GPU:
         return float(round(v[key] * GPU_JSON_UNITS[key][1]))
 
     gpu = GPU(v["name"], whole("memory_gib"), whole("hbm_bandwidth_tb_s"), whole("peak_bf16_tflops"),
-              whole("peak_fp8_tflops"), whole("nvlink_gb_s"), whole("pcie_gb_s"), v["arch"])
+              whole("peak_fp8_tflops"), whole("nvlink_gb_s"), whole("pcie_gb_s"), v["arch"], whole("peak_fp4_tflops"))
     gpu.validate()
     return gpu
 
@@ -792,7 +852,8 @@ def gpu_to_dict(gpu: GPU) -> dict:
     """The GPU_JSON_FIELDS form of a GPU (the inverse of gpu_from_dict)."""
     return {"name": gpu.name, "memory_gib": gpu.memory_bytes / GIB, "hbm_bandwidth_tb_s": gpu.hbm_bw_Bps / 1e12,
             "peak_bf16_tflops": gpu.peak_bf16_flops / 1e12, "peak_fp8_tflops": gpu.peak_fp8_flops / 1e12,
-            "nvlink_gb_s": gpu.nvlink_Bps / 1e9, "pcie_gb_s": gpu.pcie_Bps / 1e9, "arch": gpu.arch}
+            "nvlink_gb_s": gpu.nvlink_Bps / 1e9, "pcie_gb_s": gpu.pcie_Bps / 1e9, "arch": gpu.arch,
+            "peak_fp4_tflops": gpu.peak_fp4_flops / 1e12}
 
 
 def _supported_architectures() -> str:
@@ -1086,4 +1147,4 @@ def deployment_figures(dep: Deployment) -> dict:
         "kv_bytes_per_token_per_gpu": dep.kv_bytes_per_token_per_gpu,
         "kv_capacity_tokens": dep.kv_capacity_tokens,
         "kv_capacity_tokens_node": dep.kv_capacity_tokens * node.replicas,
-    }
+    } | ({"ep": dep.ep, "dp_attention": dep.dp_attention} if dep.ep > 1 or dep.dp_attention else {})
