@@ -11,6 +11,7 @@ from batching.sim.topology.disagg import KV_TRANSFER_FIXED_S, MAX_INSTANCES, Dis
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_fleet
 from batching.sim.simulate import Scenario, admitted
 from batching.sim.hardware.engines import DEFAULT_ENGINE, ENGINES, EngineProfile
+from batching.sim.hardware.kernel_tables import calibration_status
 from batching.sim.hardware.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
 from batching.sim.workload.requests import (DEFAULT_RATE_REQ_S, MAX_CLIENT_THINK_S, MAX_CONCURRENCY, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
                                    WORKLOAD_PRESETS, TraceWorkload, workload_preset)
@@ -452,6 +453,10 @@ def scenario_sidebar(page_id: str = "") -> Scenario | None:
         st.sidebar.caption(_trace_caption(scenario.workload))
     if context_note:
         st.info(plain(context_note), icon=":material/block:")  # quotes class names: plain text
+    calibrated, why = calibration_status(scenario)
+    if not calibrated:  # a term with no measurement behind it: the figures are an estimate (DESIGN §3)
+        st.info(f"**Not calibrated:** {plain(why)}. This model, GPU or layout has no measured kernel data for "
+                "that part; its figures are a roofline estimate (docs/CALIBRATION.md).", icon=":material/science:")
     st.session_state[_LAST] = scenario
     return scenario
 

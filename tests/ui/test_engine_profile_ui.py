@@ -79,3 +79,14 @@ def test_a_link_naming_an_uploaded_profile_opens_with_vllm_and_says_so():
     assert not at.exception
     assert _scenario(at).engine == "vllm"
     assert any("uploaded engine profile, which a link cannot carry" in w.value for w in at.warning)
+
+
+def test_an_uncalibrated_combination_says_so_on_the_page():
+    """Issue 23 item 4: Mixtral (an MoE model with no measured expert table) is a roofline estimate; the page says
+    so with the reason, as the summary's calibrated/calibration_note do. A dense model on H100 says nothing."""
+    at = run_page(EXPLORE, workload="sharegpt", n="120", model="mixtral-8x7b", tp="2")
+    assert not at.exception
+    notes = [i.value for i in at.info if "Not calibrated" in i.value]
+    assert notes and "roofline estimate" in notes[0]
+    at = run_page(EXPLORE, workload="sharegpt", n="120")
+    assert not [i.value for i in at.info if "Not calibrated" in i.value]
