@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.sim.hardware import costmodel as cm
-from batching.sim.hardware.engines import DEFAULT_ENGINE, ENGINES, EngineProfile
+from batching.sim.hardware.engines import DEFAULT_ENGINE, ENGINES, EngineProfile, parse_profile
 from batching.sim.topology.disagg import KV_TRANSFER_FIXED_MAX_S, KV_TRANSFER_FIXED_S, MAX_INSTANCES, Disagg, check_requests
 from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
@@ -348,14 +348,9 @@ def engine_from_args(args) -> str | EngineProfile:
     path = getattr(args, "profile", None)
     if path is None:
         return getattr(args, "engine", None) or DEFAULT_ENGINE
-    raw = _input_file("--profile", path)
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CliError(f"--profile {shown(path)}: not a JSON file ({exc})") from None
-    try:
-        return EngineProfile.from_dict(data)
-    except (ValueError, TypeError) as exc:
+        return parse_profile(_input_file("--profile", path))
+    except ValueError as exc:
         raise CliError(f"--profile {shown(path)}: {exc}") from None
 
 

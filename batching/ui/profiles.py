@@ -2,12 +2,10 @@
 ``calibrate --bench FILE --fit`` writes) and a download of the current one (issue 23 items 2 and 8)."""
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import streamlit as st
 
-from batching.sim.hardware.engines import EngineProfile
+from batching.sim.hardware.engines import EngineProfile, parse_profile
 from batching.ui import sidebar, state
 from batching.ui.safe import plain
 
@@ -43,12 +41,8 @@ def read_profile(data: bytes, name: str) -> EngineProfile:
     if len(data) > MAX_PROFILE_BYTES:
         raise ValueError(f"profile file {name}: {len(data):,} bytes; a profile is at most {MAX_PROFILE_BYTES:,}")
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"profile file {name}: not JSON ({exc})") from None
-    try:
-        return EngineProfile.from_dict(doc)
-    except (ValueError, TypeError) as exc:
+        return parse_profile(data)
+    except ValueError as exc:
         raise ValueError(f"profile file {name}: {exc}") from None
 
 

@@ -159,18 +159,28 @@ class EngineProfile:
         return json.dumps(self.to_dict(), indent=2)
 
 
+def parse_profile(data: bytes) -> EngineProfile:
+    """A profile from JSON bytes (``to_dict``'s form); ValueError saying what is wrong (not JSON, or the field)."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not JSON ({e})") from None
+    try:
+        return EngineProfile.from_dict(doc)
+    except (ValueError, TypeError) as e:
+        raise ValueError(str(e)) from None
+
+
 def load_profile(path: Path | str) -> EngineProfile:
     """A profile from a JSON file (``to_dict``'s form); ValueError naming the file and the field."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = p.read_bytes()
     except OSError as e:
         raise ValueError(f"profile file {p.name}: cannot be read ({e.strerror or e})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"profile file {p.name}: not JSON ({e})") from None
     try:
-        return EngineProfile.from_dict(data)
-    except (ValueError, TypeError) as e:
+        return parse_profile(data)
+    except ValueError as e:
         raise ValueError(f"profile file {p.name}: {e}") from None
 
 
