@@ -65,7 +65,7 @@ def test_fleet_caption_and_subtitle_wrap_instead_of_clipping():
     fig = with_caption(fleet.replica_kv_queue(pd.DataFrame(), 1000, 2), line)
     shown = fig.layout["legend9"].title.text.split("<br>")
     assert all(len(part) <= MAX_LINE_CHARS for part in shown), shown
-    assert any(part.endswith("least-outstanding router") for part in shown)  # whole, on a line of its own
+    assert any("2 replicas, least-outstanding router" in part for part in shown)  # whole, never cut across lines
     assert caption_of(fig) == line  # the text itself is unchanged
     steps = pd.DataFrame({"replica": np.repeat([0, 1], 20), "start_s": np.tile(np.arange(20) * 0.1, 2),
                           "duration_s": 0.1, "kv_blocks": 10, "waiting": 1})

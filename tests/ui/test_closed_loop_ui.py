@@ -71,9 +71,10 @@ def test_capacity_shows_the_highest_concurrency_within_the_slos():
     plan = at.session_state["capacity_last"]
     lib = capacity(Scenario(workload=workload_preset("sharegpt", 1.0, 240, 0).with_concurrency(16)),
                    SLO(ttft_s=0.2, tpot_s=0.03), policy=PRESETS["continuous"])
-    assert plan.results["continuous"].max_concurrency == lib.max_concurrency == 14
+    # 13 with the vLLM 0.11 profile (14 before it: at 14 clients the P99 TTFT is 205 ms, over the 200 ms SLO)
+    assert plan.results["continuous"].max_concurrency == lib.max_concurrency == 13
     df = at.dataframe[0].value
-    assert df.loc["continuous", "Clients within the SLOs"] == 14
+    assert df.loc["continuous", "Clients within the SLOs"] == 13
     assert df.loc["continuous", "Rate per node (req/s)"] == pytest.approx(lib.max_rate_req_s)
     info = " ".join(i.value for i in at.info)
-    assert "The highest concurrency within the SLOs" in info and "continuous 14 clients" in info
+    assert "The highest concurrency within the SLOs" in info and "continuous 13 clients" in info

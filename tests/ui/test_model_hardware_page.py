@@ -20,7 +20,7 @@ def default_page():
 def test_renders_every_section(default_page):
     at = default_page
     assert at.title[0].value == "Model and hardware"
-    assert [h.value for h in at.subheader] == ["Where a step's time goes", "Your own model or GPU",
+    assert [h.value for h in at.subheader] == ["Where a step's time goes", "Engine profile", "Your own model or GPU",
                                                "Calibration: model vs measurement", "Constants and sources"]
     batch = chart(at, "Decode step time vs batch size")
     names = {t["name"] for t in batch["data"]}
