@@ -19,7 +19,7 @@ from batching.sim.hardware.costmodel import C_FIXED, CostModel, rest_time_nb, st
 from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb,
     count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, make_room_nb,
-    next_arrival_nb, next_due_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
+    next_arrival_nb, next_due_nb, pc_name_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
     schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
 from batching.sim.engine.state import (
@@ -356,20 +356,29 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                 # tokens count in the token budget when its decode is scheduled (vLLM V1), so the two differ only
                 # in a step that also admits, swaps in or preempts.
                 spec_on = b.n[B_RUNNING] < spec.disable_at
-            while short > 0:
+            while short != 0:
                 nd, short = schedule_decodes_nb(nd, inp, seqs, b, pc, knobs, out, step, spec, spec_on)
                 if short > 0:
                     make_room_nb(nd, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+                elif pc is not None:
+                    if short < 0:  # it scheduled r, which has blocks to name
+                        r = -1 - short
+                        pc_name_nb(r, (seqs.kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc, b.n, out.req_pre[r] == 0)
             # (1b) swapped sequences back in, decoding with the others
             if si[step, S_PREEMPTED] == 0 and b.n[B_SWAPPED] > 0:
                 nd = schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec)
             if knobs.chunked:
                 # (2) the next chunk of the prefills under way; when KV runs out, preempt and go on
                 i, short = nd, 1
-                while short > 0:
+                while short != 0:
                     i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec)
                     if short > 0:
                         make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+                    elif pc is not None:
+                        if short < 0:
+                            r = -1 - short
+                            pc_name_nb(r, (seqs.kv[r] + seqs.sched[r]) // KV_BLOCK_TOKENS, inp, seqs, pc, b.n,
+                                       out.req_pre[r] == 0)
                 # (3) new requests, unless this step preempted
                 if si[step, S_PREEMPTED] == 0 and b.n[B_WAITING] > 0:
                     if pc is not None:
@@ -442,9 +451,9 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
         # (a call passes every array of its tuples, two atomic reference counts each: only when needed)
         if nd > 0:
             if pc is not None:
-                finish_nb(nd, t, inp, seqs, b, pc, lat)
+                finish_nb(nd, t, inp, seqs, b, pc, lat, out.req_pre)
             elif lat is not None:
-                finish_nb(nd, t, inp, seqs, b, pc, lat)
+                finish_nb(nd, t, inp, seqs, b, pc, lat, out.req_pre)
         released += nd
         if hand is not None:
             k = hand.n[0]

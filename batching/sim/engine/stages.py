@@ -263,6 +263,12 @@ def session_next_nb(r, t, inp, lat, cnt):
 # (Prefix.index empty), else a slot taken while the block is cached and found through Prefix.index, a hash table
 # (linear probing, deletion by backward shift), so the tables follow the GPU's blocks, not the ids a trace names
 # (engine_state.prefix_tables).
+# Lazy naming (speed; the same runs): a request's own blocks, past its chain, carry ids no other request names, so
+# only the request itself can look them up, and only after a preemption. While it was never preempted they are
+# counted named (pb) without entering the tables: held by it alone, nobody could find them. Preempted, it names
+# them then, last first into the queue, as a release of named blocks does. Finished, they join the queue as ONE
+# entry, a dead run (ref = -its block count), counted evictable like named blocks; an allocation reaching it takes
+# its blocks together. Each own block so costs nothing of its own (docs/ARCHITECTURE.md, prefix cache: the speed).
 @njit(cache=True, nogil=True, inline="always")
 def chain_id_nb(ids, lo, j, shift):
     """The id of block j of the chain whose ids start at ids[lo], each id naming 2^shift blocks (Inputs.chain_len)."""
@@ -353,18 +359,37 @@ def _pc_remove_nb(key, index, free, ends, s):
 
 # Each operation below walks a request's blocks by id when the tables are indexed by id, else calls its hashed twin.
 @njit(cache=True, nogil=True, inline="always")
+def _bid_nb(ids, lo, n, base, shift, j):
+    """block_id_nb from plain values: block j of a request whose chain is ids[lo:] (n blocks, each id naming
+    2^shift) and whose own blocks start at id ``base``."""
+    bid = base + (j - n)
+    if j < n:
+        bid = ids[lo + (j >> shift)] + (j & ((1 << shift) - 1))
+    return bid
+
+
+@njit(cache=True, nogil=True, inline="always")
 def pc_lookup_nb(h, limit, inp, pc):
     """(m, m0): request h's leading blocks that are cached, at most ``limit``, and how many of those no running
     sequence uses (taking them costs free blocks)."""
     if _hashed_nb(pc):
         return _pc_lookup_hashed_nb(h, limit, inp, pc)
+    return _lookup_direct_nb(pc.cached, pc.ref, inp.chain_ids, inp.chain_off[h], inp.chain_len[h], inp.own_base[h],
+                             inp.chain_shift, limit)
+
+
+# The chain walks over tables by id take plain arrays, not the NamedTuples, and are called, not inlined: a tuple's
+# field read in a loop of a larger function costs two atomic reference counts per block where LLVM's pruning gives
+# up (the admission stage's lookups and hits ran ~10 of them per block: 60 % of the "caching on" case's time).
+@njit(cache=True, nogil=True)
+def _lookup_direct_nb(cached, ref, ids, lo, n, base, shift, limit):
     m = 0
     m0 = 0
     going = m < limit
     while going:
-        bid = block_id_nb(inp, h, m)
-        if pc.cached[bid]:
-            if pc.ref[bid] == 0:
+        bid = _bid_nb(ids, lo, n, base, shift, m)
+        if cached[bid]:
+            if ref[bid] == 0:
                 m0 += 1
             m += 1
             going = m < limit
@@ -394,34 +419,44 @@ def _pc_lookup_hashed_nb(h, limit, inp, pc):
 @njit(cache=True, nogil=True, inline="always")
 def _lru_unlink_nb(pc, s):
     """Named slot s leaves the free queue; the anonymous blocks queued before it stay where they were."""
-    p, nx = pc.prev[s], pc.next[s]
-    g = pc.gap[s]
-    pc.gap[s] = 0
+    _unlink_nb(pc.prev, pc.next, pc.gap, pc.ends, s)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unlink_nb(prev, nxt, gap, ends, s):
+    p, x = prev[s], nxt[s]
+    g = gap[s]
+    gap[s] = 0
     if p >= 0:
-        pc.next[p] = nx
+        nxt[p] = x
     else:
-        pc.ends[0] = nx
-    if nx >= 0:
-        pc.prev[nx] = p
-        pc.gap[nx] += g
+        ends[0] = x
+    if x >= 0:
+        prev[x] = p
+        gap[x] += g
     else:
-        pc.ends[1] = p
-        pc.ends[4] += g
+        ends[1] = p
+        ends[4] += g
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _lru_append_nb(pc, s):
     """Named slot s joins the free queue at its tail (the last to be taken)."""
-    tail = pc.ends[1]
-    pc.prev[s] = tail
-    pc.next[s] = -1
-    pc.gap[s] = pc.ends[4]
-    pc.ends[4] = 0
+    _append_nb(pc.prev, pc.next, pc.gap, pc.ends, s)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _append_nb(prev, nxt, gap, ends, s):
+    tail = ends[1]
+    prev[s] = tail
+    nxt[s] = -1
+    gap[s] = ends[4]
+    ends[4] = 0
     if tail >= 0:
-        pc.next[tail] = s
+        nxt[tail] = s
     else:
-        pc.ends[0] = s
-    pc.ends[1] = s
+        ends[0] = s
+    ends[1] = s
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -440,10 +475,21 @@ def pc_acquire_nb(h, m, inp, seqs, pc, cnt):
     if _hashed_nb(pc):
         _pc_acquire_hashed_nb(h, m, inp, pc, cnt)
     else:
-        for j in range(m):
-            _touch_nb(pc, block_id_nb(inp, h, j), cnt)
+        _acquire_direct_nb(pc.ref, pc.prev, pc.next, pc.gap, pc.ends, cnt, inp.chain_ids, inp.chain_off[h],
+                           inp.chain_len[h], inp.own_base[h], inp.chain_shift, m)
     seqs.pb[h] = m
     seqs.blocks[h] = m
+
+
+@njit(cache=True, nogil=True)
+def _acquire_direct_nb(ref, prev, nxt, gap, ends, cnt, ids, lo, n, base, shift, m):
+    for j in range(m):
+        bid = _bid_nb(ids, lo, n, base, shift, j)
+        if ref[bid] == 0:  # (_touch_nb)
+            _unlink_nb(prev, nxt, gap, ends, bid)
+            cnt[B_EVICTABLE] -= 1
+            cnt[B_FREE] -= 1
+        ref[bid] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -455,33 +501,44 @@ def _pc_acquire_hashed_nb(h, m, inp, pc, cnt):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def pc_register_nb(r, full, inp, seqs, pc, cnt):
+def pc_register_nb(r, full, inp, seqs, pc, cnt, lazy):
     """Sequence r's blocks before ``full`` are (scheduled to be) complete: name them in the cache, as vLLM V1
     caches full blocks when it schedules them (KVCacheManager.allocate_slots, after the allocation). A block whose
     name is cached already is merged into that copy (the section's note): r holds the copy, its own block is free,
-    queued as anonymous. Inlined into the step stages, written for their loops (one exit, no call that is not
-    inlined: the hashed twin is compiled out with tables by id)."""
+    queued as anonymous. ``lazy`` (r was never preempted): its own blocks, past its chain, are counted named
+    without entering the tables (the section's note on lazy naming). Inlined into the step stages, written for
+    their loops (one exit, no call that is not inlined: the hashed twin is compiled out with tables by id)."""
     end = min(full, seqs.plim[r])
-    if _hashed_nb(pc):
-        _pc_register_hashed_nb(r, end, inp, seqs, pc, cnt)
-    else:
-        going = seqs.pb[r] < end
-        while going:
-            j = seqs.pb[r]
-            bid = block_id_nb(inp, r, j)
-            if pc.cached[bid]:
-                if pc.ref[bid] == 0:
-                    trim_nb(pc, cnt)  # the allocations before it come first: they may take this very block
-            if pc.cached[bid]:
-                _touch_nb(pc, bid, cnt)
-                cnt[B_FREE] += 1  # its own copy, anonymous, joins the queue's tail
-                pc.ends[4] += 1
-                pc.ends[5] += 1
-            else:
-                pc.cached[bid] = True
-                pc.ref[bid] = 1
-            seqs.pb[r] = j + 1
-            going = j + 1 < end
+    lim = min(end, inp.chain_len[r]) if lazy else end
+    if seqs.pb[r] < lim:
+        if _hashed_nb(pc):
+            _pc_register_hashed_nb(r, lim, inp, seqs, pc, cnt)
+        else:
+            _register_direct_nb(r, lim, inp, seqs, pc, cnt)
+    if seqs.pb[r] < end:
+        seqs.pb[r] = end  # (lazy) its own blocks up to end: named, held by r alone, in no table yet
+
+
+@njit(cache=True, nogil=True)
+def _register_direct_nb(r, end, inp, seqs, pc, cnt):
+    cached, ref, ends = pc.cached, pc.ref, pc.ends
+    ids, lo, n, base, shift = inp.chain_ids, inp.chain_off[r], inp.chain_len[r], inp.own_base[r], inp.chain_shift
+    j = seqs.pb[r]
+    while j < end:
+        bid = _bid_nb(ids, lo, n, base, shift, j)
+        if cached[bid]:
+            if ref[bid] == 0:
+                trim_nb(pc, cnt)  # the allocations before it come first: they may take this very block
+        if cached[bid]:
+            _touch_nb(pc, bid, cnt)
+            cnt[B_FREE] += 1  # its own copy, anonymous, joins the queue's tail
+            ends[4] += 1
+            ends[5] += 1
+        else:
+            cached[bid] = True
+            ref[bid] = 1
+        j += 1
+    seqs.pb[r] = end
 
 
 @njit(cache=True, nogil=True)
@@ -506,6 +563,12 @@ def _pc_register_hashed_nb(r, end, inp, seqs, pc, cnt):
         seqs.pb[r] = j + 1
 
 
+@njit(cache=True, nogil=True)
+def pc_name_nb(r, full, inp, seqs, pc, cnt, lazy):
+    """``pc_register_nb``, called: from the engine loop when a step stage stops for it (schedule_decodes_nb)."""
+    pc_register_nb(r, full, inp, seqs, pc, cnt, lazy)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _pc_slot_nb(pc, bid):
     """The slot of block bid while it is cached, else -1."""
@@ -515,28 +578,45 @@ def _pc_slot_nb(pc, bid):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def pc_release_nb(r, inp, seqs, pc, cnt):
+def pc_release_nb(r, inp, seqs, pc, cnt, lazy, finished):
     """Sequence r gives back its GPU blocks, last first (V1's KVCacheManager.free: reversed): its anonymous ones
-    join the free queue, then its named ones nobody else holds, its last named block first (taken first)."""
+    join the free queue, then its named ones nobody else holds, its last named block first (taken first).
+    ``lazy``: r's own named blocks are in no table yet (pc_register_nb); ``finished``: r is done, so nothing can
+    look its own blocks up again and they join the queue as one entry, a dead run (the section's note)."""
     pb = seqs.pb[r]
     own = seqs.blocks[r] - pb
     cnt[B_FREE] += own
     pc.ends[4] += own
     pc.ends[5] += own
-    if _hashed_nb(pc):
-        _pc_release_hashed_nb(r, pb, inp, pc, cnt)
-    else:
-        j = pb
-        while j > 0:  # (a loop with a negative range step could raise: see the module's note on speed)
-            j -= 1
-            bid = block_id_nb(inp, r, j)
-            pc.ref[bid] -= 1
-            if pc.ref[bid] == 0:
-                _lru_append_nb(pc, bid)
-                cnt[B_EVICTABLE] += 1
-                cnt[B_FREE] += 1
+    j = pb
+    n = inp.chain_len[r]
+    if lazy and pb > n:
+        if finished:
+            _pc_dead_run_nb(pc, inp.own_base[r] + (pb - 1 - n), pb - n, cnt)
+        else:
+            _pc_name_own_nb(r, n, pb, inp, pc, cnt)
+        j = n
+    if j > 0:
+        if _hashed_nb(pc):
+            _pc_release_hashed_nb(r, j, inp, pc, cnt)
+        else:
+            _release_direct_nb(pc.ref, pc.prev, pc.next, pc.gap, pc.ends, cnt, inp.chain_ids, inp.chain_off[r], n,
+                               inp.own_base[r], inp.chain_shift, j)
     seqs.blocks[r] = 0
     seqs.pb[r] = 0
+
+
+@njit(cache=True, nogil=True)
+def _release_direct_nb(ref, prev, nxt, gap, ends, cnt, ids, lo, n, base, shift, pb):
+    j = pb
+    while j > 0:  # (a loop with a negative range step could raise: see the module's note on speed)
+        j -= 1
+        bid = _bid_nb(ids, lo, n, base, shift, j)
+        ref[bid] -= 1
+        if ref[bid] == 0:
+            _append_nb(prev, nxt, gap, ends, bid)
+            cnt[B_EVICTABLE] += 1
+            cnt[B_FREE] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -551,6 +631,39 @@ def _pc_release_hashed_nb(r, pb, inp, pc, cnt):
             _lru_append_nb(pc, s)
             cnt[B_EVICTABLE] += 1
             cnt[B_FREE] += 1
+
+
+@njit(cache=True, nogil=True)
+def _pc_dead_run_nb(pc, bid, d, cnt):
+    """A finished sequence's d own named blocks join the queue's tail as one entry: slot ``bid`` (the id of its
+    last own block, which nothing else names; with hashed tables a free slot outside the index) holding -d in ref."""
+    s = bid
+    if _hashed_nb(pc):
+        top = pc.ends[3]
+        s = pc.free[top - 1]
+        pc.ends[3] = top - 1
+    pc.ref[s] = -d
+    _lru_append_nb(pc, s)
+    cnt[B_EVICTABLE] += d
+    cnt[B_FREE] += d
+
+
+@njit(cache=True, nogil=True)
+def _pc_name_own_nb(r, n, pb, inp, pc, cnt):
+    """A lazy sequence preempted: its own named blocks n .. pb - 1 enter the tables (a recompute can find them) and
+    join the queue last first, nobody holding them."""
+    j = pb
+    while j > n:
+        j -= 1
+        bid = inp.own_base[r] + (j - n)
+        s = bid
+        if _hashed_nb(pc):
+            s = _pc_insert_nb(pc.key, pc.index, pc.free, pc.ends, bid)
+        pc.cached[s] = True
+        pc.ref[s] = 0
+        _lru_append_nb(pc, s)
+        cnt[B_EVICTABLE] += 1
+        cnt[B_FREE] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -577,6 +690,16 @@ def trim_nb(pc, cnt):
             pc.gap[s] -= k
             pc.ends[5] -= k
             over -= k
+        elif pc.ref[s] < 0:  # a dead run (pc_release_nb): its blocks taken together
+            k = min(-pc.ref[s], over)
+            pc.ref[s] += k
+            cnt[B_EVICTABLE] -= k
+            over -= k
+            if pc.ref[s] == 0:
+                _lru_unlink_nb(pc, s)
+                if _hashed_nb(pc):
+                    pc.free[pc.ends[3]] = s
+                    pc.ends[3] += 1
         else:
             _lru_unlink_nb(pc, s)
             pc.cached[s] = False
@@ -620,7 +743,7 @@ def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec):
     cnt[B_RUNNING] = nr - 1
     unschedule_nb(r, seqs, out, step, spec)
     if pc is not None:
-        pc_release_nb(r, inp, seqs, pc, cnt)
+        pc_release_nb(r, inp, seqs, pc, cnt, out.req_pre[r] == 0, False)
     else:
         cnt[B_FREE] += seqs.blocks[r]
         seqs.blocks[r] = 0
@@ -711,7 +834,10 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
     accepted + 1 tokens (S_DECODE), the rejected ones are computed for nothing (S_PADDED).
 
     Returns (index where the prefills under way begin, 0), or, when run[i] needs more KV blocks
-    than are free, (i, blocks it needs): the caller makes room (``make_room_nb``) and resumes."""
+    than are free, (i, blocks it needs): the caller makes room (``make_room_nb``) and resumes; or, when the
+    sequence just scheduled, r, has blocks to name in the cache's tables, (i, -1 - r): the caller names them
+    (``pc_name_nb``) and resumes. Naming is a call with loops, which in this loop would cost every iteration
+    its reference counts (see the module's note): only a lazy sequence's own blocks are named here, by a count."""
     run, cnt = b.run, b.n
     kv, target, blocks, sched = seqs.kv, seqs.target, seqs.blocks, seqs.sched
     si = out.steps_i
@@ -757,9 +883,11 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
                     # (benchmarks/bench_engine_pair.py, continuous, 10,000 requests: 0.064 -> 0.213 s CPU)
                     if seqs.pb[r] < seqs.plim[r]:
                         if seqs.pb[r] < (kv[r] + 1) // KV_BLOCK_TOKENS:
-                            cnt[B_FREE] = free  # naming may trim the queue or free a merged block
-                            pc_register_nb(r, (kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc, cnt)
-                            free = cnt[B_FREE]
+                            if seqs.pb[r] >= inp.chain_len[r] and out.req_pre[r] == 0:
+                                seqs.pb[r] = min((kv[r] + 1) // KV_BLOCK_TOKENS, seqs.plim[r])  # lazy naming
+                            else:
+                                short = -1 - r  # the caller names its blocks (pc_name_nb) before the next one's
+                                going = False
                 sched[r] = 1 + kr
                 n_dec += 1 + kr
                 ctx += kv[r] + 1 + kr  # a multi-query kernel reads the context once for its k + 1 queries
@@ -864,7 +992,8 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
     as stalled.
 
     Returns 0, or, when run[i] needs more KV blocks than are free, (i, blocks it needs): the
-    caller makes room (``make_room_nb``) and resumes."""
+    caller makes room (``make_room_nb``) and resumes; (i, -1 - r) when r has blocks to name (as
+    ``schedule_decodes_nb``)."""
     run, cnt = b.run, b.n
     kv, target, blocks, sched = seqs.kv, seqs.target, seqs.blocks, seqs.sched
     si = out.steps_i
@@ -901,9 +1030,11 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
                     # (the cheap test first; written out as in schedule_decodes_nb, which says why)
                     if seqs.pb[r] < seqs.plim[r]:
                         if seqs.pb[r] < (kv[r] + c) // KV_BLOCK_TOKENS:
-                            cnt[B_FREE] = free
-                            pc_register_nb(r, (kv[r] + c) // KV_BLOCK_TOKENS, inp, seqs, pc, cnt)
-                            free = cnt[B_FREE]
+                            if seqs.pb[r] >= inp.chain_len[r] and out.req_pre[r] == 0:
+                                seqs.pb[r] = min((kv[r] + c) // KV_BLOCK_TOKENS, seqs.plim[r])  # lazy naming
+                            else:
+                                short = -1 - r  # the caller names its blocks (pc_name_nb) before the next one's
+                                going = False
                 sched[r] = c
                 n_pre += c
                 attn += c * (kv[r] + 0.5 * c)
@@ -996,7 +1127,7 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
                     if first:
                         out.req_cached[h] = hit
                 pc_trim_nb(pc, cnt)  # its new blocks come from the queue's head, after it took its hits
-                pc_register_nb(h, (hit + c) // KV_BLOCK_TOKENS, inp, seqs, pc, cnt)
+                pc_register_nb(h, (hit + c) // KV_BLOCK_TOKENS, inp, seqs, pc, cnt, out.req_pre[h] == 0)
             sched[h] = c
             si[step, S_PREFILL] += c
             out.steps_f[step, F_ATTN_WORK] += c * (hit + 0.5 * c)
@@ -1025,10 +1156,14 @@ def continue_prefills_nb(inp, seqs, q, b, pc, knobs, out, step, spec):
 
     A rare path, so not inlined: the engine loop stays as small as it was."""
     i, short = 0, 1  # (from 0: the decodes before the prefills under way count as stalled)
-    while short > 0:
+    while short != 0:
         i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec)
         if short > 0:
             make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+        elif pc is not None:
+            if short < 0:
+                r = -1 - short
+                pc_name_nb(r, (seqs.kv[r] + seqs.sched[r]) // KV_BLOCK_TOKENS, inp, seqs, pc, b.n, out.req_pre[r] == 0)
     if pc is not None:
         pc_trim_nb(pc, b.n)  # the new blocks above took reclaimable ones: the cache as it is now
 
@@ -1054,13 +1189,13 @@ def count_decoding_nb(b, seqs, hi):
 
 # --- applying a step ----------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def finish_nb(nd, t, inp, seqs, b, pc, lat):
+def finish_nb(nd, t, inp, seqs, b, pc, lat, req_pre):
     """The ``nd`` sequences the step finished (b.done): their blocks go back to the prefix cache's queue, and
     a session's next turn arrives a think time after the release."""
     for j in range(nd):
         r = b.done[j]
         if pc is not None:
-            pc_release_nb(r, inp, seqs, pc, b.n)
+            pc_release_nb(r, inp, seqs, pc, b.n, req_pre[r] == 0, True)
         if lat is not None:
             session_next_nb(r, t, inp, lat, b.n)
 

@@ -202,7 +202,8 @@ class Prefix(NamedTuple):
     per slot (engine_stages' prefix cache section): slot = id when ``index`` is empty, else a slot found through
     the hash table ``index`` (``prefix_tables``)."""
 
-    ref: np.ndarray  # int32 per slot: running sequences holding its block
+    ref: np.ndarray  # int32 per slot: running sequences holding its block; -d for a queued dead run of d finished
+    #                 own blocks (engine_stages' note on lazy naming)
     cached: np.ndarray  # bool per slot: a GPU block holds it (the direct tables' membership test)
     prev: np.ndarray  # int32 per slot: free-queue neighbours among the named blocks (-1 none)
     next: np.ndarray
