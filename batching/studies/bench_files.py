@@ -344,7 +344,7 @@ def simulated_metrics(res) -> dict:
     return out
 
 
-def _sim_value(sim: dict, metric: str) -> float | None:
+def sim_value(sim: dict, metric: str) -> float | None:
     if metric in sim:
         return sim[metric]
     if metric == "itl_median_s":
@@ -389,7 +389,7 @@ def compare(b: BenchFile, res) -> pd.DataFrame:
     sim = simulated_metrics(res)
     rows = []
     for metric in sorted(b.metrics, key=_order):
-        v = _sim_value(sim, metric)
+        v = sim_value(sim, metric)
         if v is None:
             continue
         scale = 1.0 if metric in THROUGHPUTS else 1e3

@@ -100,7 +100,7 @@ def _ratios(b: bf.BenchFile, res, metrics: tuple[str, ...]) -> dict[str, float]:
     sim = bf.simulated_metrics(res)
     out = {}
     for m in metrics:
-        v = bf._sim_value(sim, m)
+        v = bf.sim_value(sim, m)
         out[m] = (v / b.metrics[m]) if (v is not None and b.metrics[m]) else math.nan
     return out
 

@@ -12,14 +12,14 @@ is fitted: the figures only report.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from importlib import resources
 
 import pandas as pd
 
 from batching.sim.hardware.specs import deployment
-from batching.sim.policy import PRESETS, BatchingPolicy
+from batching.sim.hardware.engines import engine_profile
+from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.workload.requests import workload_preset
 from batching.studies import bench_files as bf
@@ -27,12 +27,6 @@ from batching.studies import bench_files as bf
 POINTS_FILE = "published_points.csv"
 SETTING = ("engine", "policy", "model", "gpu", "tp", "num_gpus", "precision", "kv_dtype", "dataset", "prompt_tokens", "output_tokens",
            "requests", "request_rate", "concurrency")
-# an engine's scheduler defaults where the library predates engine profiles (the same values engines.py cites)
-FALLBACK_POLICY = {
-    "vllm": dict(chunked_prefill=True, max_num_batched_tokens=8192, max_num_seqs=1024),
-    "sglang": dict(chunked_prefill=False, max_num_batched_tokens=16384, max_num_seqs=4096),
-    "trtllm": dict(chunked_prefill=True, max_num_batched_tokens=8192, max_num_seqs=2048),
-}
 
 
 def points() -> pd.DataFrame:
@@ -43,10 +37,6 @@ def points() -> pd.DataFrame:
 
 def groups() -> tuple[str, ...]:
     return tuple(dict.fromkeys(points()["group"]))
-
-
-def _has_profiles() -> bool:
-    return "engine" in {f.name for f in dataclasses.fields(Scenario)}
 
 
 def scenario_of(row, seed: int = 0) -> Scenario:
@@ -63,16 +53,8 @@ def scenario_of(row, seed: int = 0) -> Scenario:
         b = bf.BenchFile("published", row.id, None, n, rate, conc, 1.0, float(row.prompt_tokens),
                          float(row.output_tokens))
         wl = bf.bench_workload(b, n, seed)
-    kw = {}
-    if _has_profiles():
-        from batching.sim.hardware.engines import engine_profile
-
-        kw["engine"] = row.engine
-        pol = engine_profile(row.engine).policy if row.policy == "engine" else PRESETS[row.policy]
-    else:
-        pol = (BatchingPolicy(mode="continuous", prefix_caching=True, **FALLBACK_POLICY[row.engine])
-               if row.policy == "engine" else PRESETS[row.policy])
-    return Scenario(dep, wl, pol, **kw)
+    pol = engine_profile(row.engine).policy if row.policy == "engine" else PRESETS[row.policy]
+    return Scenario(dep, wl, pol, engine=row.engine)
 
 
 def published_errors(seed: int = 0, groups: tuple[str, ...] | None = None, progress=None) -> pd.DataFrame:
@@ -88,7 +70,7 @@ def published_errors(seed: int = 0, groups: tuple[str, ...] | None = None, progr
         saturated = not math.isfinite(float(first.request_rate)) and pd.isna(first.concurrency)
         sim = bf.simulated_metrics(simulate(sc, saturated=saturated))
         for r in grp.itertuples(index=False):
-            v = bf._sim_value(sim, r.metric)
+            v = bf.sim_value(sim, r.metric)
             rows.append({"id": r.id, "group": r.group, "role": r.role, "metric": r.metric, "measured": r.value,
                          "simulated": v, "error": bf.error(r.value, v), "error_before": r.error_before,
                          "source": r.source})

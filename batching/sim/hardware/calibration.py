@@ -446,7 +446,7 @@ def mla_ratios() -> dict:
 
 
 def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
-    """(source, policy, markdown table, summary sentence) of the DeepSeek serving check, or placeholders saying it
+    """(source, policy, markdown table, summary sentence) of the DeepSeek serving check, or texts saying it
     was not run (the frame comes from batching.studies.deepseek_check, a study this module does not import)."""
     if frame is None or len(frame) == 0:
         return "not run", "-", "(the check was not run: `python -m batching calibrate --report` runs it)", ""
