@@ -1,4 +1,5 @@
 import builtins
+import os
 import sys
 from pathlib import Path
 
@@ -6,6 +7,9 @@ import pytest
 
 # shared test helpers (streamlit_server.py) import from every test folder
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# no background compile of every feature from the dashboards the tests start (ui.compile_notice): it would take a
+# core for minutes; tests/test_first_use.py turns it on where it tests it
+os.environ.setdefault("BATCHING_PREPARE", "off")
 
 
 @pytest.fixture

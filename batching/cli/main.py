@@ -1,4 +1,5 @@
-"""``python -m batching run|compare|sweep|capacity|calibrate|report|specs``: the parser and the entry point.
+"""``python -m batching run|compare|sweep|capacity|calibrate|report|specs|search|prepare``: the parser and the entry
+point.
 
 Each command is a module of this package with ``add_parser(subparsers)``; what they share (flags, validators,
 ``build_scenario``, output checks, error handling) is in ``args.py``. Nothing here is imported back by them, so
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 import sys
 
-from batching.cli import calibrate, capacity, compare, report, run, search, specs, sweep
+from batching.cli import calibrate, capacity, compare, prepare, report, run, search, specs, sweep
 from batching.cli.args import PROG, Parser, dispatch
+from batching.sim.engine import first_use
 
-COMMANDS = (run, compare, sweep, capacity, calibrate, report, specs, search)
+COMMANDS = (run, compare, sweep, capacity, calibrate, report, specs, search, prepare)
 
 
 def make_parser() -> Parser:
@@ -22,8 +24,20 @@ def make_parser() -> Parser:
     return p
 
 
+def first_use_line(event: str, v: first_use.Variant) -> None:
+    """One line on stderr when a run has to compile its kernels (or wait for another process compiling them)."""
+    what = f"the simulator for {v.label}" if v.label else "the simulator"
+    if event == "compile":
+        print(f"{PROG}: preparing {what} (once per install): compiling its kernels, up to a minute; `{PROG} "
+              "prepare` compiles every feature ahead", file=sys.stderr, flush=True)
+    elif event == "wait":
+        print(f"{PROG}: preparing {what} (once per install): waiting for the compile another process started",
+              file=sys.stderr, flush=True)
+
+
 def main(argv=None) -> int:
     """Run one command; a bad input is one line on stderr and exit code 2 (``args.dispatch``)."""
+    first_use.set_default_listener(first_use_line)
     return dispatch(make_parser(), argv)
 
 

@@ -27,7 +27,7 @@ from batching.studies.compare import with_capacity
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult, simulate
 from batching.sim.workload.requests import ArrivalProcess, SyntheticWorkload, TraceWorkload, workload_preset
-from batching.ui import slots
+from batching.ui import compile_notice, slots
 from batching.ui.slots import ServerBusy  # noqa: F401 - pages and widgets read it here
 
 T = TypeVar("T")
@@ -519,7 +519,8 @@ def ensure_kernel() -> None:
     """Load (or JIT-compile) the engine once per process, behind a spinner."""
     if _KERNEL["ready"]:
         return
-    with st.spinner("Loading the simulation kernel (first run since the server started; compiling can take "
-                    "a minute if its cache is cold)…", show_time=True):
+    # a compile (an empty kernel cache) shows compile_notice's progress box; loading from the cache takes ~1 s
+    with st.spinner("Starting the simulator (first run since the server started)…", show_time=True):
         simulate(Scenario(workload=workload_preset("chat", 1.0, 4, 0)))
     _KERNEL["ready"] = True
+    compile_notice.start_background()  # every other feature's kernels, at the lowest CPU priority

@@ -7,7 +7,7 @@ import streamlit as st
 
 from batching.charts.export import scenario_caption
 from batching.sim.simulate import Scenario
-from batching.ui import access, plot
+from batching.ui import access, compile_notice, plot
 from batching.ui.nav import PageInfo
 from batching.ui.sidebar import scenario_sidebar
 
@@ -30,6 +30,7 @@ def setup(page: PageInfo, intro: str) -> Scenario | None:
     if not access.gate():
         st.stop()
     plot.preload()
+    compile_notice.listen()  # a run that compiles (once per install and feature) shows a progress box
     st.title(page.title)
     st.caption(intro)
     scenario = scenario_sidebar(page.title)

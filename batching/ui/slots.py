@@ -35,6 +35,7 @@ from typing import TypeVar
 
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
+from batching.sim.engine import first_use
 from batching.sim.simulate import Scenario, before_each_run
 
 T = TypeVar("T")
@@ -291,11 +292,12 @@ def in_background(fn: Callable[[], T], lease: Lease) -> T:
     thread's page goes, it stops waiting at once and ``fn`` stops before its next simulation; a run already in
     the kernel finishes first, in its slot."""
     job = Job()
+    listener = first_use.current_listener()  # a compile in the worker shows in this page (compile_notice)
 
     def work() -> T:
         try:
-            with lease.slots.holding(lease), before_each_run(job.check):  # a nested cached call runs in this slot
-                return fn()
+            with lease.slots.holding(lease), before_each_run(job.check), first_use.notices(listener):
+                return fn()  # a nested cached call runs in this slot
         finally:
             lease.release()
 
@@ -335,11 +337,13 @@ class Job:
         """``fn`` for a pool thread of this job: checked before each simulation it starts; ``heavy``: the thread
         at a lower priority (``lower_priority``; the job's pool threads end with the job)."""
 
+        listener = first_use.current_listener()  # the page's progress box for a compile (compile_notice)
+
         def run(*args, **kwargs):
             if heavy:
                 lower_priority()
             self.check()
-            with before_each_run(self.check):
+            with before_each_run(self.check), first_use.notices(listener):
                 return fn(*args, **kwargs)
 
         return run

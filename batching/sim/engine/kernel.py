@@ -16,6 +16,7 @@ from numba import njit
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 from batching.sim.workload.prefixes import own_block_ids
 from batching.sim.hardware.costmodel import C_FIXED, CostModel, rest_time_nb, step_time_nb, token_time_nb, token_time_table_nb
+from batching.sim.engine import first_use
 from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb,
     count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, make_room_nb,
@@ -603,7 +604,10 @@ def run(inp: Inputs, knobs: Knobs, cost: Cost, step_room: int | None = None, *, 
                                  f"sequence count up to max_seqs={max_seqs} (speculative.spec_for sizes it)")
             sp = spec._replace(emit=np.ones(n, np.int64), req_acc=np.zeros(n, np.int64),
                                steps_i=np.empty((est, NUM_SPI), np.int64), steps_f=np.empty((est, NUM_SPF)))
-        status, nsteps = run_nb(inp, knobs, cost, out, pc, new_later(inp.after), sp)
+        lat = new_later(inp.after)
+        args = (inp, knobs, cost, out, pc, lat, sp)
+        with first_use.first_use(first_use.variant("engine", args, pc, lat, sp)):
+            status, nsteps = run_nb(*args)
         if status == OUT_OF_STEPS:
             est = grow_room(est, inp, max_steps, engines)
             continue

@@ -53,10 +53,19 @@ def cache_dir() -> Path:
     return fallback if _writable(fallback) else Path(tempfile.gettempdir()) / "batching-explorer" / digest
 
 
+_ACTIVE: list[Path] = []
+
+
 def configure() -> Path:
     """Point Numba's cache at ``cache_dir()``; call before any jitted module is imported."""
     from numba import config
 
     path = cache_dir()
     config.CACHE_DIR = str(path)
+    _ACTIVE[:] = [path]
     return path
+
+
+def active_dir() -> Path:
+    """The directory Numba caches into (``configure``'s), where first_use keeps its markers."""
+    return _ACTIVE[0] if _ACTIVE else cache_dir()

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
+from batching.sim.engine import first_use
 from batching.sim.engine import kernel as eng
 from batching.sim.engine.speculative import DRAFTING_METHODS, check_spec, draft_memory_per_gpu, spec_for, spec_kv_blocks
 from batching.sim.engine.stages import later_pop_nb, later_push_nb
@@ -338,9 +339,10 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         steps_d = np.zeros(dis.decode_instances, np.int64)
         sp_p = _stacked_spec(spec_p, n, dis.prefill_instances, room)
         sp_d = _stacked_spec(spec_d, n, dis.decode_instances, room)
-        status, role, bad = run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d,
-                                          sp_d, np.ascontiguousarray(xfer, np.float64), hand, heap, dec_rep, dec_arr,
-                                          pre_rep, steps_p, steps_d)
+        args = (inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d,
+                np.ascontiguousarray(xfer, np.float64), hand, heap, dec_rep, dec_arr, pre_rep, steps_p, steps_d)
+        with first_use.first_use(first_use.variant("disagg", args, pcs, None, sp_d)):
+            status, role, bad = run_disagg_nb(*args)
         if status == OUT_OF_STEPS:
             room = eng.grow_room(room, inp_d, cap, f"its {engines} instances")
             continue

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from batching.sim.engine import first_use
 from batching.sim.engine import kernel as eng
 from batching.sim.engine.state import (B_WAITING, S_WAITING, C_RELEASED, C_STEP, DEADLOCK, NUM_RF, NUM_SF, NUM_SI, NUM_SPF,
                                        NUM_SPI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, V_KV, V_OUTSTANDING,
@@ -242,8 +243,9 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
                                steps_f=np.empty((replicas, room, NUM_SPF)))
         rep_of = np.full(n, -1, np.int64)
         n_steps = np.zeros(replicas, np.int64)
-        status, bad = run_fleet_nb(inp, knobs, cost, out, pcs, lats, sp, _CODE[router], off, ids, lens, shift, seen,
-                                   rep_of, n_steps)
+        args = (inp, knobs, cost, out, pcs, lats, sp, _CODE[router], off, ids, lens, shift, seen, rep_of, n_steps)
+        with first_use.first_use(first_use.variant("fleet", args, pcs, lats, sp)):
+            status, bad = run_fleet_nb(*args)
         if status == OUT_OF_STEPS:
             room = eng.grow_room(room, inp, cap, f"its {replicas} replicas")
             seen[:] = False

@@ -1,0 +1,170 @@
+"""A kernel variant's first use: knowing it will compile, saying so, and sharing one compile between processes.
+
+Numba compiles one version of the engine per combination of argument types: the prefix cache off, by block id or
+by trace hash; session turns off or on; speculative decoding off or on; one engine, a fleet behind a router, or a
+prefill/decode split. Each is compiled once per install, on its first use, and cached on disk (kernel_cache). This
+module names the variant of a call (``variant``) and keeps one marker file per variant in the kernel cache directory:
+``ready-<key>`` once its compile is on disk, ``compiling-<key>`` (holding the pid) while a process compiles it.
+
+``first_use(v)`` wraps an engine call: when the variant is not ready it tells whoever listens (``notices``: the
+CLI's one line on stderr, the dashboard's progress box), waits for another live process already compiling it
+(``batching prepare``, the dashboard's background compile) instead of compiling it a second time, and marks it ready
+afterwards. A deleted cache directory takes its markers with it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from batching.sim.engine import kernel_cache
+
+WAIT_POLL_S = 0.25
+WAIT_LIMIT_S = 600.0  # a compile of the largest variant takes about a minute on 2 busy cores
+
+
+@dataclass(frozen=True)
+class Variant:
+    key: str  # a digest of the call's Numba argument types: one compiled version each
+    label: str  # what it serves, for people: "speculative decoding on a fleet behind a router"; "" for the plain engine
+
+
+def _label(kind: str, pc, lat, spec) -> str:
+    parts = []
+    if pc is not None:
+        parts.append("prefix caching")
+    if lat is not None:
+        parts.append("session turns and closed-loop clients")
+    if spec is not None:
+        parts.append("speculative decoding")
+    where = {"engine": "", "fleet": "a fleet behind a router", "disagg": "a prefill/decode split"}[kind]
+    if not parts:
+        return where
+    return ", ".join(parts) + (f" on {where}" if where else "")
+
+
+def variant(kind: str, args: tuple, pc=None, lat=None, spec=None) -> Variant:
+    """The variant of a call of the ``kind`` entry ("engine", "fleet", "disagg") with ``args``; ``pc``, ``lat``,
+    ``spec`` (each possibly None) name what it serves."""
+    from numba import typeof
+
+    sig = repr(tuple(typeof(a) for a in args))
+    return Variant(hashlib.sha256(f"{kind}:{sig}".encode()).hexdigest()[:16], _label(kind, pc, lat, spec))
+
+
+def _dir() -> Path:
+    return Path(kernel_cache.active_dir())
+
+
+def ready(v: Variant) -> bool:
+    return (_dir() / f"ready-{v.key}").exists()
+
+
+def _compiler(v: Variant) -> int | None:
+    """The pid of a live process compiling ``v``, if any."""
+    try:
+        pid = int((_dir() / f"compiling-{v.key}").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return None
+    if pid <= 0 or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def _touch(name: str, text: str = "") -> None:
+    try:
+        path = _dir() / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: the variant compiles again next time, nothing else changes
+        pass
+
+
+def _remove(name: str) -> None:
+    try:
+        (_dir() / name).unlink()
+    except OSError:
+        pass
+
+
+# who is told about a first use: a per-thread listener (a dashboard session) over the process-wide one (the CLI)
+Listener = Callable[[str, Variant], None]  # (event "compile" | "wait" | "done", variant)
+_DEFAULT: list[Listener] = []
+_LOCAL = threading.local()
+
+
+def set_default_listener(fn: Listener | None) -> None:
+    _DEFAULT[:] = [fn] if fn is not None else []
+
+
+def current_listener() -> Listener | None:
+    """This thread's listener (for a worker thread to take over: ``notices(current_listener())``)."""
+    return getattr(_LOCAL, "fn", None)
+
+
+def listen_here(fn: Listener | None) -> None:
+    """Send this thread's first-use events to ``fn`` from now on (a dashboard session's script thread)."""
+    _LOCAL.fn = fn
+
+
+@contextmanager
+def notices(fn: Listener) -> Iterator[None]:
+    """Send this thread's first-use events to ``fn`` inside the block."""
+    outer = getattr(_LOCAL, "fn", None)
+    _LOCAL.fn = fn
+    try:
+        yield
+    finally:
+        _LOCAL.fn = outer
+
+
+def _tell(event: str, v: Variant) -> None:
+    fn = getattr(_LOCAL, "fn", None) or (_DEFAULT[0] if _DEFAULT else None)
+    if fn is not None:
+        fn(event, v)
+
+
+@contextmanager
+def first_use(v: Variant) -> Iterator[None]:
+    """Wrap the engine call of variant ``v`` (see the module docstring)."""
+    if ready(v):
+        yield
+        return
+    told = None
+    if _compiler(v) is not None:  # another process compiles it: its result is read from the cache afterwards
+        told = "wait"
+        _tell("wait", v)
+        start = time.monotonic()
+        while _compiler(v) is not None and not ready(v) and time.monotonic() - start < WAIT_LIMIT_S:
+            time.sleep(WAIT_POLL_S)
+    if not ready(v):
+        if told:
+            _tell("done", v)
+        told = "compile"
+        _tell("compile", v)
+        _touch(f"compiling-{v.key}", str(os.getpid()))
+    try:
+        yield
+    except BaseException:
+        if told == "compile":
+            _remove(f"compiling-{v.key}")
+        raise
+    else:
+        if told == "compile":
+            _touch(f"ready-{v.key}")
+            _remove(f"compiling-{v.key}")
+    finally:
+        _tell("done", v)
