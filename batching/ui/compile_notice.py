@@ -28,10 +28,11 @@ _STARTED = {"done": False}
 _START_LOCK = threading.Lock()
 
 
-def _name(ev) -> str:
+def _ours(ev) -> str | None:
+    """The name of the simulator's function an event is about; None for Numba's own helpers."""
     disp = ev.data.get("dispatcher") if isinstance(ev.data, dict) else None
     fn = getattr(disp, "py_func", None)
-    return getattr(fn, "__name__", "") or "the engine"
+    return fn.__name__ if fn is not None and getattr(fn, "__module__", "").startswith("batching.") else None
 
 
 class _InPage:
@@ -79,12 +80,13 @@ class _Box(event.Listener):
             self.box.info(f"**{self.title}**: {text}", icon=":material/hourglass_top:")
 
     def on_start(self, ev) -> None:
-        if threading.get_ident() == self.owner:
-            self.now = _name(ev)
+        name = _ours(ev)
+        if name and threading.get_ident() == self.owner:
+            self.now = name
             self.draw()
 
     def on_end(self, ev) -> None:
-        if threading.get_ident() == self.owner:
+        if _ours(ev) and threading.get_ident() == self.owner:
             self.parts += 1
             self.draw()
 
