@@ -7,6 +7,7 @@ there is no import cycle and one ``CliError`` class, however the package is star
 """
 from __future__ import annotations
 
+import multiprocessing
 import sys
 
 from batching.cli import calibrate, capacity, compare, prepare, report, run, search, specs, sweep
@@ -30,7 +31,7 @@ def first_use_line(event: str, v: first_use.Variant) -> None:
     if event == "compile":
         print(f"{PROG}: preparing {what} (once per install): compiling its kernels, up to a minute; `{PROG} "
               "prepare` compiles every feature ahead", file=sys.stderr, flush=True)
-    elif event == "wait":
+    elif event == "wait" and multiprocessing.parent_process() is None:  # a pool worker waits for its sibling's
         print(f"{PROG}: preparing {what} (once per install): waiting for the compile another process started",
               file=sys.stderr, flush=True)
 
