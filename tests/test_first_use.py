@@ -89,6 +89,22 @@ def test_a_dead_compilers_marker_is_ignored(cache_dir):
     assert [k for k, _ in seen] == ["compile", "done"]
 
 
+def test_an_old_marker_is_ignored_even_if_its_pid_lives(cache_dir):
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        marker = cache_dir / "compiling-old"
+        marker.write_text(str(other.pid))
+        old = time.time() - first_use.STALE_S - 5
+        os.utime(marker, (old, old))
+        seen, listen = _events()
+        with first_use.notices(listen), first_use.first_use(first_use.Variant("old", "z")):
+            pass
+        assert [k for k, _ in seen] == ["compile", "done"]
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_cli_says_so_in_one_line_when_it_compiles(cache_dir, capsys):
     sc = Scenario(workload=workload_preset("chat", 1.0, 30, 0))
     simulate(sc)  # the kernel itself is compiled (or loaded) here; its marker went to cache_dir

@@ -27,7 +27,9 @@ import numpy as np
 from batching.sim.engine import kernel_cache
 
 WAIT_POLL_S = 0.25
-WAIT_LIMIT_S = 600.0  # a compile of the largest variant takes about a minute on 2 busy cores
+# a compile of the largest variant took 3 minutes at most on 2 cores shared with three other compiling processes; a
+# marker older than this is left over (its process died and its pid was reused), so nobody waits on it
+STALE_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,11 @@ def ready(v: Variant) -> bool:
 
 def _compiler(v: Variant) -> int | None:
     """The pid of a live process compiling ``v``, if any."""
+    path = _dir() / f"compiling-{v.key}"
     try:
-        pid = int((_dir() / f"compiling-{v.key}").read_text().strip() or 0)
+        pid = int(path.read_text().strip() or 0)
+        if time.time() - path.stat().st_mtime > STALE_S:
+            return None
     except (OSError, ValueError):
         return None
     if pid <= 0 or pid == os.getpid():
@@ -158,8 +163,7 @@ def first_use(v: Variant) -> Iterator[None]:
     if _compiler(v) is not None:  # another process compiles it: its result is read from the cache afterwards
         told = "wait"
         _tell("wait", v)
-        start = time.monotonic()
-        while _compiler(v) is not None and not ready(v) and time.monotonic() - start < WAIT_LIMIT_S:
+        while _compiler(v) is not None and not ready(v):
             time.sleep(WAIT_POLL_S)
     if not ready(v):
         if told:
