@@ -63,11 +63,27 @@ def _type_of(a) -> object:
     return type(a).__name__
 
 
+_HOST: list[str] = []
+
+
+def _host() -> str:
+    """The CPU Numba compiles for: its cache keeps a version per CPU name and features (a cache built elsewhere, a
+    Docker image's, is compiled again here), so a marker is too."""
+    if not _HOST:
+        from llvmlite import binding
+        from numba.core import config
+
+        name = config.CPU_NAME or binding.get_host_cpu_name()
+        features = config.CPU_FEATURES if config.CPU_FEATURES is not None else binding.get_host_cpu_features().flatten()
+        _HOST.append(f"{name}:{features}")
+    return _HOST[0]
+
+
 def variant(kind: str, args: tuple, pc=None, lat=None, spec=None) -> Variant:
     """The variant of a call of the ``kind`` entry ("engine", "fleet", "disagg") with ``args``; ``pc``, ``lat``,
     ``spec`` (each possibly None) name what it serves."""
     sig = repr(tuple(_type_of(a) for a in args))
-    return Variant(hashlib.sha256(f"{kind}:{sig}".encode()).hexdigest()[:16], _label(kind, pc, lat, spec))
+    return Variant(hashlib.sha256(f"{kind}:{sig}:{_host()}".encode()).hexdigest()[:16], _label(kind, pc, lat, spec))
 
 
 def _dir() -> Path:
