@@ -212,8 +212,14 @@ def tune(base: Scenario) -> None:
     others = others_ok if state.value("others") else []
     jobs = [(label, run, knob, values, slo)]
     jobs += [(name, sc.with_policy(PRESETS[name]), knob, values, slo) for name in others]
-    done = widgets.guarded(lambda: planning.sweeps_cached(jobs, f"Sweeping {len(values)} values, each with a "
-                                                                "capacity search within the SLOs"), "The sweep")
+    live = st.empty()  # the points as they finish, replaced by the results once every one has
+    preview = _preview(live, knob, [j[0] for j in jobs], state.value("spacing") == "log", state.value("frontier"))
+    try:
+        done = widgets.guarded(lambda: planning.sweeps_cached(jobs, f"Sweeping {len(values)} values, each with a "
+                                                                    "capacity search within the SLOs", preview),
+                               "The sweep")
+    finally:
+        live.empty()
     if done is None:
         _show_last()
         return
@@ -231,6 +237,25 @@ def tune(base: Scenario) -> None:
     view = planning.TuneView(study, log_x=state.value("spacing") == "log", frontier=state.value("frontier"))
     st.session_state[LAST] = view
     _results(view)
+
+
+def _preview(live, knob: str, labels: list[str], log_x: bool, frontier: str):
+    """``planning.sweeps_cached``'s preview: the throughput chart of the first sweep and the frontier of every
+    sweep, drawn in ``live`` from the points done so far (no knee yet: it needs every point)."""
+    def draw(frames: dict, done: int, total: int) -> None:
+        with live.container():
+            st.caption(f"{done} of {total} points done: the charts fill in as each point's runs end; the knee, the "
+                       "guided checks and the table follow when every point has.")
+            c1, c2 = st.columns(2)
+            if 0 in frames:
+                with c1:
+                    widgets.chart(cp.sweep_throughput(frames[0], knob, None, log_x, labels[0]),
+                                  "Light: output tokens/s at the sidebar's load; dark: capacity with the queue "
+                                  "full; dashed grey: the load offered.", "tune_preview_throughput")
+            with c2:
+                widgets.chart(cp.sweep_frontier({labels[j]: f for j, f in sorted(frames.items())}, knob, frontier),
+                              "Each line is a policy through its knob values done so far.", "tune_preview_frontier")
+    return draw
 
 
 def _show_last() -> None:

@@ -6,6 +6,7 @@ The rules themselves (ranges, readings, the checks, the plan) live in ``batching
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Callable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, replace
@@ -153,15 +154,19 @@ def _frame_key(scenario: Scenario, knob: str, values: tuple[float, ...], slo: SL
     return ("sweep", cache.scenario_token(scenario), knob, values, slo)
 
 
-def sweeps_cached(jobs: Sequence[tuple[str, Scenario, str, Sequence[float], SLO | None]], text: str
+def sweeps_cached(jobs: Sequence[tuple[str, Scenario, str, Sequence[float], SLO | None]], text: str,
+                  preview: Callable[[dict[int, pd.DataFrame], int, int], None] | None = None
                   ) -> list[pd.DataFrame | str]:
     """``studies.sweeps.sweep`` (with capacity runs and, with ``slo``, a capacity search within the SLOs per value)
     for several sweeps (label, scenario, knob, values, slo) at once through bounded caches, with the columns the
     checks read (``studies.planning.with_readings``: offered load per value and peak KV use). Each point is
     cached on its own: a move that changes some values, or only the SLOs, recomputes only what it must. The
     missing points of every sweep run together on every free simulation slot (the kernel releases the GIL),
-    slowest first, under a progress bar that counts them. The first sweep's ValueError is raised; another's
-    comes back as its text."""
+    the first sweep's first (its charts complete before the other policies' points), under a progress bar that
+    counts them. ``preview(frames, done, total)``: called on the script thread as points finish (at most every
+    PREVIEW_S, not after the last), with each sweep's frame of the points it has so far (job index -> frame; a
+    rate sweep's capacity column once its search is done), so the page draws them as they come. The first
+    sweep's ValueError is raised; another's comes back as its text."""
     out: list[pd.DataFrame | str | None] = [None] * len(jobs)
     plans = []  # (job index, values, scenarios, per-value search, point keys, search key)
     for j, (_, scenario, knob, values, slo) in enumerate(jobs):
@@ -191,21 +196,34 @@ def sweeps_cached(jobs: Sequence[tuple[str, Scenario, str, Sequence[float], SLO 
             if hit is not None:
                 got[search_key] = hit
             else:
-                todo.append(((-1, j), search_key, f"{label}: capacity search",
+                todo.append(((j, -1), search_key, f"{label}: capacity search",
                              lambda sc=scenario, slo=slo: _search(sc, slo)))
         for i, (v, sc, key) in enumerate(zip(vals, scenarios, keys)):
             hit = cache.peek(key)
             if hit is not None:
                 got[key] = hit
             elif key not in {t[1] for t in todo}:
-                todo.append(((i, j), key, f"{label}, {sp.fmt_value(knob, v)}",
+                todo.append(((j, i), key, f"{label}, {sp.fmt_value(knob, v)}",
                              lambda sc=sc, slo=slo, pv=per_value: _row(sc, slo, pv)))
     errors: dict = {}
     if todo:
         runs = {key: sc for j, _, scenarios, _, keys, _ in plans for sc, key in zip(scenarios, keys)}
         runs.update({sk: jobs[j][1] for j, _, _, _, _, sk in plans if sk is not None})
         cost = sum(POINT_RUNS * slots.run_cost(runs[key]) for _, key, _, _ in todo)
-        _run_points(sorted(todo, key=lambda t: t[0]), got, errors, text, cache.is_light(cost))
+
+        def partial() -> dict[int, pd.DataFrame]:
+            frames = {}
+            for j, vals, _, _, keys, search_key in plans:
+                have = [(v, got[k]) for v, k in zip(vals, keys) if k in got]
+                if have:
+                    _, scenario, knob, _, slo = jobs[j]
+                    frame = sweeps.sweep_frame(knob, [v for v, _ in have], [r for _, r in have], slo,
+                                               got.get(search_key) if search_key is not None else None)
+                    frames[j] = sp.with_readings(frame, scenario, knob)
+            return frames
+
+        on_point = None if preview is None else lambda done, total: preview(partial(), done, total)
+        _run_points(sorted(todo, key=lambda t: t[0]), got, errors, text, cache.is_light(cost), on_point)
     for j, vals, scenarios, per_value, keys, search_key in plans:
         _, scenario, knob, _, slo = jobs[j]
         bad = [errors[k] for k in [*keys, search_key] if k in errors]
@@ -223,10 +241,17 @@ def sweeps_cached(jobs: Sequence[tuple[str, Scenario, str, Sequence[float], SLO 
     return out
 
 
-def _run_points(todo: list, got: dict, errors: dict, text: str, light: bool = False) -> None:
+PREVIEW_S = 1.0  # the shortest interval between two previews of a sweep in progress (each draws figures)
+
+
+def _run_points(todo: list, got: dict, errors: dict, text: str, light: bool = False,
+                on_point: Callable[[int, int], None] | None = None) -> None:
     """Compute the missing points on a pool as wide as the free slots (one held, the others taken without
-    waiting), each stored as it ends; the script thread draws the progress. ValueErrors are kept per key. When
-    the page goes, the points not started are dropped and the running ones stop at their next simulation."""
+    waiting), each stored as it ends; the script thread draws the progress and calls ``on_point(done, total)``
+    after a point ends (at most every PREVIEW_S; not after the last, which the caller draws whole). ValueErrors
+    are kept per key. When the page goes, the points not started are dropped and the running ones stop at their
+    next simulation."""
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
     cache.ensure_kernel()
@@ -241,7 +266,7 @@ def _run_points(todo: list, got: dict, errors: dict, text: str, light: bool = Fa
                 futures = {pool.submit(job.wrap(cache.small_cached, heavy=not light), key, fn): (key, label)
                            for _, key, label, fn in todo}
                 try:
-                    done = 0
+                    done, shown = 0, -math.inf
                     holder.progress(0.0, text=f"{text}: 0 of {total} points")
                     for fut in slots.as_completed(futures):
                         key, label = futures[fut]
@@ -251,6 +276,9 @@ def _run_points(todo: list, got: dict, errors: dict, text: str, light: bool = Fa
                             errors[key] = exc
                         done += 1
                         holder.progress(done / total, text=f"{text}: {done} of {total} points (last: {label})")
+                        if on_point is not None and done < total and time.monotonic() - shown >= PREVIEW_S:
+                            on_point(done, total)
+                            shown = time.monotonic()
                 except BaseException:  # the page went, or a new rerun stopped this one: the points running stop
                     job.stop()
                     for fut in futures:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -75,6 +76,7 @@ def test_default_render():
     assert len(at.info) == 1 and at.info[0].value.startswith(("Knee at", "No knee"))
     # every chart has a caption under it
     assert len([c for c in at.caption if c.value.startswith(("Light:", "Each line", "Left:"))]) == 4
+    assert not [c for c in at.caption if "points done" in c.value]  # the preview gave way to the results
 
 
 def test_the_gpu_util_column_is_defined_as_what_it_shows():
@@ -364,3 +366,31 @@ def test_a_rate_sweep_shares_one_cached_search_and_errors_stay_per_policy(sims):
     assert isinstance(bad, str) and bad
     with pytest.raises(ValueError):  # the first sweep's error is raised (the page shows it)
         planning.sweeps_cached(jobs[::-1], "Sweeping")
+
+
+def test_points_are_previewed_as_they_finish(sims, monkeypatch):
+    """Issue 25 item 3: the page is handed each sweep's points as they finish (the first policy's first), every
+    preview row the row of the finished sweep, and the runs are the same as without previews."""
+    from batching.ui import planning
+
+    monkeypatch.setattr(planning, "PREVIEW_S", 0.0)
+    base = Scenario(workload=workload_preset("mixed", 3.0, 200, 0))
+    slo = default_slo(2)
+    jobs = [(n, base.with_policy(PRESETS[n]), "max_num_seqs", [8.0, 32.0, 128.0], slo) for n in ("continuous",
+                                                                                                  "chunked")]
+    seen = []
+    out = planning.sweeps_cached(jobs, "Sweeping", lambda frames, done, total: seen.append((done, total, frames)))
+    assert [(d, t) for d, t, _ in seen] == [(d, 6) for d in range(1, 6)]  # each point but the last (drawn whole)
+    assert list(seen[0][2]) == [0]  # the first policy's points run first
+    for done, _, frames in seen:
+        assert sum(len(f) for f in frames.values()) == done
+        for j, f in frames.items():
+            whole = out[j][out[j]["max_num_seqs"].isin(f["max_num_seqs"])].reset_index(drop=True)
+            pd.testing.assert_frame_equal(f, whole, check_dtype=False)
+    runs = Counter((planning.cache.scenario_token(sc), sat) for sc, sat in sims)
+    planning.cache.clear()
+    sims.clear()
+    again = planning.sweeps_cached(jobs, "Sweeping")
+    assert Counter((planning.cache.scenario_token(sc), sat) for sc, sat in sims) == runs
+    for a, b in zip(out, again):
+        pd.testing.assert_frame_equal(a, b)
