@@ -14,10 +14,12 @@ and no script-state change for ``--quiet`` seconds, the time being that of the l
 ``benchmarks/bench_browser.py``'s, imported from it. Every row also counts the kernels compiled during it (new
 ``*.nbc`` files in the cache folder), so a slow case says whether it compiled.
 
-Setup (always): ``streamlit run app.py`` with the empty cache; the home page opened in a fresh browser context
-draws everything the home page needs (the five presets' kernels). The cache after that is the "plain kernels
-compiled" state; it is copied once for the CLI cases, once for the dashboard features and once for ``prepare``,
-so each first use of a feature is a real first use.
+Setup (always): ``streamlit run app.py`` with the empty cache and BATCHING_PREPARE=off; the home page opened in a
+fresh browser context draws everything the home page needs (the five presets' kernels). The cache after that is
+the "plain kernels compiled" state; it is copied once for the CLI cases, once for the dashboard features and once
+for ``prepare``, so each first use of a feature is a real first use. (BATCHING_PREPARE=off keeps the dashboard's
+background compile, which starts once the first page is drawn, out of that state; every later server runs as
+installed, or all with BATCHING_PREPARE=off under ``--background-prepare off``, the "before" case.)
 
 Row 1, cold start: the setup's page, seconds from navigation start to the first and to the last chart; then the
 server restarted on the same (now warm) cache and the home page opened with a new seed (``seed=`` in the link);
@@ -103,7 +105,7 @@ TUNE_MOVES = [next(p for p in bb.PAGES if p[0] == "explore"),
 TARGETS = {1: 3.0, 2: 2.0, 3: 3.0, 4: 2.0}
 ROW3_TEXT = {"explore": "Explore, a knob (reference)", "tune_knob": "Tune, a knob", "tune": "Tune, one more point",
              "tune_slo": "Tune, an SLO move"}
-ELAPSED = re.compile(r"\s*\(\d+(\.\d+)? seconds?\)$")  # a Streamlit spinner's elapsed-time suffix
+ELAPSED = re.compile(r"\s*\((\d+ minutes?, )?\d+(\.\d+)? seconds?\)$")  # a Streamlit spinner's elapsed-time suffix
 ORDER_NOTE = ("(features run in this order on one cache: one that shares kernels with an earlier one, such as the "
               "round-robin fleet after the least-kv router, finds them compiled; kernels = variants it compiled)")
 
@@ -116,8 +118,10 @@ PROGRESS_JS = r"""
   const seen = new Set();
   new MutationObserver(() => {
     document.querySelectorAll(SEL).forEach(el => {
-      // Streamlit's spinner appends its elapsed time, "(2.5 seconds)", every 0.1 s: kept once, without it
-      const text = (el.innerText || '').trim().replace(/\s+/g, ' ').replace(/\s*\(\d+(\.\d+)? seconds?\)$/, '');
+      // Streamlit's spinner appends its elapsed time, "(2.5 seconds)", "(1 minute, 0.1 seconds)", every 0.1 s: kept
+      // once, without it
+      const text = (el.innerText || '').trim().replace(/\s+/g, ' ')
+        .replace(/\s*\((\d+ minutes?, )?\d+(\.\d+)? seconds?\)$/, '');
       const what = el.getAttribute('data-testid') + ': ' + text;
       if (text && !seen.has(what)) { seen.add(what); P.push({t: performance.now(), what: what}); }
     });
@@ -140,6 +144,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--prepare", choices=("auto", "on", "off"), default="auto",
                     help="row 2's third column, first use after `python -m batching prepare`: auto = where the "
                          "command exists on this tree")
+    ap.add_argument("--background-prepare", choices=("default", "off"), default="default",
+                    help="off: BATCHING_PREPARE=off for every server (the dashboard's background compile after the "
+                         "first page, where the tree has it, disabled: the 'before' case); default: as installed")
     ap.add_argument("--moves", type=_positive_int, default=3, help="row 3's knob moves per control (default 3)")
     ap.add_argument("--quiet", type=float, default=1.5, help="seconds without a chart mutation that mean 'done'")
     ap.add_argument("--timeout", type=float, default=300, help="seconds one page open or one move may take")
@@ -281,6 +288,9 @@ def use_cache(cache: Path) -> None:
     os.environ["NUMBA_CACHE_DIR"] = str(cache)  # the servers started next inherit it
 
 
+PREPARE_ENV = "BATCHING_PREPARE"  # "off": the dashboard does not compile the other kernels in the background
+
+
 # ---------------------------------------------------------------- browser cases
 
 
@@ -318,11 +328,23 @@ def open_timed(browser, url: str, case: str, cache: Path, quiet_s: float, timeou
     return o
 
 
-def start_server(name: str, cache: Path) -> bb.Server:
+def start_server(name: str, cache: Path, background: bool = True) -> bb.Server:
+    """app.py on a free port with this kernel cache; background=False (or --background-prepare off for every
+    server) sets BATCHING_PREPARE=off: no background compile after the first page."""
     use_cache(cache)
-    server = bb.Server("app.py", name)
-    health = server.start(timeout_s=180)
-    print(f"  server {name} up in {health:.1f} s at {server.url} (NUMBA_CACHE_DIR {cache})", flush=True)
+    before = os.environ.get(PREPARE_ENV)
+    if not background:
+        os.environ[PREPARE_ENV] = "off"
+    try:
+        server = bb.Server("app.py", name)
+        health = server.start(timeout_s=180)
+    finally:
+        if before is None:
+            os.environ.pop(PREPARE_ENV, None)
+        else:
+            os.environ[PREPARE_ENV] = before
+    print(f"  server {name} up in {health:.1f} s at {server.url} (NUMBA_CACHE_DIR {cache}"
+          f"{'' if background else ', ' + PREPARE_ENV + '=off'})", flush=True)
     return server
 
 
@@ -387,26 +409,33 @@ def main(argv=None) -> None:
     atexit.register(bb.stop_all)
     signal.signal(signal.SIGTERM, lambda *_: (bb.stop_all(), caches.remove(), os._exit(143)))
     watchdog(args.max_minutes, caches)
+    if args.background_prepare == "off":
+        os.environ[PREPARE_ENV] = "off"
     trace = caches.root / "mooncake.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in mooncake_rows()))
     features = {f[0]: f for f in FEATURES}
     load = os.getloadavg()
     print(f"First-minute benchmark: rows {','.join(map(str, args.rows))}, {os.cpu_count()} CPUs, load average "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; empty kernel cache {caches.main}", flush=True)
-    out: dict = {"cpus": os.cpu_count(), "load_start": load, "rows": list(args.rows), "moves": args.moves}
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; empty kernel cache {caches.main}; {PREPARE_ENV}="
+          f"{os.environ.get(PREPARE_ENV, '(unset)')}", flush=True)
+    out: dict = {"cpus": os.cpu_count(), "load_start": load, "rows": list(args.rows), "moves": args.moves,
+                 "background_prepare": os.environ.get(PREPARE_ENV, "(unset)")}
     t_start = time.perf_counter()
     seed = iter(range(2501, 2600))  # seeds no earlier run in this process used
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=bb.CHROMIUM, args=bb.ARGS, timeout=60_000)
             print("Setup / row 1: the home page on a server started with the empty kernel cache", flush=True)
-            cold_server = start_server("fm-cold", caches.main)
+            # no background compile on this server: the cache it leaves is the plain-kernels state row 2 starts
+            # from (a background compile starts after the first page is drawn, so the first chart is the same)
+            cold_server = start_server("fm-cold", caches.main, background=False)
             cold = open_timed(browser, f"{cold_server.url}/", "cold: empty cache, new server, fresh browser context",
                               caches.main, args.quiet, max(args.timeout, 600), progress=True)
             cold_server.stop()
-            snap = {name: caches.copy(name) for name in ("cli", "dash", "prep")}
-            print(f"  the plain-kernels cache ({kernels(caches.main)} kernels) copied for rows 2's CLI, dashboard "
-                  "and prepare cases", flush=True)
+            snap = {name: caches.copy(name) for name in ("cli", "dash", "prep")} if 2 in args.rows else {}
+            if snap:
+                print(f"  the plain-kernels cache ({kernels(caches.main)} kernels) copied for row 2's CLI, dashboard "
+                      "and prepare cases", flush=True)
             server = start_server("fm-warm", caches.main)
             warm = open_timed(browser, bb.link(server.url, "", f"seed={next(seed)}"),
                               "warm: server restarted, same cache, new seed", caches.main, args.quiet, args.timeout,
@@ -534,7 +563,8 @@ def report(out: dict) -> str:
                       table(["feature", "first use", "again", "first/again", "kernels"], rows), ORDER_NOTE]
     if "row3" in out:
         base = out["row3"][0] if out["row3"] else {}
-        rows = [[ROW3_TEXT.get(r["name"], r["name"]), r["control"], fmt_s(r["last_s"]), fmt_x(ratio(r["last_s"], base.get("last_s")), TARGETS[3]),
+        rows = [[ROW3_TEXT.get(r["name"], r["name"]), r["control"], fmt_s(r["last_s"]),
+                 fmt_x(ratio(r["last_s"], base.get("last_s")), TARGETS[3]),
                  fmt_s(rerun(r)), fmt_x(ratio(rerun(r), rerun(base)), TARGETS[3]),
                  f"{sum(m['last_s'] is not None for m in r['moves'])}/{len(r['moves'])}", str(r["kernels_new"])]
                 for r in out["row3"]]

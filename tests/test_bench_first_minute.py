@@ -16,7 +16,8 @@ def test_defaults_and_subsets():
     assert a.rows == (1, 2, 3, 4)
     assert a.features == tuple(f[0] for f in fm.FEATURES)
     assert "router" in a.dash_features and "eagle" in a.dash_features and "disagg" in a.dash_features
-    assert a.prepare == "auto" and a.moves == 3 and a.json is None
+    assert a.prepare == "auto" and a.moves == 3 and a.json is None and a.background_prepare == "default"
+    assert a.report is None
     a = fm.parse_args(["--rows", "4,2,2", "--features", "router,eagle", "--moves", "5", "--json", "x.json",
                        "--max-minutes", "10"])
     assert a.rows == (2, 4) and a.features == ("router", "eagle") and a.moves == 5 and a.max_minutes == 10
@@ -29,6 +30,8 @@ def test_defaults_and_subsets():
     (["--features", "router,warp"], "warp: unknown feature"),
     (["--dash-features", "mooncake"], "mooncake: unknown feature"),  # no dashboard link for a Mooncake file
     (["--moves", "0"], "whole number >= 1"),
+    (["--prepare", "maybe"], "invalid choice: 'maybe'"),
+    (["--background-prepare", "on"], "invalid choice: 'on'"),
     (["--quiet", "0"], "--quiet 0.0: must be > 0"),
     (["--max-minutes", "-1"], "--max-minutes -1.0: must be > 0"),
 ])
@@ -107,23 +110,26 @@ def test_report_from_saved_figures():
     opened = {"first_s": 2.0, "last_s": 4.0, "charts": 7, "kernels_new": 0, "note": "", "progress": []}
     out = {"cpus": 2, "wall_s": 100.0, "rows": [1, 2, 4],
            "row1": {"cold": {**opened, "first_s": 9.0, "last_s": 16.0, "kernels_new": 30,
-                             "progress": [(1.5, "stSpinner: Running simulation")]},
+                             "progress": [(1.5, "stSpinner: Running simulation"),
+                          (1.6, "stSpinner: Running simulation (0.1 seconds)"),
+                          (61.5, "stSpinner: Running simulation (1 minute, 0.0 seconds)"),
+                          (62.0, "stProgress: Simulating (2 of 10)")]},
                     "warm": opened, "warm_process": opened},
            "row2_cli": [{"name": "router", "command": "", "first": {"wall_s": 9.0, "rc": 0, "kernels_new": 4,
                                                                    "said": ""},
                          "again": {"wall_s": 1.0, "rc": 0, "kernels_new": 0, "said": ""}}],
            "prepare": None,
-           "row3": [{"name": "explore", "control": "slider", "last_s": 1.0, "rerun_s": 0.5, "kernels_new": 0,
-                     "moves": [{"last_s": 1.0}] * 3},
-                    {"name": "tune_slo", "control": "text", "last_s": None, "rerun_s": 4.0, "kernels_new": 0,
-                     "moves": [{"last_s": None}] * 3}],
+           "row3": [{"name": "explore", "control": "slider", "last_s": 1.0, "kernels_new": 0,
+                     "moves": [{"last_s": 1.0, "sent_done_s": x} for x in (0.4, 0.5, 0.9)]},
+                    {"name": "tune_slo", "control": "text", "last_s": None, "kernels_new": 0,
+                     "moves": [{"last_s": None, "sent_done_s": x} for x in (4.0, 3.0, 7.0)]}],
            "row4": [{**opened, "case": "home"}, {**opened, "case": "tune", "last_s": 10.0}], "moves": 3}
     text = fm.report(out)
     assert "home page, first chart" in text and "4.5x OVER" in text  # 9 / 2
     assert "4.0x OVER" in text  # 16 / 4
-    assert "1.5 s 'stSpinner: Running simulation'" in text
+    assert "1.5 s 'stSpinner: Running simulation'; 62.0 s 'stProgress: Simulating (2 of 10)'\n" in text  # once
     assert "9.0x OVER" in text and "not measured" in text
     assert "2.5x OVER" in text and "1.0x ok" in text  # tune 10 / 4; home itself
     slo = next(line for line in text.splitlines() if line.startswith("Tune, an SLO move"))
-    assert "n/a" in slo and "8.0x OVER" in slo and "0/3" in slo  # no chart changed; its rerun 4 / 0.5 s
+    assert "n/a" in slo and "8.0x OVER" in slo and "0/3" in slo  # no chart changed; median reruns 4 / 0.5 s
     assert "Row 2, first use of a feature, dashboard" not in text  # no dashboard figures in this run
