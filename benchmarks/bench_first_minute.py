@@ -24,8 +24,9 @@ installed, or all with BATCHING_PREPARE=off under ``--background-prepare off``, 
 Row 1, cold start: the setup's page, seconds from navigation start to the first and to the last chart; then the
 server restarted on the same (now warm) cache and the home page opened with a new seed (``seed=`` in the link);
 ratio cold / warm (target <= 3x). It lists the texts of the progress indicators seen while waiting
-(``stProgress``, ``stSpinner`` and the header's ``stStatusWidget``) with the second each first appeared. The
-home page is opened once more with another seed on the same server: that is the process-warm case, printed too.
+(``stProgress``, ``stSpinner``, the header's ``stStatusWidget``, ``st.info`` boxes: the compile notice) with the
+second each first appeared. The home page is opened once more with another seed on the same server: that is the
+process-warm case, printed too.
 
 Row 2, first use of a feature. CLI: ``python -m batching run --requests 300`` plus each feature's flags
 (``FEATURES``), on its copy of the cache: the first run (cold: its kernels compile) and the same command again
@@ -106,6 +107,7 @@ TARGETS = {1: 3.0, 2: 2.0, 3: 3.0, 4: 2.0}
 ROW3_TEXT = {"explore": "Explore, a knob (reference)", "tune_knob": "Tune, a knob", "tune": "Tune, one more point",
              "tune_slo": "Tune, an SLO move"}
 ELAPSED = re.compile(r"\s*\((\d+ minutes?, )?\d+(\.\d+)? seconds?\)$")  # a Streamlit spinner's elapsed-time suffix
+SO_FAR = re.compile(r"\d+ s so far")  # batching/ui/compile_notice.py's box counts its seconds: "(12 s so far"
 ORDER_NOTE = ("(features run in this order on one cache: one that shares kernels with an earlier one, such as the "
               "round-robin fleet after the least-kv router, finds them compiled; kernels = variants it compiled)")
 
@@ -114,7 +116,8 @@ PROGRESS_JS = r"""
 (() => {
   if (window.__benchProgress) return;
   const P = window.__benchProgress = [];
-  const SEL = '[data-testid="stProgress"], [data-testid="stSpinner"], [data-testid="stStatusWidget"]';
+  const SEL = '[data-testid="stProgress"], [data-testid="stSpinner"], [data-testid="stStatusWidget"], ' +
+              '[data-testid="stAlertContentInfo"]';  // the last: an st.info box, as the compile notice draws
   const seen = new Set();
   new MutationObserver(() => {
     document.querySelectorAll(SEL).forEach(el => {
@@ -217,7 +220,7 @@ def progress_texts(seen: list, shown: int = 8) -> str:
     suffix taken off, the first ``shown`` of them with the second each first appeared."""
     out: dict[str, float] = {}
     for t, what in seen:
-        out.setdefault(ELAPSED.sub("", what), t)
+        out.setdefault(SO_FAR.sub("N s so far", ELAPSED.sub("", what)), t)
     items = [f"{t:.1f} s {what!r}" for what, t in out.items()]
     more = f"; and {len(items) - shown} more" if len(items) > shown else ""
     return "; ".join(items[:shown]) + more if items else "none"
@@ -551,9 +554,11 @@ def report(out: dict) -> str:
                                               f"{prep['run']['kernels_new']} kernels" if prep else
                                               "not measured (no `python -m batching prepare` on this tree, or "
                                               "--prepare off)"))
-            said = {r["first"]["said"] for r in out.get("row2_cli", []) if r["first"]["said"]}
-            parts.append("CLI stderr on first use: " + ("; ".join(sorted(said)) if said else
-                                                        "no line about compiling"))
+            firsts = [r["first"] for r in out.get("row2_cli", [])]
+            said = [f["said"] for f in firsts if f["said"]]
+            parts.append(f"CLI stderr on first use: {len(said)} of {len(firsts)} first runs printed a line about "
+                         "compiling" + (f", e.g. {said[0]!r}" if said else "") + f"; of these, "
+                         f"{sum(f['kernels_new'] > 0 for f in firsts)} compiled kernels")
         rows = [[FEATURE_TEXT[r["name"]], fmt_s(r["first"]["last_s"]), fmt_s(r["again"]["last_s"]),
                  fmt_x(ratio(r["first"]["last_s"], r["again"]["last_s"]), TARGETS[2]),
                  str(r["first"]["kernels_new"])] for r in out.get("row2_dash", [])]

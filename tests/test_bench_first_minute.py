@@ -113,7 +113,9 @@ def test_report_from_saved_figures():
                              "progress": [(1.5, "stSpinner: Running simulation"),
                           (1.6, "stSpinner: Running simulation (0.1 seconds)"),
                           (61.5, "stSpinner: Running simulation (1 minute, 0.0 seconds)"),
-                          (62.0, "stProgress: Simulating (2 of 10)")]},
+                          (62.0, "stProgress: Simulating (2 of 10)"),
+                          (63.0, "stAlertContentInfo: Preparing X: compiling (3 s so far)"),
+                          (64.0, "stAlertContentInfo: Preparing X: compiling (4 s so far)")]},
                     "warm": opened, "warm_process": opened},
            "row2_cli": [{"name": "router", "command": "", "first": {"wall_s": 9.0, "rc": 0, "kernels_new": 4,
                                                                    "said": ""},
@@ -127,7 +129,8 @@ def test_report_from_saved_figures():
     text = fm.report(out)
     assert "home page, first chart" in text and "4.5x OVER" in text  # 9 / 2
     assert "4.0x OVER" in text  # 16 / 4
-    assert "1.5 s 'stSpinner: Running simulation'; 62.0 s 'stProgress: Simulating (2 of 10)'\n" in text  # once
+    assert ("1.5 s 'stSpinner: Running simulation'; 62.0 s 'stProgress: Simulating (2 of 10)'; 63.0 s "
+            "'stAlertContentInfo: Preparing X: compiling (N s so far)'\n") in text  # each once, counters taken off
     assert "9.0x OVER" in text and "not measured" in text
     assert "2.5x OVER" in text and "1.0x ok" in text  # tune 10 / 4; home itself
     slo = next(line for line in text.splitlines() if line.startswith("Tune, an SLO move"))
