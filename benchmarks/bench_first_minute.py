@@ -386,6 +386,12 @@ def prepare_available() -> bool:
 # ---------------------------------------------------------------- the run
 
 
+def save(out: dict, path: str | None) -> None:
+    """Write the figures so far (after every stage, so a run stopped by --max-minutes keeps what it measured)."""
+    if path:
+        Path(path).write_text(json.dumps(out, indent=1))
+
+
 def watchdog(minutes: float, caches: Caches) -> None:
     def expire():
         print(f"\n!! --max-minutes {minutes:g} reached: stopping the servers, removing {caches.root}", flush=True)
@@ -463,6 +469,7 @@ def main(argv=None) -> None:
                                         "moves": [asdict(m) for m in r.moves],
                                         "kernels_new": kernels(caches.main) - k0})
             server.stop()
+            save(out, args.json)
 
             if 2 in args.rows and args.dash_features:
                 print("Row 2, dashboard: Explore with each feature's link on a server warm for the plain kernels",
@@ -479,6 +486,7 @@ def main(argv=None) -> None:
                                         f"{name}: again, new seed", snap["dash"], args.quiet, args.timeout)
                     out["row2_dash"].append({"name": name, "first": asdict(first), "again": asdict(second)})
                 dash.stop()
+                save(out, args.json)
             browser.close()
     finally:
         bb.stop_all()
@@ -495,6 +503,7 @@ def main(argv=None) -> None:
                   f"{fmt_s(warm_run.wall_s)}{'; stderr: ' + cold_run.said if cold_run.said else ''}", flush=True)
             out["row2_cli"].append({"name": name, "command": "python -m batching " + " ".join(cmd),
                                     "first": asdict(cold_run), "again": asdict(warm_run)})
+            save(out, args.json)
         have = args.prepare == "on" or (args.prepare == "auto" and prepare_available())
         out["prepare"] = None
         if have:
@@ -506,6 +515,7 @@ def main(argv=None) -> None:
                 r = run_cli(cli_command(features[name][1], str(trace)), snap["prep"], args.cli_timeout)
                 print(f"  {name} after prepare: {fmt_s(r.wall_s)} ({r.kernels_new} kernels compiled)", flush=True)
                 out["prepare"]["features"][name] = asdict(r)
+                save(out, args.json)
         else:
             print("Row 2, CLI after prepare: skipped (--prepare off, or no `python -m batching prepare` on this "
                   "tree)", flush=True)
@@ -514,7 +524,7 @@ def main(argv=None) -> None:
     out["load_end"] = os.getloadavg()
     print(report(out))
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        save(out, args.json)
         print(f"\nfigures saved to {args.json}")
 
 
