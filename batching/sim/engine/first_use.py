@@ -67,15 +67,17 @@ _HOST: list[str] = []
 
 
 def _host() -> str:
-    """The CPU Numba compiles for: its cache keeps a version per CPU name and features (a cache built elsewhere, a
-    Docker image's, is compiled again here), so a marker is too."""
+    """What else Numba's cache is keyed by, so that a marker is ready exactly when the cache holds the compile: the
+    CPU it compiles for (name and features: a cache built elsewhere, a Docker image's, is compiled again here) and
+    where the kernel sources are (it files each function's compiles under its source's full path, checked against
+    the source's content: a moved tree compiles again; the content is in kernel_cache's directory name)."""
     if not _HOST:
         from llvmlite import binding
         from numba.core import config
 
         name = config.CPU_NAME or binding.get_host_cpu_name()
         features = config.CPU_FEATURES if config.CPU_FEATURES is not None else binding.get_host_cpu_features().flatten()
-        _HOST.append(f"{name}:{features}")
+        _HOST.append(f"{name}:{features}:{kernel_cache.SIM_DIR}")
     return _HOST[0]
 
 
