@@ -201,3 +201,20 @@ def test_background_compile_starts_once_and_can_be_turned_off(monkeypatch):
     assert not compile_notice.start_background()  # once per server process
     (cmd, kw), = calls
     assert cmd[1:] == ["-m", "batching", "prepare", "--background"] and kw["start_new_session"]
+
+
+def test_read_only_inputs_share_the_engines_version():
+    """A cached trace's arrays are read-only; Numba would compile another version for them (a first use of its own
+    that `prepare` does not cover): the engine's inputs are writable copies then."""
+    from batching.sim.engine import kernel as eng
+
+    arrival, prompt = np.arange(4, dtype=np.float64), np.full(4, 100, np.int64)
+    frozen = [a.copy() for a in (arrival, prompt)]
+    for a in frozen:
+        a.flags.writeable = False
+    out = np.full(4, 10, np.int64)
+    prio = np.zeros(4, np.int64)
+    a, b = eng.inputs(arrival, prompt, out, prio), eng.inputs(*frozen, out, prio)
+    assert all(x.flags.writeable for x in b if isinstance(x, np.ndarray))
+    assert np.array_equal(a.arrival, b.arrival) and np.array_equal(a.prompt, b.prompt)
+    assert first_use.variant("engine", (a,)).key == first_use.variant("engine", (b,)).key

@@ -526,12 +526,17 @@ def inputs(arrival, prompt, output, prio, *, chain_off=None, chain_ids=None, aft
         after, think_s = np.full(n, -1, np.int64), np.zeros(n)
     own_base, n_ids = own_block_ids(np.asarray(prompt, np.int64) + np.asarray(output, np.int64), chain_ids,
                                     np.asarray(chain_len, np.int64), int(chain_shift))
-    return Inputs(np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(prompt, np.int64),
-                  np.ascontiguousarray(output, np.int64), np.ascontiguousarray(prio, np.int64),
-                  np.ascontiguousarray(after, np.int64), np.ascontiguousarray(think_s, np.float64),
-                  np.ascontiguousarray(chain_off, np.int64), np.ascontiguousarray(chain_ids, np.int64),
-                  np.zeros(n, np.int64) if ready is None else np.ascontiguousarray(ready, np.int64),
-                  np.ascontiguousarray(chain_len, np.int64), int(chain_shift), own_base, n_ids)
+    return Inputs(_arr(arrival, np.float64), _arr(prompt, np.int64), _arr(output, np.int64), _arr(prio, np.int64),
+                  _arr(after, np.int64), _arr(think_s, np.float64), _arr(chain_off, np.int64),
+                  _arr(chain_ids, np.int64), np.zeros(n, np.int64) if ready is None else _arr(ready, np.int64),
+                  _arr(chain_len, np.int64), int(chain_shift), own_base, n_ids)
+
+
+def _arr(a, dtype) -> np.ndarray:
+    """``a`` contiguous, of ``dtype`` and writable: Numba compiles another version of the engine for read-only
+    arrays (a cached trace's are), which would be a first-use compile of its own (engine.first_use)."""
+    a = np.ascontiguousarray(a, dtype)
+    return a if a.flags.writeable else a.copy()
 
 
 # Knobs' field types, in order (numba compiles one version per combination of argument types)
