@@ -55,7 +55,7 @@ class _InPage:
 class _Box(event.Listener):
     """The progress box of one compile: a Numba compile-event listener that updates it from this thread only."""
 
-    def __init__(self, v: first_use.Variant, waiting: bool, page: _InPage) -> None:
+    def __init__(self, v: first_use.Variant, waiting: bool, page: _InPage, slot) -> None:
         self.page = page
         self.owner = threading.get_ident()
         self.start = time.monotonic()
@@ -64,8 +64,7 @@ class _Box(event.Listener):
         self.waiting = waiting
         what = f"the simulator for {v.label}" if v.label else "the simulator"
         self.title = f"Preparing {what}, once per install"
-        with self.page:
-            self.box = st.empty()
+        self.box = slot
         self.draw()
 
     def draw(self) -> None:
@@ -95,15 +94,18 @@ class _Box(event.Listener):
             self.box.empty()
 
 
-def listen() -> None:
-    """Show this session's first uses as a progress box (call once per script run, before any simulation)."""
+def listen(slot=None) -> None:
+    """Show this session's first uses as a progress box in ``slot`` (an ``st.empty()`` the page makes on every run,
+    so that the page's elements keep their places, and its charts their DOM nodes, whether a run compiled or not;
+    default: one made here). Call once per script run, before any simulation."""
+    slot = st.empty() if slot is None else slot
     boxes: dict[int, list[_Box]] = {}  # per thread: a page's sweep may compile in several at once
     page = _InPage(get_script_run_ctx(suppress_warning=True))
 
     def on_event(kind: str, v: first_use.Variant) -> None:
         mine = boxes.setdefault(threading.get_ident(), [])
         if kind in ("compile", "wait"):
-            box = _Box(v, kind == "wait", page)
+            box = _Box(v, kind == "wait", page, slot)
             if kind == "compile":
                 event.register("numba:compile", box)
             mine.append(box)

@@ -30,9 +30,9 @@ def setup(page: PageInfo, intro: str) -> Scenario | None:
     if not access.gate():
         st.stop()
     plot.preload()
-    compile_notice.listen()  # a run that compiles (once per install and feature) shows a progress box
     st.title(page.title)
     st.caption(intro)
+    compile_notice.listen(st.empty())  # a run that compiles (once per install and feature) shows its progress here
     scenario = scenario_sidebar(page.title)
     access.account_box()
     # the scenario line every chart's PNG download carries (widgets.chart), as exported figures do
