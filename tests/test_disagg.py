@@ -12,7 +12,7 @@ import pytest
 from batching.sim.topology.disagg import Disagg
 from batching.sim.policy import PRESETS, with_knobs
 from batching.sim.simulate import Scenario, simulate
-from batching.sim.hardware.specs import Deployment
+from batching.sim.hardware.specs import KV_BLOCK_TOKENS, MODELS, Deployment
 from batching.sim.workload.requests import workload_preset
 from batching.studies.capacity import SLO, capacity
 
@@ -51,6 +51,17 @@ def _check(res) -> None:
         for _, st in part.groupby("replica"):
             start, dur = st["start_s"].to_numpy(), st["duration_s"].to_numpy()
             assert (dur > 0).all() and (start[1:] >= start[:-1] + dur[:-1] - 1e-9).all()
+    # a prefill instance keeps a request's blocks until its transfer ends: every step's KV holds at least the
+    # blocks of the requests it released before the step whose transfer was still under way (shared cached blocks
+    # would count once: only without cache hits)
+    if q["cached_prompt_tokens"].sum() == 0:
+        blocks = -(-q["prompt_tokens"].to_numpy() // KV_BLOCK_TOKENS)
+        for i, st in pre.groupby("replica"):
+            mine = q["replica"].to_numpy() == i
+            done, end = q["prefill_done_s"].to_numpy()[mine], q["decode_arrival_s"].to_numpy()[mine]
+            start = st["start_s"].to_numpy()[:, None]
+            held = ((done <= start) & (end > start)).astype(np.int64) @ blocks[mine]
+            assert (st["kv_blocks"].to_numpy() >= held).all()
     # TPOT: (E2E - TTFT) / (n - 1), the decode instance's gaps only
     d = q[q["output_tokens"] > 1]
     np.testing.assert_allclose(d["tpot_s"], (d["e2e_s"] - d["ttft_s"]) / (d["output_tokens"] - 1))
@@ -74,6 +85,32 @@ def test_heavy_load_makes_requests_wait_for_decode_room_and_nothing_is_dropped()
     res = simulate(Scenario(dep, workload_preset("chat", 50.0, 600, 0), PRESETS["chunked"], disagg=Disagg(2, 2, 1, 4)))
     _check(res)
     assert res.summary()["decode_queue_p99_s"] > 1.0
+
+
+def test_a_prefill_instance_holds_the_kv_until_its_transfer_ends() -> None:
+    """Issue 23 item 5: the prefill instance keeps a request's blocks until its KV has moved (vLLM frees them when
+    the decode side reports the read done). Llama-3.1-8B, 30,000 KV tokens per instance, 3,000-token prompts at
+    4 req/s: over a 1 Gb/s link each transfer takes 3,000 x 131,072 B / 125 MB/s = 3.15 s, so ~12 prompts' KV
+    (~38,000 tokens) would be held at once, more than the cache: prompts wait for transfers to end. At 10 Gb/s
+    (0.32 s) the held KV fits and nobody waits."""
+    from batching.studies.trtllm_table import fixed_workload
+    from batching.sim.workload.requests import ArrivalProcess
+
+    dep = Deployment(model=MODELS["llama-3.1-8b"], kv_cache_tokens=30_000)
+    wl = replace(fixed_workload(3000, 150, 300), arrivals=ArrivalProcess("poisson", 4.0))
+    runs = {g: simulate(Scenario(dep, wl, PRESETS["chunked"], disagg=Disagg(1, 1, 1, 1, kv_link_gbps=g)))
+            for g in (10.0, 1.0)}
+    for res in runs.values():
+        _check(res)
+    fast, slow = (runs[g].requests for g in (10.0, 1.0))
+    np.testing.assert_allclose(slow["kv_transfer_s"], 6.7e-3 + 3000 * 131_072 / 125e6, rtol=1e-12)
+    wait = {g: (r.requests["first_scheduled_s"] - r.requests["arrival_s"]).median() for g, r in runs.items()}
+    assert wait[10.0] < 0.05 and wait[1.0] > 5.0
+    pre = runs[1.0].steps[runs[1.0].steps["role"] == "prefill"]
+    cap = dep.kv_capacity_blocks
+    # the held transfers fill the prefill instance's cache (a lone 3,000-token prompt takes 188 of its blocks)
+    assert pre["kv_blocks"].max() > 0.9 * cap and pre["kv_blocks"].max() <= cap
+    assert slow["ttft_s"].median() > fast["ttft_s"].median() + wait[1.0]
 
 
 def test_transfer_time_is_the_prompts_kv_over_the_link() -> None:

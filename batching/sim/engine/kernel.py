@@ -20,7 +20,7 @@ from batching.sim.engine import first_use
 from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb,
     count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, make_room_nb,
-    next_arrival_nb, next_due_nb, pc_name_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
+    heap_pop_nb, heap_push_nb, next_arrival_nb, next_due_nb, pc_name_nb, pc_release_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
     schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
 from batching.sim.engine.state import (
@@ -269,6 +269,27 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
 
 
 @njit(cache=True, nogil=True)
+def end_holds_nb(t, hand, inp, seqs, b, pc, req_pre):
+    """A prefill instance of a split (``hand``, engine.state.Handoff): the requests it released whose KV transfer
+    has ended by ``t`` give their blocks back (to the free count, or to the prefix cache's queue)."""
+    row = hand.i[0]
+    ht, hr = hand.ht[row], hand.hr[row]
+    if pc is None:
+        while hand.hn[row] > 0 and ht[0] <= t:
+            r = hr[0]
+            heap_pop_nb(ht, hr, hand.hn, row)
+            b.n[B_FREE] += seqs.blocks[r]
+            seqs.blocks[r] = 0
+    else:
+        while hand.hn[row] > 0 and ht[0] <= t:
+            r = hr[0]
+            heap_pop_nb(ht, hr, hand.hn, row)
+            pc_release_nb(r, inp, seqs, pc, b.n, req_pre[r] == 0, True)
+        if b.n[B_EVICTABLE] + pc.ends[5] > b.n[B_FREE]:
+            pc_trim_nb(pc, b.n)
+
+
+@njit(cache=True, nogil=True)
 def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     """One scheduler pass and one forward pass per step, in vLLM's order: the running sequences
     (decodes, then prefill chunks under way), the swapped ones, then the waiting queue; without
@@ -281,7 +302,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     ``t_stop`` and it has work (its session turns due before ``t_stop`` included), then returns; ``view`` gets
     what a router reads of it (V_*): its state at the scheduling pass of the step in flight at ``t_stop``, or
     its state now if no step is in flight then. ``hand`` (engine.state.Handoff, or None): every request released
-    is logged there with its time (a prefill instance of a disaggregated deployment, disagg.py)."""
+    is logged there with its time, and keeps its blocks until its KV transfer ends (``hand.hold`` after the
+    release: a prefill instance of a disaggregated deployment, disagg.py)."""
     coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
     n = inp.arrival.shape[0]
     max_steps = out.steps_i.shape[0]
@@ -293,6 +315,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     step = st.c[C_STEP]
     status = OK
     while view is not None or released < n:
+        if hand is not None:
+            end_holds_nb(t, hand, inp, seqs, b, pc, out.req_pre)
         if lat is not None:
             if arrivals_due_nb(inp, lat, b.n, a, t):
                 a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)
@@ -412,7 +436,13 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                     nt = next_arrival_nb(inp, lat, b.n, a)
                 elif a < n:
                     nt = inp.arrival[a]
-            if view is not None and (b.n[B_RUNNING] == 0 and nt >= t_stop):
+            held = False  # whether a transfer's end frees blocks first (a prefill instance of a split)
+            if hand is not None:
+                row = hand.i[0]
+                if hand.hn[row] > 0 and hand.ht[row, 0] < nt:
+                    nt = hand.ht[row, 0]
+                    held = True
+            if view is not None and ((b.n[B_RUNNING] == 0 or held) and nt >= t_stop):
                 break  # the router may hand it a request before then
             if nt == np.inf:
                 status = DEADLOCK
@@ -448,20 +478,24 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             view[V_OUTSTANDING] = running + b.n[B_WAITING] + b.n[B_SWAPPED]
             view[V_KV] = knobs.kv_blocks - b.n[B_FREE]
         t += dur
-        nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec)
-        # (a call passes every array of its tuples, two atomic reference counts each: only when needed)
-        if nd > 0:
+        nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hand is not None)
+        released += nd
+        if hand is not None:
+            # a prefill instance of a split: log the handoffs; each keeps its blocks until its transfer ends
+            k = hand.n[0]
+            row = hand.i[0]
+            for j in range(nd):
+                r = b.done[j]
+                hand.r[k + j] = r
+                hand.t[k + j] = t
+                heap_push_nb(hand.ht[row], hand.hr[row], hand.hn, row, t + hand.hold[r], r)
+            hand.n[0] = k + nd
+        elif nd > 0:
+            # (a call passes every array of its tuples, two atomic reference counts each: only when needed)
             if pc is not None:
                 finish_nb(nd, t, inp, seqs, b, pc, lat, out.req_pre)
             elif lat is not None:
                 finish_nb(nd, t, inp, seqs, b, pc, lat, out.req_pre)
-        released += nd
-        if hand is not None:
-            k = hand.n[0]
-            for j in range(nd):
-                hand.r[k + j] = b.done[j]
-                hand.t[k + j] = t
-            hand.n[0] = k + nd
         if lat is not None:
             if arrivals_due_nb(inp, lat, b.n, a, t):
                 a = arrive_sessions_nb(inp, seqs, q, b, lat, a, t, out.req_f)

@@ -128,30 +128,30 @@ def q_pop_front_nb(q, k):
 
 # --- arrivals: open-loop requests in index order, session turns from a heap once their time is known -------
 @njit(cache=True, nogil=True, inline="always")
-def later_push_nb(lat, cnt, t, r):
-    """Request ``r`` (a session's next turn) arrives at ``t``: into the min-heap."""
-    i = cnt[B_LATER]
-    cnt[B_LATER] = i + 1
+def heap_push_nb(ht, hr, cnt, k, t, r):
+    """(t, r) into a binary min-heap on time kept in ``ht`` / ``hr``, ``cnt[k]`` entries long."""
+    i = cnt[k]
+    cnt[k] = i + 1
     going = i > 0
     while going:
         p = (i - 1) >> 1
-        if lat.t[p] <= t:
+        if ht[p] <= t:
             going = False
         else:
-            lat.t[i] = lat.t[p]
-            lat.r[i] = lat.r[p]
+            ht[i] = ht[p]
+            hr[i] = hr[p]
             i = p
             going = i > 0
-    lat.t[i] = t
-    lat.r[i] = r
+    ht[i] = t
+    hr[i] = r
 
 
 @njit(cache=True, nogil=True, inline="always")
-def later_pop_nb(lat, cnt):
-    """Remove the heap's earliest entry (the caller read it at index 0)."""
-    m = cnt[B_LATER] - 1
-    cnt[B_LATER] = m
-    t, r = lat.t[m], lat.r[m]
+def heap_pop_nb(ht, hr, cnt, k):
+    """Remove the earliest entry of ``heap_push_nb``'s heap (the caller read it at index 0)."""
+    m = cnt[k] - 1
+    cnt[k] = m
+    t, r = ht[m], hr[m]
     i = 0
     going = m > 0
     while going:
@@ -159,17 +159,29 @@ def later_pop_nb(lat, cnt):
         if c >= m:
             going = False
         else:
-            if c + 1 < m and lat.t[c + 1] < lat.t[c]:
+            if c + 1 < m and ht[c + 1] < ht[c]:
                 c += 1
-            if lat.t[c] >= t:
+            if ht[c] >= t:
                 going = False
             else:
-                lat.t[i] = lat.t[c]
-                lat.r[i] = lat.r[c]
+                ht[i] = ht[c]
+                hr[i] = hr[c]
                 i = c
     if m > 0:
-        lat.t[i] = t
-        lat.r[i] = r
+        ht[i] = t
+        hr[i] = r
+
+
+@njit(cache=True, nogil=True, inline="always")
+def later_push_nb(lat, cnt, t, r):
+    """Request ``r`` (a session's next turn) arrives at ``t``: into the min-heap."""
+    heap_push_nb(lat.t, lat.r, cnt, B_LATER, t, r)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def later_pop_nb(lat, cnt):
+    """Remove the heap's earliest entry (the caller read it at index 0)."""
+    heap_pop_nb(lat.t, lat.r, cnt, B_LATER)
 
 
 @njit(cache=True, nogil=True)
@@ -1202,11 +1214,12 @@ def finish_nb(nd, t, inp, seqs, b, pc, lat, req_pre):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec):
+def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hold):
     """The step ended at ``t`` and its tokens exist: chunks advance the prefills, decodes and
     completed prefills emit a token (its gap recorded), finished sequences leave at once and free
     their blocks (with the prefix cache or sessions, ``finish_nb`` does the rest: a chain walk here
-    would defeat the pruning of reference counts, see the module's note). Returns how many finished."""
+    would defeat the pruning of reference counts, see the module's note; with ``hold``, a prefill instance
+    of a split, they keep them until their transfer ends: kernel.end_holds_nb). Returns how many finished."""
     run, cnt = b.run, b.n
     kv, target, gen, sched, blocks, last_tok = seqs.kv, seqs.target, seqs.gen, seqs.sched, seqs.blocks, seqs.last_tok
     prio, output = inp.prio, inp.output
@@ -1242,12 +1255,12 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec):
                 last_tok[r] = t
                 finished = gen[r] == output[r]
         if finished:
-            if pc is None:
+            if pc is None and not hold:
                 cnt[B_FREE] += blocks[r]
                 blocks[r] = 0
                 b.done[done] = r  # (finish_nb, and a disaggregated prefill's handoff log, read it)
             else:
-                b.done[done] = r  # finish_nb gives its blocks back to the prefix cache
+                b.done[done] = r  # finish_nb (or end_holds_nb once its transfer ends) gives its blocks back
             req_f[r, R_FINISH] = t
             req_f[r, R_RELEASE] = t
             done += 1

@@ -283,11 +283,18 @@ class Run(NamedTuple):
 
 
 class Handoff(NamedTuple):
-    """The requests a run released, in order, and when (disaggregation: a prefill instance hands them over)."""
+    """The requests the prefill instances of a split released, in order, and when (they hand them over to decode
+    instances), and the blocks each instance still holds for them: a released request keeps its KV blocks until
+    its transfer ends, ``hold`` seconds after its release (per instance, a min-heap on that time)."""
 
     r: np.ndarray  # int64 request
     t: np.ndarray  # float64 release time
     n: np.ndarray  # int64 (1,): entries written
+    hold: np.ndarray  # float64 per request: seconds its blocks stay held after its release (its KV transfer)
+    ht: np.ndarray  # float64 (instances, requests): per instance, the heap of transfer ends
+    hr: np.ndarray  # int64 (instances, requests): the request of each entry
+    hn: np.ndarray  # int64 (instances,): entries in each instance's heap
+    i: np.ndarray  # int64 (1,): the instance being advanced (engine.kernel.advance_nb reads its row)
 
 
 class Later(NamedTuple):

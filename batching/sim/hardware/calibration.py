@@ -758,11 +758,17 @@ network: `CROSS_NODE_GBPS`).
   0.5 req/s: TPOT P50 8.78 → 5.31 ms (1.65×), TTFT P50 43.2 → 47.0 ms (the head's pass over the prompt),
   KV per instance 448,304 → 428,992 tokens. No published PD + speculation measurement with its settings was
   found to hold these against; the decode side's speed-up is the aggregated model's (table above).
-- Not modelled: the prefill instance holding the KV until the transfer ends (its blocks are freed at the
-  handoff: with a 7 ms transfer against prefill steps of tens of ms it changes little, but under decode-side
-  backpressure vLLM's pull model keeps the prefill's blocks until the decode instance has room, which this model
-  does not), the pull order (vLLM allocates on the decode instance first and transfers after; here the transfer
-  comes first, so a transfer overlaps a wait for decode room), contention between transfers on one link,
+- The prefill instance keeps a request's KV blocks from its handoff until its transfer ends (vLLM's prefill
+  frees them when the decode side reports the read done, NixlConnector's delayed free; SGLang's prefill once
+  its transfer succeeds), so slow transfers fill its cache and hold new prompts back. Llama-3.1-8B on H100,
+  1 prefill TP 1 + 1 decode TP 1, 30,000 KV tokens per instance, 3,000 / 150 tokens at 4 req/s, 300
+  requests, 1 Gb/s per GPU (3.15 s per transfer): the prefill queue's median wait 0 → 12.5 s, TTFT P50
+  3.25 → 16.0 s, the prefill instance's KV peak 155 → 1,820 of 1,875 blocks; at 10 Gb/s (0.32 s) nothing
+  changes (its KV peak 155 → 1,155 blocks, no wait). At NVLink or 400 Gb/s speeds a transfer takes a few ms and
+  the held blocks are a few requests' worth.
+- Not modelled: the pull order (vLLM allocates on the decode instance first and transfers after; here the
+  transfer starts at the handoff, so it overlaps a wait for decode room, and the prefill's blocks are freed when
+  it ends even while the decode instance has no room yet), contention between transfers on one link,
   layer-wise pipelining of the transfer with the prefill, the MTP/EAGLE hidden states sent with the KV (a few KB
   per request), and sessions or a prefix cache on the decode side.
 

@@ -11,8 +11,9 @@ its KV connector and streams every output token to the client).
   (400 Gb/s per GPU, as a node's one NIC per GPU), or ``kv_link_gbps`` per GPU when given: transfer time = a fixed
   time per transfer (``kv_transfer_fixed_s``: posting its descriptors) + prompt tokens x the KV bytes per token the
   busiest GPU moves (``kv_bytes_per_gpu_token``: a dense model's heads split over the smaller TP; an MLA model's
-  whole latent on every rank) / the link bandwidth per GPU. The prefill instance's blocks are freed at the handoff
-  (the transfer is not held against its cache: a simplification, see docs/CALIBRATION.md).
+  whole latent on every rank) / the link bandwidth per GPU. The transfer starts at the handoff and the prefill
+  instance keeps the request's KV blocks until it ends (vLLM's prefill frees them when the decode side reports
+  the read done; SGLang's once its transfer completes): they count against its cache meanwhile.
 - The decode instance runs continuous batching; the request joins its waiting queue when the transfer ends and
   is admitted when its blocks fit (backpressure: it waits, nothing is dropped). Its first step computes the last
   prompt token again and samples the first token the client sees (vLLM's NixlConnector loads all but the last
@@ -204,6 +205,7 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
         t_arr = inp_p.arrival[r] if r < n else np.inf
         # 1. prefill instances up to the arrival; their releases start transfers
         for i in range(n_p):
+            hand.i[0] = i
             status = eng.advance_nb(inp_p, knobs_p, cost_p, _out_of(out_p, i), _pc_of(pcs_p, i), None,
                                     _spec_of(sp_p, i), runs_p[i], t_arr, view_p[i], hand)
             n_steps_p[i] = runs_p[i].c[C_STEP]
@@ -322,6 +324,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
     knobs_d = policy.knobs(classes, kv_d, swap(dep_d), mode="continuous", chunked=True)
     cost_d = eng.kernel_cost(cm_d)
     xfer = dis.transfer_s(dep, reqs.prompt_tokens, policy)
+    hold = np.ascontiguousarray(xfer, np.float64)
     engines = dis.prefill_instances + dis.decode_instances
     cap = max(1, eng.MAX_STEPS // engines)  # the stacked step tables hold MAX_STEPS rows in all
     room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances),
@@ -330,7 +333,12 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
         out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
         pcs = stacked_prefix(dis.prefill_instances, inp_p, kv_p) if chains else None
-        hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64))
+        # a prefill instance holds a request's KV until its transfer ends: at most one held request per block
+        # (each holds one of its own at least) without the prefix cache, whose shared blocks lift that bound
+        p = dis.prefill_instances
+        held = n if chains else min(n, kv_p)
+        hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), hold, np.empty((p, held)),
+                       np.empty((p, held), np.int64), np.zeros(p, np.int64), np.zeros(1, np.int64))
         heap = Later(np.empty(n), np.empty(n, np.int64), np.empty(0, np.int64))
         dec_rep = np.full(n, -1, np.int64)
         dec_arr = np.full(n, np.nan)
@@ -340,7 +348,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         sp_p = _stacked_spec(spec_p, n, dis.prefill_instances, room)
         sp_d = _stacked_spec(spec_d, n, dis.decode_instances, room)
         args = (inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d,
-                np.ascontiguousarray(xfer, np.float64), hand, heap, dec_rep, dec_arr, pre_rep, steps_p, steps_d)
+                hold, hand, heap, dec_rep, dec_arr, pre_rep, steps_p, steps_d)
         with first_use.first_use(first_use.variant("disagg", args, pcs, None, sp_d)):
             status, role, bad = run_disagg_nb(*args)
         if status == OUT_OF_STEPS:
