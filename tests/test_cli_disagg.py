@@ -142,7 +142,6 @@ def test_a_missing_partner_flag_is_one_line_naming_it(capsys, given, missing):
     ([*SPLIT, "--spec-decode", "mtp"], "--spec-decode mtp: the prefill instances (TP 4): spec_decode='mtp' needs "
                                        "multi-token-prediction modules"),
     ([*SPLIT, "--router", "least-kv"], "--router least-kv: a prefill/decode split routes by itself"),
-    ([*SPLIT, "--workload", "chat-sessions"], "--workload chat-sessions: session workloads"),
     ([*SPLIT, "--kv-cache-tokens", "2000"], "--prefill-tp 4 with --kv-cache-tokens 2000: request"),
     ([*SPLIT, "--no-chunked-prefill", "--max-num-batched-tokens", "512"],
      "--max-num-batched-tokens: max_num_batched_tokens=512 is below the longest prompt"),
@@ -203,3 +202,13 @@ def test_search_refuses_the_split_and_nodes_flags_in_one_line(capsys):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+def test_closed_loop_clients_run_on_a_split(tmp_path, capsys):
+    """--concurrency N with a split (as Dynamo's and llm-d's published disaggregated runs use): the summary names
+    the clients, and a closed loop's latencies are printed as numbers, never 'unbounded'."""
+    out = tmp_path / "s.json"
+    assert main(["run", *SPLIT, "--requests", "64", "--concurrency", "16", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    s = json.loads(out.read_text())
+    assert s["concurrency"] == 16 and s["overloaded"] is False and s["disaggregated"].startswith("disaggregated")
+    assert "unbounded" not in printed and s["ttft_p50_s"] > s["kv_transfer_p50_s"] > 0

@@ -147,6 +147,18 @@ def test_same_seed_same_run():
     np.testing.assert_array_equal(a.requests["arrival_s"], b.requests["arrival_s"])
 
 
+def test_a_saturating_closed_loop_is_not_called_overloaded():
+    """200 clients send 20.4 req/s, at the saturated run's 20.2 req/s: the open-loop rule (offered >= capacity)
+    would mark its latencies unbounded, but 200 clients keep at most 200 requests in the system, so TTFT and TPOT
+    are what a --max-concurrency 200 benchmark measures."""
+    from batching.studies.compare import compare, is_unbounded
+
+    wl = workload_preset("sharegpt", 1.0, 400, 0).with_concurrency(200)
+    s = compare(Scenario(workload=wl, policy=PRESETS["chunked"]), {"chunked": PRESETS["chunked"]}).summaries()["chunked"]
+    assert s["offered_req_s"] >= s["capacity_req_s"] and s["load"] > 0.8
+    assert s["overloaded"] is False and not is_unbounded("ttft_p99_s", s)
+
+
 # ---------------------------------------------------------------- capacity: the highest concurrency
 
 

@@ -177,7 +177,6 @@ def test_a_disaggregated_run_repeats() -> None:
     (dict(disagg=Disagg(1, 4, 1, 4, kv_link_gbps=0.1)), r"kv_link_gbps=0.1 is out of range"),
     (dict(disagg=Disagg(1, 4, 1, 4, kv_transfer_fixed_s=-1.0)), r"kv_transfer_fixed_s=-1.0 is out of range; allowed 0 to 10 s"),
     (dict(disagg=SPLIT, policy=PRESETS["static"]), r"mode='static' runs each batch as a whole"),
-    (dict(disagg=SPLIT, workload=workload_preset("chat-sessions", 1.0, 50, 0)), r"session workloads"),
     (dict(disagg=Disagg(1, 1, 1, 4)), r"the prefill instances \(TP 1\): model Qwen2.5-72B"),
     # speculation runs on a split (tests/test_spec_disagg.py); a proposer the model has not is refused by role
     (dict(disagg=SPLIT, policy=replace(PRESETS["chunked"], spec_decode="mtp")),
@@ -291,3 +290,88 @@ def test_exports_carry_the_per_instance_chart_of_a_split() -> None:
     assert all(np.nanmax(np.asarray(t.y, float)) <= 100.0 for t in kv)
     assert "per_instance" not in report.policy_figures(simulate(Scenario(workload=workload_preset("chat", 2.0, 50,
                                                                                                   0))))
+
+
+# ------------------------------------------------- closed-loop clients and sessions on a split (issue 23 item 1)
+
+
+def _in_flight_max(req) -> int:
+    """The most requests sent and not yet released at any moment (a release before a send at the same instant)."""
+    events = np.r_[req["arrival_s"].to_numpy(), req["release_s"].to_numpy()]
+    moves = np.r_[np.ones(len(req)), -np.ones(len(req))]
+    return int(np.cumsum(moves[np.lexsort((moves, events))]).max())
+
+
+def test_closed_loop_clients_on_a_split_send_after_their_last_token() -> None:
+    """Published disaggregated runs use a fixed number of clients (genai-perf, aiperf, vllm bench serve
+    --max-concurrency): each client sends its next request a think time after its last token came from the decode
+    instance, so never two in flight per client, and TTFT is measured from that send."""
+    wl = workload_preset("sharegpt", 1.0, 320, 0).with_concurrency(8, 0.5)
+    res = simulate(Scenario(workload=wl, policy=PRESETS["chunked"], disagg=Disagg(2, 2, 1, 4)))
+    _check(res)
+    req = res.requests
+    client = req["request_id"].to_numpy() % 8
+    for c in range(8):
+        mine = req[client == c].sort_values("arrival_s")
+        assert len(mine) == 40
+        send, done = mine["arrival_s"].to_numpy(), mine["release_s"].to_numpy()
+        np.testing.assert_allclose(send[1:], done[:-1] + 0.5, rtol=0, atol=1e-9)
+    assert _in_flight_max(req) <= 8
+    np.testing.assert_allclose(req["ttft_s"], req["first_token_s"] - req["arrival_s"], rtol=0, atol=1e-12)
+    s = res.summary()
+    assert s["concurrency"] == 8 and s["think_time_s"] == 0.5
+    # both prefill instances took requests (the router picks per request, not per client)
+    assert set(req["replica"]) == {0, 1}
+
+
+def test_more_clients_on_a_split_queue_at_the_prefill_and_stay_bounded() -> None:
+    """A closed loop never overloads: more clients wait longer (TTFT grows with the clients, as Dynamo's 32-client
+    runs show) but at most N requests are ever in the system. 64 clients on one prefill instance of TP 2 keep it
+    busy: the run's send rate reaches the saturated run's (the open-loop rule would call it overloaded), yet its
+    latencies are what the clients measure, so the comparison does not mark them unbounded."""
+    from batching.studies.compare import compare
+
+    split = Disagg(1, 2, 1, 4)
+    ttft = {}
+    for n in (4, 64):
+        wl = workload_preset("code", 1.0, 384, 1).with_concurrency(n)
+        res = simulate(Scenario(workload=wl, policy=PRESETS["chunked"], disagg=split))
+        _check(res)
+        assert _in_flight_max(res.requests) <= n
+        ttft[n] = res.summary()["ttft_p50_s"]
+    assert ttft[64] > 3 * ttft[4]
+    wl = workload_preset("code", 1.0, 384, 1).with_concurrency(64)
+    s = compare(Scenario(workload=wl, policy=PRESETS["chunked"], disagg=split), {"chunked": PRESETS["chunked"]}
+                ).summaries()["chunked"]
+    assert s["load"] > 0.95 and s["prefill_busy"] > 0.95
+    assert s["offered_req_s"] >= s["capacity_req_s"]  # the open-loop rule's "overloaded"
+    assert s["overloaded"] is False and s["concurrency"] == 64
+
+
+def test_sessions_on_a_split_arrive_after_their_previous_turn() -> None:
+    """Multi-turn sessions run on a split: each later turn is sent a think time after the previous turn's last
+    token (its decode instance's release); the decode side holds no prefix cache (each turn's whole prompt moves)."""
+    wl = workload_preset("chat-sessions", 1.0, 120, 0)
+    reqs = wl.generate()
+    res = simulate(Scenario(workload=wl, policy=PRESETS["chunked"], disagg=SPLIT))
+    _check(res)
+    req = res.requests.set_index("request_id").loc[np.arange(len(reqs))]
+    later = np.flatnonzero(reqs.after >= 0)
+    assert len(later) > 0
+    np.testing.assert_allclose(req["arrival_s"].to_numpy()[later],
+                               req["release_s"].to_numpy()[reqs.after[later]] + reqs.think_s[later], rtol=0, atol=1e-9)
+    # every turn's whole prompt's KV moves (no prefix cache on the decode side)
+    np.testing.assert_allclose(req["kv_transfer_s"], SPLIT.transfer_s(res.scenario.deployment,
+                                                                      req["prompt_tokens"].to_numpy()), rtol=1e-12)
+
+
+def test_a_split_is_calibrated_only_if_both_roles_are() -> None:
+    """Qwen3-30B-A3B in FP8 on H100: the measured grouped-expert table covers TP 2 but not TP 4, so a split with
+    TP 4 decode instances is not calibrated though the sidebar's TP 2 is (each role's own TP is what runs)."""
+    from batching.sim.hardware.kernel_tables import calibration_status
+
+    dep = deployment(gpu="h100-sxm", model="qwen3-30b-a3b", tp=2, num_gpus=8, precision="fp8")
+    assert calibration_status(Scenario(dep)) == (True, "")
+    ok, why = calibration_status(Scenario(dep, disagg=Disagg(1, 2, 1, 4)))
+    assert ok is False and "no measured grouped-expert table for Qwen3-30B-A3B" in why
+    assert calibration_status(Scenario(dep, disagg=Disagg(2, 2, 2, 2)))[0] is True

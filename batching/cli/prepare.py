@@ -46,6 +46,7 @@ FEATURES: tuple[tuple[str, list[str]], ...] = (
     ("a routed fleet of chat sessions", [*_FLEET, "--workload", "chat-sessions"]),
     ("disaggregation with speculative decoding", [*_SPLIT, "--spec-decode", "eagle"]),
     ("disaggregation with prefix caching", [*_SPLIT, *_PREFIX]),
+    ("disaggregation with closed-loop clients", [*_SPLIT, "--concurrency", "4"]),
     ("DeepSeek-V3 with MTP", ["--model", "deepseek-v3", "--gpu", "h200-sxm", "--precision", "fp8",
                               "--spec-decode", "mtp"]),
 )

@@ -61,7 +61,9 @@ def with_capacity(summary: dict, saturated_summary: dict) -> dict:
     load        throughput at the offered load / capacity (output tokens)
     overloaded  offered request rate ≥ capacity (requests/s of the saturated run), or the
                 requests in the system grow by more than ``QUEUE_GROWTH_TOLERANCE`` × the offered
-                rate (``queue_growth_req_s``, metrics.queue_growth)
+                rate (``queue_growth_req_s``, metrics.queue_growth); never for closed-loop clients
+                (``concurrency``): N clients keep at most N requests in the system, so their latencies are
+                what a fixed-concurrency benchmark measures however busy the engine is (``load`` says how busy)
     """
     cap = saturated_summary["throughput_output_tok_s"]
     cap_req = saturated_summary["throughput_req_s"]
@@ -71,7 +73,8 @@ def with_capacity(summary: dict, saturated_summary: dict) -> dict:
     growth = summary.get("queue_growth_req_s", float("nan"))
     over_rate = not math.isnan(offered) and offered >= cap_req  # inf: every request at once
     grows = math.isfinite(growth) and math.isfinite(offered) and growth > QUEUE_GROWTH_TOLERANCE * offered
-    out["overloaded"] = bool(over_rate or grows)
+    closed = summary.get("concurrency") is not None
+    out["overloaded"] = bool((over_rate or grows) and not closed)
     return out
 
 

@@ -243,9 +243,10 @@ DISAGG_HELP = (
     "the transfer and the wait. With speculative decoding the decode instances speculate and the prefill "
     "instances run the draft's pass over the prompt (its KV moves with the target's), as SGLang serves MTP with "
     "PD.\n\n"
-    "A prefill instance keeps each request's KV blocks until its transfer ends. Not modelled: request-level "
-    "batching (static, dynamic: they cannot run a split), session workloads and prefix caching on the decode "
-    "side. The split replaces the tensor parallel and router above; its "
+    "A prefill instance keeps each request's KV blocks until its transfer ends. Closed-loop clients and sessions "
+    "send their next request when the decode instance has streamed the last token. Not modelled: request-level "
+    "batching (static, dynamic: they cannot run a split) and prefix caching on the decode side (each request's "
+    "whole prompt moves). The split replaces the tensor parallel and router above; its "
     "instances must fit the nodes' GPUs.")
 
 

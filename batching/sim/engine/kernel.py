@@ -302,8 +302,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     ``t_stop`` and it has work (its session turns due before ``t_stop`` included), then returns; ``view`` gets
     what a router reads of it (V_*): its state at the scheduling pass of the step in flight at ``t_stop``, or
     its state now if no step is in flight then. ``hand`` (engine.state.Handoff, or None): every request released
-    is logged there with its time, and keeps its blocks until its KV transfer ends (``hand.hold`` after the
-    release: a prefill instance of a disaggregated deployment, disagg.py)."""
+    is logged there with its time (an instance of a disaggregated deployment, disagg.py), and with ``hand.hold``
+    (a prefill instance's) keeps its blocks until its KV transfer ends, ``hold[r]`` after the release."""
     coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
     n = inp.arrival.shape[0]
     max_steps = out.steps_i.shape[0]
@@ -478,19 +478,24 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             view[V_OUTSTANDING] = running + b.n[B_WAITING] + b.n[B_SWAPPED]
             view[V_KV] = knobs.kv_blocks - b.n[B_FREE]
         t += dur
-        nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hand is not None)
+        holding = False
+        if hand is not None:
+            holding = hand.hold.shape[0] > 0
+        nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, holding)
         released += nd
         if hand is not None:
-            # a prefill instance of a split: log the handoffs; each keeps its blocks until its transfer ends
+            # an instance of a split logs its releases; a prefill instance's keep their blocks until their
+            # transfers end
             k = hand.n[0]
             row = hand.i[0]
             for j in range(nd):
                 r = b.done[j]
                 hand.r[k + j] = r
                 hand.t[k + j] = t
-                heap_push_nb(hand.ht[row], hand.hr[row], hand.hn, row, t + hand.hold[r], r)
+                if holding:
+                    heap_push_nb(hand.ht[row], hand.hr[row], hand.hn, row, t + hand.hold[r], r)
             hand.n[0] = k + nd
-        elif nd > 0:
+        if nd > 0 and not holding:
             # (a call passes every array of its tuples, two atomic reference counts each: only when needed)
             if pc is not None:
                 finish_nb(nd, t, inp, seqs, b, pc, lat, out.req_pre)

@@ -129,13 +129,14 @@ def q_pop_front_nb(q, k):
 # --- arrivals: open-loop requests in index order, session turns from a heap once their time is known -------
 @njit(cache=True, nogil=True, inline="always")
 def heap_push_nb(ht, hr, cnt, k, t, r):
-    """(t, r) into a binary min-heap on time kept in ``ht`` / ``hr``, ``cnt[k]`` entries long."""
+    """(t, r) into a binary min-heap on (time, request) kept in ``ht`` / ``hr``, ``cnt[k]`` entries long (equal
+    times leave in request order)."""
     i = cnt[k]
     cnt[k] = i + 1
     going = i > 0
     while going:
         p = (i - 1) >> 1
-        if ht[p] <= t:
+        if ht[p] < t or (ht[p] == t and hr[p] <= r):
             going = False
         else:
             ht[i] = ht[p]
@@ -159,9 +160,9 @@ def heap_pop_nb(ht, hr, cnt, k):
         if c >= m:
             going = False
         else:
-            if c + 1 < m and ht[c + 1] < ht[c]:
+            if c + 1 < m and (ht[c + 1] < ht[c] or (ht[c + 1] == ht[c] and hr[c + 1] < hr[c])):
                 c += 1
-            if ht[c] >= t:
+            if ht[c] > t or (ht[c] == t and hr[c] >= r):
                 going = False
             else:
                 ht[i] = ht[c]

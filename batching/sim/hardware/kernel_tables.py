@@ -177,10 +177,10 @@ def calibration_status(scenario) -> tuple[bool, str]:
     """(calibrated, reason) of a scenario, for the summary's ``calibrated`` / ``calibration_note`` and the UI."""
     ok, why = calibration_status_dep(scenario.deployment)
     dis = getattr(scenario, "disagg", None)
-    if dis is not None:
-        for dep in (getattr(dis, "prefill_deployment", None), getattr(dis, "decode_deployment", None)):
-            if dep is not None and dep is not scenario.deployment:
-                ok2, why2 = calibration_status_dep(dep)
-                if not ok2:
-                    ok, why = False, "; ".join(w for w in (why, why2) if w)
+    if dis is not None:  # each role's instances at their own TP (an MLA table per heads per GPU, say)
+        for role in ("prefill", "decode"):
+            ok2, why2 = calibration_status_dep(dis.deployment(scenario.deployment, role))
+            if not ok2:
+                ok = False
+                why = "; ".join(dict.fromkeys(w for part in (why, why2) for w in part.split("; ") if w))
     return ok, why

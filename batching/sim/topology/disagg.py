@@ -33,8 +33,10 @@ its KV connector and streams every output token to the client).
 
 TTFT is what the client sees: prefill queue + prefill + transfer + decode queue + the decode instance's first
 step; TPOT and E2E come from the decode instance's tokens. ``kv_transfer_s`` and ``decode_queue_s`` report the
-transfer and the wait for a decode slot per request. Request-level batching (static, dynamic), sessions and
-prefix caching on the decode side are not modelled here (clear errors).
+transfer and the wait for a decode slot per request. Closed-loop clients and sessions send a request a think
+time after the decode instance released the one before (run_disagg_nb orders every instance's steps by time, so
+such an arrival is known before any instance passes it). Request-level batching (static, dynamic) is refused;
+prefix caching on the decode side is not modelled (each request's whole prompt moves).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ from batching.sim.engine import kernel as eng
 from batching.sim.engine.speculative import DRAFTING_METHODS, check_spec, draft_memory_per_gpu, spec_for, spec_kv_blocks
 from batching.sim.engine.stages import later_pop_nb, later_push_nb
 from batching.sim.hardware.costmodel import cost_model
-from batching.sim.engine.state import (B_LATER, C_RELEASED, C_STEP, DEADLOCK,
+from batching.sim.engine.state import (B_LATER, B_RUNNING, B_SWAPPED, B_WAITING, C_RELEASED, C_STEP, DEADLOCK,
                                        NUM_B, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
                                        R_FIRST_TOKEN, R_MAX_ITL, R_RELEASE, V_KV, V_OUTSTANDING, NUM_SPF, NUM_SPI,
                                        Handoff, Later)
@@ -180,12 +182,29 @@ class Disagg:
 
 
 @njit(cache=True, nogil=True)
-def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d, xfer, hand, heap,
-                  dec_rep, dec_arr, pre_rep, n_steps_p, n_steps_d):
+def _next_start_nb(run):
+    """When a run's next step starts: its clock while it has work, inf while it is idle (an event wakes it)."""
+    b = run.b
+    if b.n[B_RUNNING] + b.n[B_WAITING] + b.n[B_SWAPPED] == 0:
+        return np.inf
+    return run.t[0]
+
+
+@njit(cache=True, nogil=True)
+def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d, xfer, hand,
+                  hand_d, heap, lat, dec_rep, dec_arr, pre_rep, n_steps_p, n_steps_d):
     """Every request through a prefill instance and then a decode instance; returns
     (status, role 0 prefill / 1 decode, instance or -1). ``sp_p``, ``sp_d``: each role's stacked Spec (step tables
     per instance; fleet._spec_of gives instance i's), or None: the prefill instances' prices the proposer's pass over
-    the prompt, the decode instances' speculates."""
+    the prompt, the decode instances' speculates. ``lat`` (engine.state.Later, or None): closed-loop clients or
+    sessions, a request after[r] >= 0 arriving think[r] after its predecessor's last token (its decode instance's
+    release, logged in ``hand_d``).
+
+    Events in time order: whichever instance's next step starts first runs its steps up to the earliest time
+    anything could reach it, once every arrival and every transfer end due by then has been delivered (transfers
+    first at a tie, then arrivals). A prefill instance's releases start transfers (``heap``, by when they end); a
+    decode instance's release starts its client's think time. A release comes at the end of a step, so every
+    arrival or transfer it causes is known before any instance steps past it."""
     n = inp_p.arrival.shape[0]
     if sp_d is not None:
         np.random.seed(sp_d.seed)  # one generator for the decode instances: sampled acceptance repeats for a seed
@@ -199,30 +218,44 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
     view_p = np.zeros((n_p, NUM_V))
     view_d = np.zeros((n_d, NUM_V))
     cnt = np.zeros(NUM_B, np.int64)  # cnt[B_LATER]: transfers under way, in the heap by arrival at a decode instance
-    seen = 0  # handoff log entries moved into the heap
+    cnt_l = np.zeros(NUM_B, np.int64)  # cnt_l[B_LATER]: clients' next requests whose send time is known (lat)
+    blocked = np.full(n_p, -np.inf)  # a prefill instance whose prompts wait for held blocks: until the next frees
+    seen, seen_d = 0, 0  # handoff log entries read (prefill, decode)
     rr_p, rr_d = 0, 0
-    for r in range(n + 1):
-        t_arr = inp_p.arrival[r] if r < n else np.inf
-        # 1. prefill instances up to the arrival; their releases start transfers
+    a = 0  # the next request in index order that is not a later turn
+    while True:
+        while a < n and inp_p.after[a] >= 0:
+            a += 1
+        t_a = inp_p.arrival[a] if a < n else np.inf
+        turn = False
+        if lat is not None:
+            if cnt_l[B_LATER] > 0 and lat.t[0] <= t_a:
+                t_a = lat.t[0]
+                turn = True
+        t_x = heap.t[0] if cnt[B_LATER] > 0 else np.inf
+        s, role, k = np.inf, -1, -1
+        s_p, s_d = np.inf, np.inf  # each role's earliest next step
         for i in range(n_p):
-            hand.i[0] = i
-            status = eng.advance_nb(inp_p, knobs_p, cost_p, _out_of(out_p, i), _pc_of(pcs_p, i), None,
-                                    _spec_of(sp_p, i), runs_p[i], t_arr, view_p[i], hand)
-            n_steps_p[i] = runs_p[i].c[C_STEP]
-            if status != OK:
-                return status, 0, i
-        while seen < hand.n[0]:
-            q = hand.r[seen]
-            later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)  # every request: its tokens come from decode
-            seen += 1
-        # 2. transfers that end by then, in time order, each to the decode instance with the most free KV
-        while cnt[B_LATER] > 0 and heap.t[0] <= t_arr:
+            ts = _next_start_nb(runs_p[i])
+            if blocked[i] > ts:
+                ts = blocked[i]
+            if ts < s_p:
+                s_p = ts
+            if ts < s:
+                s, role, k = ts, 0, i
+        for i in range(n_d):
+            ts = _next_start_nb(runs_d[i])
+            if ts < s_d:
+                s_d = ts
+            if ts < s:
+                s, role, k = ts, 1, i
+        if t_x <= t_a and t_x <= s and t_x < np.inf:
+            # a transfer ends: to the decode instance with the most free KV (views read now: nothing steps)
             td, q = heap.t[0], heap.r[0]
             later_pop_nb(heap, cnt)
             for i in range(n_d):
                 status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, _spec_of(sp_d, i),
-                                        runs_d[i], td, view_d[i], None)
-                n_steps_d[i] = runs_d[i].c[C_STEP]
+                                        runs_d[i], td, view_d[i], hand_d)
                 if status != OK:
                     return status, 1, i
             i = _least_nb(view_d, V_KV, rr_d, n_d)
@@ -231,20 +264,80 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
             dec_arr[q] = td
             out_d.req_f[q, R_ARRIVAL] = td
             join_nb(runs_d[i], out_d, view_d, inp_d, i, q, td)
-        if r == n:
+            continue
+        if t_a <= s and t_a < np.inf:
+            # a request is sent: to the prefill instance with the fewest outstanding requests
+            if turn:
+                r = lat.r[0]
+                later_pop_nb(lat, cnt_l)
+                out_p.req_f[r, R_ARRIVAL] = t_a
+            else:
+                r = a
+                a += 1
+            for i in range(n_p):
+                hand.i[0] = i
+                status = eng.advance_nb(inp_p, knobs_p, cost_p, _out_of(out_p, i), _pc_of(pcs_p, i), None,
+                                        _spec_of(sp_p, i), runs_p[i], t_a, view_p[i], hand)
+                if status != OK:
+                    return status, 0, i
+            i = _least_nb(view_p, V_OUTSTANDING, rr_p, n_p)
+            rr_p = rr_p + 1 if rr_p + 1 < n_p else 0
+            pre_rep[r] = i
+            blocked[i] = -np.inf
+            join_nb(runs_p[i], out_p, view_p, inp_p, i, r, t_a)
+            continue
+        if s == np.inf:
             break
-        # 3. the arrival to the prefill instance with the fewest outstanding requests
-        i = _least_nb(view_p, V_OUTSTANDING, rr_p, n_p)
-        rr_p = rr_p + 1 if rr_p + 1 < n_p else 0
-        pre_rep[r] = i
-        join_nb(runs_p[i], out_p, view_p, inp_p, i, r, t_arr)
+        # the instance whose next step starts first runs every step that starts before anything could reach it: a
+        # prefill instance until the next arrival (with clients, a release ends a decode step: not before the
+        # decode instances' next steps start), a decode instance until the next transfer ends (one a prefill
+        # release starts: not before the prefill instances' next steps, or the next arrival's, start); one step
+        # at least
+        if role == 0:
+            t_stop = t_a
+            if lat is not None and s_d < t_stop:
+                t_stop = s_d
+        else:
+            t_stop = min(t_x, t_a, s_p)
+        if t_stop <= s:
+            t_stop = np.nextafter(s, np.inf)
+        if role == 0:
+            run = runs_p[k]
+            before = run.c[C_STEP]
+            hand.i[0] = k
+            status = eng.advance_nb(inp_p, knobs_p, cost_p, _out_of(out_p, k), _pc_of(pcs_p, k), None,
+                                    _spec_of(sp_p, k), run, t_stop, view_p[k], hand)
+            n_steps_p[k] = run.c[C_STEP]
+            if status != OK:
+                return status, 0, k
+            blocked[k] = -np.inf
+            if run.c[C_STEP] == before and run.t[0] < t_stop:
+                # no step could start: its prompts wait for the blocks of transfers under way
+                if hand.hn[k] == 0:
+                    return DEADLOCK, 0, k
+                blocked[k] = hand.ht[k, 0]
+            while seen < hand.n[0]:
+                q = hand.r[seen]
+                later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)  # every request: its tokens come from decode
+                seen += 1
+        else:
+            run = runs_d[k]
+            before = run.c[C_STEP]
+            status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, k), None, None, _spec_of(sp_d, k),
+                                    run, t_stop, view_d[k], hand_d)
+            n_steps_d[k] = run.c[C_STEP]
+            if status != OK:
+                return status, 1, k
+            if run.c[C_STEP] == before and run.t[0] < t_stop:
+                return DEADLOCK, 1, k
+            while seen_d < hand_d.n[0]:
+                if lat is not None:  # the client sends its next request a think time after this one's last token
+                    nx = lat.nxt[hand_d.r[seen_d]]
+                    if nx >= 0:
+                        later_push_nb(lat, cnt_l, hand_d.t[seen_d] + inp_p.think[nx], nx)
+                seen_d += 1
     released = 0
     for i in range(n_d):
-        status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, _spec_of(sp_d, i), runs_d[i],
-                                np.inf, view_d[i], None)
-        n_steps_d[i] = runs_d[i].c[C_STEP]
-        if status != OK:
-            return status, 1, i
         released += runs_d[i].c[C_RELEASED]
     if released != n:
         return DEADLOCK, 1, -1
@@ -255,11 +348,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
 
 
 def check_requests(reqs, dis: Disagg, dep: Deployment, policy) -> None:
-    """Clear errors before the run: no sessions, every prompt fits a prefill instance and (without chunked prefill)
+    """Clear errors before the run: every prompt fits a prefill instance and (without chunked prefill)
     the token budget, every request a decode instance."""
-    if reqs.after is not None:
-        raise ValueError("session workloads (closed-loop turns) are not modelled with disaggregation here; "
-                         "use a workload without sessions")
     beside = " beside the speculative proposer" if policy.spec_decode in DRAFTING_METHODS else ""
     for role, need, what in (("prefill", reqs.prompt_tokens + 1, "prompt + first token"),
                              ("decode", reqs.prompt_tokens + reqs.output_tokens, "prompt + output")):
@@ -315,7 +405,8 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
     # the prefill side: the prompt, and one token out (the first, sent with the KV)
     inp_p = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, ones, reqs.priority,
                        chain_off=reqs.block_off if chains else None, chain_ids=reqs.block_ids if chains else None,
-                       chain_len=reqs.chain_lengths() if chains else None, chain_shift=reqs.block_shift)
+                       chain_len=reqs.chain_lengths() if chains else None, chain_shift=reqs.block_shift,
+                       after=reqs.after, think_s=reqs.think_s)
     knobs_p, cost_p = policy.knobs(classes, kv_p, swap(dep_p), mode="continuous"), eng.kernel_cost(cm_p)
     # the decode side: the prompt, all but its last token's KV transferred (computed again to sample the first
     # token, as vLLM's decode instance does), and every output token
@@ -339,6 +430,10 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         held = n if chains else min(n, kv_p)
         hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), hold, np.empty((p, held)),
                        np.empty((p, held), np.int64), np.zeros(p, np.int64), np.zeros(1, np.int64))
+        d = dis.decode_instances  # the decode instances' releases: logged, their blocks freed at once
+        hand_d = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), np.empty(0), np.empty((d, 0)),
+                         np.empty((d, 0), np.int64), np.zeros(d, np.int64), np.zeros(1, np.int64))
+        lat = eng.new_later(inp_p.after)  # closed-loop clients or sessions: each next request's send time
         heap = Later(np.empty(n), np.empty(n, np.int64), np.empty(0, np.int64))
         dec_rep = np.full(n, -1, np.int64)
         dec_arr = np.full(n, np.nan)
@@ -348,8 +443,8 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         sp_p = _stacked_spec(spec_p, n, dis.prefill_instances, room)
         sp_d = _stacked_spec(spec_d, n, dis.decode_instances, room)
         args = (inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d,
-                hold, hand, heap, dec_rep, dec_arr, pre_rep, steps_p, steps_d)
-        with first_use.first_use(first_use.variant("disagg", args, pcs, None, sp_d)):
+                hold, hand, hand_d, heap, lat, dec_rep, dec_arr, pre_rep, steps_p, steps_d)
+        with first_use.first_use(first_use.variant("disagg", args, pcs, lat, sp_d)):
             status, role, bad = run_disagg_nb(*args)
         if status == OUT_OF_STEPS:
             room = eng.grow_room(room, inp_d, cap, f"its {engines} instances")
@@ -378,7 +473,7 @@ def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int
     names = np.asarray(reqs.class_names, dtype=object)
     requests = pd.DataFrame({
         "request_id": np.arange(n),
-        "arrival_s": reqs.arrival_s,
+        "arrival_s": fp[:, R_ARRIVAL],  # when the client sent it (a closed-loop client's: once its last one ended)
         "prompt_tokens": reqs.prompt_tokens,
         "output_tokens": reqs.output_tokens,
         "priority": reqs.priority,
