@@ -35,12 +35,13 @@ def cmd_published(args) -> int:
         print(f"\rsimulating setting {i} of {n}", end="" if i < n else "\n", file=sys.stderr, flush=True)
 
     e = pub.published_errors(groups=groups, progress=progress)
-    print(f"{'id':22s} {'role':11s} {'metric':24s} {'measured':>14s} {'simulated':>14s} {'before':>8s} {'now':>8s}")
+    width = max(22, int(e["id"].str.len().max()) if len(e) else 0)
+    print(f"{'id':{width}s} {'role':11s} {'metric':24s} {'measured':>14s} {'simulated':>14s} {'before':>8s} {'now':>8s}")
     for r in e.itertuples(index=False):
-        print(f"{r.id:22s} {r.role:11s} {r.metric:24s} {pub.metric_text(r.metric, r.measured):>14s} "
-              f"{pub.metric_text(r.metric, r.simulated):>14s} {r.error_before:+8.1%} {r.error:+8.1%}")
+        print(f"{r.id:{width}s} {r.role:11s} {r.metric:24s} {pub.metric_text(r.metric, r.measured):>14s} "
+              f"{pub.metric_text(r.metric, r.simulated):>14s} {pub.pct(r.error_before):>8s} {pub.pct(r.error):>8s}")
     print("# median |error| per group: " + "; ".join(
-        f"{r.group} ({r.role}, {r.points} points) {r[3]:.1%} before -> {r[4]:.1%} now"
+        f"{r.group} ({r.role}, {r.points} points) {pub.pct(r[3]).lstrip('+')} before -> {r[4]:.1%} now"
         for r in pub.group_summary(e).itertuples(index=False)))
     print("# error = simulated / measured - 1; sources in docs/CALIBRATION.md ('Published points')")
     write_json(args.json, {"points": [{k: (None if v != v else v) for k, v in row.items()}

@@ -19,20 +19,21 @@ import pandas as pd
 
 from batching.sim.hardware.specs import deployment
 from batching.sim.hardware.engines import engine_profile
-from batching.sim.policy import PRESETS
+from batching.sim.policy import PRESETS, with_knobs
+from batching.sim.topology.disagg import Disagg
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.workload.requests import workload_preset
 from batching.studies import bench_files as bf
 
 POINTS_FILE = "published_points.csv"
 SETTING = ("engine", "policy", "model", "gpu", "tp", "num_gpus", "precision", "kv_dtype", "dataset", "prompt_tokens", "output_tokens",
-           "requests", "request_rate", "concurrency")
+           "requests", "request_rate", "concurrency", "split", "budget", "burstiness")
 
 
 def points() -> pd.DataFrame:
     """Every published figure (batching/data/published_points.csv)."""
     with resources.files("batching.data").joinpath(POINTS_FILE).open("r", encoding="utf-8") as f:
-        return pd.read_csv(f, dtype={"request_rate": str})
+        return pd.read_csv(f, dtype={"request_rate": str, "split": str})
 
 
 def groups() -> tuple[str, ...]:
@@ -50,11 +51,18 @@ def scenario_of(row, seed: int = 0) -> Scenario:
         if conc is not None:
             wl = wl.with_concurrency(conc, 0.0)
     else:
-        b = bf.BenchFile("published", row.id, None, n, rate, conc, 1.0, float(row.prompt_tokens),
+        shape = 1.0 if pd.isna(row.burstiness) else float(row.burstiness)  # vLLM's Gamma shape; 1: Poisson
+        b = bf.BenchFile("published", row.id, None, n, rate, conc, shape, float(row.prompt_tokens),
                          float(row.output_tokens))
         wl = bf.bench_workload(b, n, seed)
     pol = engine_profile(row.engine).policy if row.policy == "engine" else PRESETS[row.policy]
-    return Scenario(dep, wl, pol, engine=row.engine)
+    if not pd.isna(row.budget):
+        pol = with_knobs(pol, max_num_batched_tokens=int(row.budget))
+    split = None
+    if not pd.isna(row.split) and row.split:  # "PxT+DxU": P prefill instances of TP T, D decode instances of TP U
+        (p, t), (d, u) = (map(int, side.split("x")) for side in row.split.split("+"))
+        split = Disagg(p, t, d, u)
+    return Scenario(dep, wl, pol, engine=row.engine, disagg=split)
 
 
 def published_errors(seed: int = 0, groups: tuple[str, ...] | None = None, progress=None) -> pd.DataFrame:
@@ -92,6 +100,11 @@ METRIC_UNITS = {"ttft": ("TTFT", 1e3, "ms"), "tpot": ("TPOT", 1e3, "ms"), "itl":
                 "e2e": ("E2E", 1e3, "ms"), "output": ("output throughput", 1.0, "tok/s")}
 
 
+def pct(x: float) -> str:
+    """An error as a signed percentage; "n/a" where there is none (a figure not simulated before)."""
+    return "n/a" if math.isnan(x) else f"{x:+.1%}"
+
+
 def metric_text(metric: str, value: float) -> str:
     name, scale, unit = METRIC_UNITS[metric.split("_")[0]]
     return f"{value * scale:,.4g} {unit}"
@@ -104,16 +117,19 @@ def markdown(errors: pd.DataFrame | None = None) -> str:
              "Every published figure the simulator is held against in `batching/data/published_points.csv`",
              "(`python -m batching calibrate --published` prints them; the speculative-decoding speed-ups are in",
              "\"Speculative decoding\" below). `calibration`: the figure set a constant; `check`: kept aside. Error =",
-             "simulated / measured − 1; \"before\" is the simulator at 8561f67, before this round's engine profiles.",
+             "simulated / measured − 1; \"before\" is the simulator at 8561f67, before this round's engine profiles",
+             "(n/a: a figure added later, not simulated at 8561f67; a closed loop on a prefill/decode split could not",
+             "run then).",
              "", "| id | group | role | metric | measured | simulated | error before | error now |",
              "|---|---|---|---|---|---|---|---|"]
     for r in e.itertuples(index=False):
         lines.append(f"| {r.id} | {r.group} | {r.role} | {r.metric} | {metric_text(r.metric, r.measured)} | "
-                     f"{metric_text(r.metric, r.simulated)} | {r.error_before:+.1%} | {r.error:+.1%} |")
+                     f"{metric_text(r.metric, r.simulated)} | {pct(r.error_before)} | {pct(r.error)} |")
     lines += ["", "| group | role | points | median before | median now | worst before | worst now |",
               "|---|---|---|---|---|---|---|"]
     for r in group_summary(e).itertuples(index=False):
-        lines.append(f"| {r.group} | {r.role} | {r.points} | {r[3]:.1%} | {r[4]:.1%} | {r[5]:.1%} | {r[6]:.1%} |")
+        lines.append(f"| {r.group} | {r.role} | {r.points} | {pct(r[3]).lstrip('+')} | {r[4]:.1%} | "
+                     f"{pct(r[5]).lstrip('+')} | {r[6]:.1%} |")
     lines += ["", "Sources (each applies to the ids after it until the next):", ""]
     for r in points().itertuples(index=False):
         if not r.source.startswith("the same"):
