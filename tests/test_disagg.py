@@ -375,3 +375,29 @@ def test_a_split_is_calibrated_only_if_both_roles_are() -> None:
     ok, why = calibration_status(Scenario(dep, disagg=Disagg(1, 2, 1, 4)))
     assert ok is False and "no measured grouped-expert table for Qwen3-30B-A3B" in why
     assert calibration_status(Scenario(dep, disagg=Disagg(2, 2, 2, 2)))[0] is True
+
+
+def test_a_closed_loop_on_a_split_equals_the_open_loop_of_its_send_times() -> None:
+    """The split's loop is exact: the sends a closed loop discovers as its requests end, given to an open loop in
+    advance, give the same run request by request (the closed loop steps one instance at a time, the open loop
+    runs each instance up to its next event; an instance that ran past a send would join it late)."""
+    from batching.sim.engine.state import R_ARRIVAL, R_FIRST_SCHED, R_FIRST_TOKEN, R_RELEASE
+    from batching.sim.topology.disagg import run_disagg
+    from batching.sim.workload.requests import Requests
+
+    dep, split, pol = deployment(), Disagg(2, 2, 1, 4), PRESETS["chunked"]
+    closed = workload_preset("sharegpt", 1.0, 160, 3).with_concurrency(6, 0.2).generate()
+    a = run_disagg(closed, dep, split, pol, "vllm_graph")
+    sent = a["prefill"][0].req_f[:, R_ARRIVAL]
+    order = np.lexsort((np.arange(len(sent)), sent))
+    opened = Requests(sent[order], closed.prompt_tokens[order], closed.output_tokens[order], closed.priority[order],
+                      closed.class_names)
+    b = run_disagg(opened, dep, split, pol, "vllm_graph")
+    for role, col in (("prefill", R_FIRST_SCHED), ("prefill", R_FIRST_TOKEN), ("decode", R_FIRST_TOKEN),
+                      ("decode", R_RELEASE)):
+        np.testing.assert_array_equal(a[role][0].req_f[order, col], b[role][0].req_f[:, col])
+    np.testing.assert_array_equal(a["dec_rep"][order], b["dec_rep"])
+    # and no request waits on the decode side longer than a decode step: the cache has room for all
+    q = a["decode"][0].req_f[:, R_FIRST_SCHED] - a["decode_arrival_s"]
+    steps = a["decode"][0].steps_f[0, : a["decode"][1][0]]
+    assert q.max() <= steps[:, 1].max() + 1e-9

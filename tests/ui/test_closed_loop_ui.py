@@ -78,3 +78,40 @@ def test_capacity_shows_the_highest_concurrency_within_the_slos():
     assert df.loc["continuous", "Rate per node (req/s)"] == pytest.approx(lib.max_rate_req_s)
     info = " ".join(i.value for i in at.info)
     assert "The highest concurrency within the SLOs" in info and "continuous 13 clients" in info
+
+
+def test_clients_on_a_disaggregated_split_from_the_link():
+    """Closed-loop clients with the serving choice 'disaggregated': Explore runs the split with the clients (each
+    sends its next request when the decode instance has streamed the last token), no error, numbers not
+    'unbounded'."""
+    from batching.sim.simulate import simulate
+    from batching.sim.topology.disagg import Disagg
+
+    at = run_page(EXPLORE, workload="sharegpt", n="120", load="clients", conc="8", serving="disaggregated")
+    assert_clean(at)
+    sc = _scenario(at)
+    assert sc.disagg == Disagg() and sc.workload.concurrency == 8
+    run = at.session_state["explore_last"][0]
+    assert run.disagg == Disagg() and run.workload.concurrency == 8
+    req = simulate(run).requests
+    client = req["request_id"].to_numpy() % 8
+    for c in range(8):  # one request in flight per client: each sent at or after the previous one's release
+        mine = req[client == c].sort_values("arrival_s")
+        assert (mine["arrival_s"].to_numpy()[1:] >= mine["release_s"].to_numpy()[:-1] - 1e-9).all()
+    shown = " ".join(str(m.value) for m in at.metric)
+    assert "unbounded" not in shown
+
+
+def test_capacity_finds_the_highest_concurrency_of_a_split():
+    at = run_page(CAPACITY, workload="sharegpt", n="160", load="clients", policies="chunked", ttft_ms="1000",
+                  tpot_ms="60", serving="disaggregated")
+    assert_clean(at)
+    from batching.sim.topology.disagg import Disagg
+
+    plan = at.session_state["capacity_last"]
+    assert plan.scenario.disagg == Disagg() and plan.scenario.workload.concurrency is not None
+    n = plan.results["chunked"].max_concurrency
+    lib = capacity(plan.scenario, SLO(ttft_s=1.0, tpot_s=0.06), policy=PRESETS["chunked"])
+    assert n == lib.max_concurrency >= 1
+    df = at.dataframe[0].value
+    assert df.loc["chunked", "Clients within the SLOs"] == n

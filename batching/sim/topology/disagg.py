@@ -201,8 +201,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
     release, logged in ``hand_d``).
 
     Events in time order: whichever instance's next step starts first runs its steps up to the earliest time
-    anything could reach it, once every arrival and every transfer end due by then has been delivered (transfers
-    first at a tie, then arrivals). A prefill instance's releases start transfers (``heap``, by when they end); a
+    anything could reach it (one step with clients or sessions), once every arrival and every transfer end due by
+    then has been delivered (transfers first at a tie, then arrivals). A prefill instance's releases start transfers (``heap``, by when they end); a
     decode instance's release starts its client's think time. A release comes at the end of a step, so every
     arrival or transfer it causes is known before any instance steps past it."""
     n = inp_p.arrival.shape[0]
@@ -234,7 +234,7 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
                 turn = True
         t_x = heap.t[0] if cnt[B_LATER] > 0 else np.inf
         s, role, k = np.inf, -1, -1
-        s_p, s_d = np.inf, np.inf  # each role's earliest next step
+        s_p = np.inf  # the prefill instances' earliest next step
         for i in range(n_p):
             ts = _next_start_nb(runs_p[i])
             if blocked[i] > ts:
@@ -245,8 +245,6 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
                 s, role, k = ts, 0, i
         for i in range(n_d):
             ts = _next_start_nb(runs_d[i])
-            if ts < s_d:
-                s_d = ts
             if ts < s:
                 s, role, k = ts, 1, i
         if t_x <= t_a and t_x <= s and t_x < np.inf:
@@ -289,18 +287,15 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
         if s == np.inf:
             break
         # the instance whose next step starts first runs every step that starts before anything could reach it: a
-        # prefill instance until the next arrival (with clients, a release ends a decode step: not before the
-        # decode instances' next steps start), a decode instance until the next transfer ends (one a prefill
-        # release starts: not before the prefill instances' next steps, or the next arrival's, start); one step
-        # at least
-        if role == 0:
-            t_stop = t_a
-            if lat is not None and s_d < t_stop:
-                t_stop = s_d
-        else:
-            t_stop = min(t_x, t_a, s_p)
-        if t_stop <= s:
-            t_stop = np.nextafter(s, np.inf)
+        # prefill instance until the next arrival, a decode instance until the next transfer ends (or one a
+        # prefill release starts: not before the prefill instances' next steps, or the next arrival's, start).
+        # With clients (``lat``) any release can lead back to any instance (a decode release sends the next
+        # request, whose prefill and transfer may end before a long horizon): one step at a time
+        t_stop = np.nextafter(s, np.inf)
+        if lat is None:
+            t_stop = t_a if role == 0 else min(t_x, t_a, s_p)
+            if t_stop <= s:
+                t_stop = np.nextafter(s, np.inf)
         if role == 0:
             run = runs_p[k]
             before = run.c[C_STEP]
