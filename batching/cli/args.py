@@ -370,8 +370,9 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu", default="h100-sxm", choices=list(GPUS))
     g.add_argument("--num-gpus", type=int_arg(1, 8), default=8, help="GPUs in the node (1-8)")
     g.add_argument("--model", default="qwen2.5-72b", choices=list(MODELS))
-    g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=8,
-                   help="tensor parallel degree {1,2,4,8}")
+    g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=None,
+                   help="tensor parallel degree {1,2,4,8} (default: the largest that divides --num-gpus, 8 on a "
+                        "full node)")
     g.add_argument("--precision", default="bf16", choices=list(PRECISIONS),
                    help="weights: bf16, fp8, or nvfp4 (4-bit with FP8 block scales and an FP8 KV cache; B200 only)")
     add_layout_args(g)
@@ -545,7 +546,8 @@ def deployment_from_args(args) -> Deployment:
     memory check (so a custom model replaces a preset that would not fit)."""
     gpu = load_json_spec(args.gpu_json, "gpu") if getattr(args, "gpu_json", None) else args.gpu
     model = load_json_spec(args.model_json, "model") if getattr(args, "model_json", None) else args.model
-    return deployment(gpu, model, args.tp, args.num_gpus, args.precision,
+    tp = args.tp if args.tp is not None else max(t for t in (1, 2, 4, 8) if args.num_gpus % t == 0)
+    return deployment(gpu, model, tp, args.num_gpus, args.precision,
                       kv_dtype=getattr(args, "kv_dtype", None) or "auto",
                       kv_cache_tokens=getattr(args, "kv_cache_tokens", None), ep=getattr(args, "ep", 1) or 1,
                       dp_attention=bool(getattr(args, "dp_attention", False)))
