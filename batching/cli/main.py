@@ -25,20 +25,31 @@ def make_parser() -> Parser:
     return p
 
 
-def first_use_line(event: str, v: first_use.Variant) -> None:
-    """One line on stderr when a run has to compile its kernels (or wait for another process compiling them)."""
+def first_use_line(event: str, v: first_use.Variant) -> bool:
+    """One line on stderr when a run has to compile its kernels (or wait for another process compiling them);
+    whether it said one."""
     what = f"the simulator for {v.label}" if v.label else "the simulator"
     if event == "compile":
         print(f"{PROG}: preparing {what} (once per install): compiling its kernels, up to a minute; `{PROG} "
               "prepare` compiles every feature ahead", file=sys.stderr, flush=True)
-    elif event == "wait" and multiprocessing.parent_process() is None:  # a pool worker waits for its sibling's
+        return True
+    if event == "wait" and multiprocessing.parent_process() is None:  # a pool worker waits for its sibling's
         print(f"{PROG}: preparing {what} (once per install): waiting for the compile another process started",
               file=sys.stderr, flush=True)
+        return True
+    return False
 
 
 def main(argv=None) -> int:
-    """Run one command; a bad input is one line on stderr and exit code 2 (``args.dispatch``)."""
-    first_use.set_default_listener(first_use_line)
+    """Run one command; a bad input is one line on stderr and exit code 2 (``args.dispatch``). A command that
+    compiles says so once, however many kernel versions it needs (a closed loop and its saturated twin are two)."""
+    told: list[bool] = []
+
+    def tell(event: str, v: first_use.Variant) -> None:
+        if not told and first_use_line(event, v):
+            told.append(True)
+
+    first_use.set_default_listener(tell)
     return dispatch(make_parser(), argv)
 
 
