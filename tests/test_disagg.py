@@ -51,16 +51,17 @@ def _check(res) -> None:
         for _, st in part.groupby("replica"):
             start, dur = st["start_s"].to_numpy(), st["duration_s"].to_numpy()
             assert (dur > 0).all() and (start[1:] >= start[:-1] + dur[:-1] - 1e-9).all()
-    # a prefill instance keeps a request's blocks until its transfer ends: every step's KV holds at least the
-    # blocks of the requests it released before the step whose transfer was still under way (shared cached blocks
-    # would count once: only without cache hits)
+    # a prefill instance keeps a request's blocks until a decode instance has taken it in (the transfer, then any
+    # wait for room there): every step's KV holds at least the blocks of the requests it released before the step
+    # and not taken in by then (shared cached blocks would count once: only without cache hits)
     if q["cached_prompt_tokens"].sum() == 0:
         blocks = -(-q["prompt_tokens"].to_numpy() // KV_BLOCK_TOKENS)
+        taken = (q["decode_arrival_s"] + q["decode_queue_s"]).to_numpy()
         for i, st in pre.groupby("replica"):
             mine = q["replica"].to_numpy() == i
-            done, end = q["prefill_done_s"].to_numpy()[mine], q["decode_arrival_s"].to_numpy()[mine]
+            done, end = q["prefill_done_s"].to_numpy()[mine], taken[mine]
             start = st["start_s"].to_numpy()[:, None]
-            held = ((done <= start) & (end > start)).astype(np.int64) @ blocks[mine]
+            held = ((done <= start) & (end > start + 1e-9)).astype(np.int64) @ blocks[mine]  # (end: a sum, rounded)
             assert (st["kv_blocks"].to_numpy() >= held).all()
     # TPOT: (E2E - TTFT) / (n - 1), the decode instance's gaps only
     d = q[q["output_tokens"] > 1]
@@ -111,6 +112,26 @@ def test_a_prefill_instance_holds_the_kv_until_its_transfer_ends() -> None:
     # the held transfers fill the prefill instance's cache (a lone 3,000-token prompt takes 188 of its blocks)
     assert pre["kv_blocks"].max() > 0.9 * cap and pre["kv_blocks"].max() <= cap
     assert slow["ttft_s"].median() > fast["ttft_s"].median() + wait[1.0]
+
+
+def test_decode_backpressure_reaches_the_prefill_instance() -> None:
+    """The prefill instance keeps a request's KV until a decode instance takes it in, so a full decode cache holds
+    the prefill's blocks too and new prompts wait there (vLLM's decode side reads the KV only once it has room;
+    the prefill frees it after the read). Llama-3.1-8B, 30,000 KV tokens per instance, 1,000-token prompts with
+    1,000-token answers at 8 req/s: decode-bound."""
+    from batching.studies.trtllm_table import fixed_workload
+    from batching.sim.workload.requests import ArrivalProcess
+
+    dep = Deployment(model=MODELS["llama-3.1-8b"], kv_cache_tokens=30_000)
+    wl = replace(fixed_workload(1000, 1000, 240), arrivals=ArrivalProcess("poisson", 8.0))
+    res = simulate(Scenario(dep, wl, PRESETS["chunked"], disagg=Disagg(1, 1, 1, 1)))
+    _check(res)
+    q, s = res.requests, res.steps
+    pre = s[s["role"] == "prefill"]
+    assert q["decode_queue_s"].median() > 1.0  # the decode side is full
+    # so is the prefill side, with requests waiting for decode room: its prompts queue
+    assert pre["kv_blocks"].max() > 0.9 * dep.kv_capacity_blocks
+    assert (q["first_scheduled_s"] - q["arrival_s"]).quantile(0.9) > 1.0
 
 
 def test_transfer_time_is_the_prompts_kv_over_the_link() -> None:

@@ -20,7 +20,7 @@ from batching.sim.engine import first_use
 from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb,
     count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, make_room_nb,
-    heap_pop_nb, heap_push_nb, next_arrival_nb, next_due_nb, pc_name_nb, pc_release_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
+    heap_pop_nb, next_arrival_nb, next_due_nb, pc_name_nb, pc_release_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
     schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
 from batching.sim.engine.state import (
@@ -270,8 +270,9 @@ def _run_continuous_nb(inp, knobs, cost, out, pc, lat, spec):
 
 @njit(cache=True, nogil=True)
 def end_holds_nb(t, hand, inp, seqs, b, pc, req_pre):
-    """A prefill instance of a split (``hand``, engine.state.Handoff): the requests it released whose KV transfer
-    has ended by ``t`` give their blocks back (to the free count, or to the prefix cache's queue)."""
+    """A prefill instance of a split (``hand``, engine.state.Handoff): the requests it released whose hold has
+    ended by ``t`` (their decode instance took them in) give their blocks back (to the free count, or to the
+    prefix cache's queue)."""
     row = hand.i[0]
     ht, hr = hand.ht[row], hand.hr[row]
     if pc is None:
@@ -303,7 +304,7 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     what a router reads of it (V_*): its state at the scheduling pass of the step in flight at ``t_stop``, or
     its state now if no step is in flight then. ``hand`` (engine.state.Handoff, or None): every request released
     is logged there with its time (an instance of a disaggregated deployment, disagg.py), and with ``hand.hold``
-    (a prefill instance's) keeps its blocks until its KV transfer ends, ``hold[r]`` after the release."""
+    (a prefill instance's) keeps its blocks until the time its caller pushes into ``hand``'s heap of hold ends."""
     coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
     n = inp.arrival.shape[0]
     max_steps = out.steps_i.shape[0]
@@ -484,16 +485,12 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
         nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, holding)
         released += nd
         if hand is not None:
-            # an instance of a split logs its releases; a prefill instance's keep their blocks until their
-            # transfers end
+            # an instance of a split logs its releases; a prefill instance's keep their blocks until the loop
+            # says when they go back (disagg.run_disagg_nb: once the decode instance has taken the request in)
             k = hand.n[0]
-            row = hand.i[0]
             for j in range(nd):
-                r = b.done[j]
-                hand.r[k + j] = r
+                hand.r[k + j] = b.done[j]
                 hand.t[k + j] = t
-                if holding:
-                    heap_push_nb(hand.ht[row], hand.hr[row], hand.hn, row, t + hand.hold[r], r)
             hand.n[0] = k + nd
         if nd > 0 and not holding:
             # (a call passes every array of its tuples, two atomic reference counts each: only when needed)

@@ -285,14 +285,14 @@ class Run(NamedTuple):
 class Handoff(NamedTuple):
     """The requests the instances of one role of a split released, in order, and when (a prefill instance hands
     them over to decode instances; a decode instance's release starts a closed-loop client's think time), and for
-    prefill instances the blocks each still holds for them: a released request keeps its KV blocks until its
-    transfer ends, ``hold`` seconds after its release (per instance, a min-heap on that time). A decode role's
-    ``hold`` is empty: its releases free their blocks at once."""
+    prefill instances the blocks each still holds for them: a released request keeps its KV blocks until the
+    time the split's loop pushes into its instance's min-heap of hold ends (when a decode instance has taken it in).
+    A decode role's ``hold`` is empty: its releases free their blocks at once."""
 
     r: np.ndarray  # int64 request
     t: np.ndarray  # float64 release time
     n: np.ndarray  # int64 (1,): entries written
-    hold: np.ndarray  # float64 per request: seconds its blocks stay held after its release (its KV transfer); empty: none
+    hold: np.ndarray  # float64, one element: releases keep their blocks until told; empty: freed at once
     ht: np.ndarray  # float64 (instances, requests): per instance, the heap of transfer ends
     hr: np.ndarray  # int64 (instances, requests): the request of each entry
     hn: np.ndarray  # int64 (instances,): entries in each instance's heap

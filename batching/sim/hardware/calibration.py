@@ -758,14 +758,18 @@ network: `CROSS_NODE_GBPS`).
   0.5 req/s: TPOT P50 8.78 → 5.31 ms (1.65×), TTFT P50 43.2 → 47.0 ms (the head's pass over the prompt),
   KV per instance 448,304 → 428,992 tokens. No published PD + speculation measurement with its settings was
   found to hold these against; the decode side's speed-up is the aggregated model's (table above).
-- The prefill instance keeps a request's KV blocks from its handoff until its transfer ends (vLLM's prefill
-  frees them when the decode side reports the read done, NixlConnector's delayed free; SGLang's prefill once
-  its transfer succeeds), so slow transfers fill its cache and hold new prompts back. Llama-3.1-8B on H100,
-  1 prefill TP 1 + 1 decode TP 1, 30,000 KV tokens per instance, 3,000 / 150 tokens at 4 req/s, 300
-  requests, 1 Gb/s per GPU (3.15 s per transfer): the prefill queue's median wait 0 → 12.5 s, TTFT P50
-  3.25 → 16.0 s, the prefill instance's KV peak 155 → 1,820 of 1,875 blocks; at 10 Gb/s (0.32 s) nothing
-  changes (its KV peak 155 → 1,155 blocks, no wait). At NVLink or 400 Gb/s speeds a transfer takes a few ms and
-  the held blocks are a few requests' worth.
+- The prefill instance keeps a request's KV blocks from its handoff until a decode instance has taken the
+  request in: through the transfer and any wait for room on the decode side (vLLM's decode side reads the KV
+  only once it has allocated blocks for it, and the prefill frees its blocks when the read is reported done,
+  NixlConnector's delayed free; SGLang's prefill sends into blocks the decode side preallocated and frees its own
+  when the transfer succeeds). So slow transfers fill the prefill's cache, and decode backpressure reaches it.
+  Llama-3.1-8B on H100, 1 prefill TP 1 + 1 decode TP 1, 30,000 KV tokens per instance: 3,000 / 150 tokens at
+  4 req/s over 1 Gb/s per GPU (3.15 s a transfer): the prefill queue's median wait 0 → 12.5 s, TTFT P50
+  3.25 → 16.0 s, the prefill KV peak 155 → 1,820 of 1,875 blocks (at 10 Gb/s no wait). 1,000 / 1,000 tokens at
+  8 req/s (decode-bound): the decode queue's median wait 42.2 → 19.2 s and the prefill queue's 0 → 28.3 s (P90
+  0.02 → 83.7 s), the prefill KV peak 189 → 1,848 blocks, TTFT P50 42.3 → 46.3 s: the queue moves to the prefill
+  side, as with vLLM's pull. At NVLink or 400 Gb/s speeds with room on the decode side a hold lasts a transfer
+  and one decode step boundary.
 - Closed-loop clients and sessions run on a split: a client sends its next request a think time after the decode
   instance streamed its last token (the published disaggregated runs are mostly fixed-concurrency: genai-perf,
   aiperf, `vllm bench serve --max-concurrency`). Held against two published runs kept aside ("Published points",
@@ -781,9 +785,9 @@ network: `CROSS_NODE_GBPS`).
   closed-loop note under "Published points"), and Dynamo's decode steps ran ~19 ms against the simulated 13 ms
   (its vLLM 0.7 V0 engine; a candidate named by vLLM PR #35264 is the connector posting reads inside the
   decode step). Nothing was fitted to these runs.
-- Not modelled: the pull order (vLLM allocates on the decode instance first and transfers after; here the
-  transfer starts at the handoff, so it overlaps a wait for decode room, and the prefill's blocks are freed when
-  it ends even while the decode instance has no room yet), contention between transfers on one link,
+- Not modelled: the pull order's timing (vLLM allocates on the decode instance first and transfers after; here
+  the transfer starts at the handoff, so it overlaps a wait for decode room, though the blocks stay held on the
+  prefill side until the decode instance takes the request in), contention between transfers on one link,
   layer-wise pipelining of the transfer with the prefill, the MTP/EAGLE hidden states sent with the KV (a few KB
   per request), and sessions or a prefix cache on the decode side.
 

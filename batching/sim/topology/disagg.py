@@ -11,9 +11,11 @@ its KV connector and streams every output token to the client).
   (400 Gb/s per GPU, as a node's one NIC per GPU), or ``kv_link_gbps`` per GPU when given: transfer time = a fixed
   time per transfer (``kv_transfer_fixed_s``: posting its descriptors) + prompt tokens x the KV bytes per token the
   busiest GPU moves (``kv_bytes_per_gpu_token``: a dense model's heads split over the smaller TP; an MLA model's
-  whole latent on every rank) / the link bandwidth per GPU. The transfer starts at the handoff and the prefill
-  instance keeps the request's KV blocks until it ends (vLLM's prefill frees them when the decode side reports
-  the read done; SGLang's once its transfer completes): they count against its cache meanwhile.
+  whole latent on every rank) / the link bandwidth per GPU. The transfer starts at the handoff, and the prefill
+  instance keeps the request's KV blocks until the decode instance has taken the request in (vLLM's prefill
+  frees them when the decode side reports its read done, and the decode side reads only once it has blocks for
+  them; SGLang's prefill once its transfer into the decode's preallocated blocks completes): they count against
+  its cache through the transfer and any wait for room on the decode side, so decode backpressure reaches it.
 - The decode instance runs continuous batching; the request joins its waiting queue when the transfer ends and
   is admitted when its blocks fit (backpressure: it waits, nothing is dropped). Its first step computes the last
   prompt token again and samples the first token the client sees (vLLM's NixlConnector loads all but the last
@@ -49,7 +51,7 @@ from numba import njit
 from batching.sim.engine import first_use
 from batching.sim.engine import kernel as eng
 from batching.sim.engine.speculative import DRAFTING_METHODS, check_spec, draft_memory_per_gpu, spec_for, spec_kv_blocks
-from batching.sim.engine.stages import later_pop_nb, later_push_nb
+from batching.sim.engine.stages import heap_push_nb, later_pop_nb, later_push_nb
 from batching.sim.hardware.costmodel import cost_model
 from batching.sim.engine.state import (B_LATER, B_RUNNING, B_SWAPPED, B_WAITING, C_RELEASED, C_STEP, DEADLOCK,
                                        NUM_B, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
@@ -221,6 +223,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
     cnt_l = np.zeros(NUM_B, np.int64)  # cnt_l[B_LATER]: clients' next requests whose send time is known (lat)
     blocked = np.full(n_p, -np.inf)  # a prefill instance whose prompts wait for held blocks: until the next frees
     seen, seen_d = 0, 0  # handoff log entries read (prefill, decode)
+    waiting = np.empty(n, np.int64)  # requests in a decode instance's queue, not taken in yet (their prefill holds)
+    n_wait = np.zeros(1, np.int64)
     rr_p, rr_d = 0, 0
     a = 0  # the next request in index order that is not a later turn
     while True:
@@ -262,6 +266,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
             dec_arr[q] = td
             out_d.req_f[q, R_ARRIVAL] = td
             join_nb(runs_d[i], out_d, view_d, inp_d, i, q, td)
+            waiting[n_wait[0]] = q
+            n_wait[0] += 1
             continue
         if t_a <= s and t_a < np.inf:
             # a request is sent: to the prefill instance with the fewest outstanding requests
@@ -287,13 +293,13 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
         if s == np.inf:
             break
         # the instance whose next step starts first runs every step that starts before anything could reach it: a
-        # prefill instance until the next arrival, a decode instance until the next transfer ends (or one a
-        # prefill release starts: not before the prefill instances' next steps, or the next arrival's, start).
-        # With clients (``lat``) any release can lead back to any instance (a decode release sends the next
-        # request, whose prefill and transfer may end before a long horizon): one step at a time
+        # decode instance until the next transfer ends (or one a prefill release starts: not before the prefill
+        # instances' next steps, or the next arrival's, start); a prefill instance one step (a decode instance
+        # taking one of its requests in frees its blocks at a time not known before). With clients (``lat``) any
+        # release can lead back to any instance (a decode release sends the next request): one step at a time
         t_stop = np.nextafter(s, np.inf)
-        if lat is None:
-            t_stop = t_a if role == 0 else min(t_x, t_a, s_p)
+        if lat is None and role == 1:
+            t_stop = min(t_x, t_a, s_p)
             if t_stop <= s:
                 t_stop = np.nextafter(s, np.inf)
         if role == 0:
@@ -307,10 +313,9 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
                 return status, 0, k
             blocked[k] = -np.inf
             if run.c[C_STEP] == before and run.t[0] < t_stop:
-                # no step could start: its prompts wait for the blocks of transfers under way
-                if hand.hn[k] == 0:
-                    return DEADLOCK, 0, k
-                blocked[k] = hand.ht[k, 0]
+                # no step could start: its prompts wait for blocks it holds for requests no decode instance has
+                # taken in yet (until the next hold end it knows of, or the next one a decode admission tells)
+                blocked[k] = hand.ht[k, 0] if hand.hn[k] > 0 else np.inf
             while seen < hand.n[0]:
                 q = hand.r[seen]
                 later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)  # every request: its tokens come from decode
@@ -325,6 +330,19 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
                 return status, 1, k
             if run.c[C_STEP] == before and run.t[0] < t_stop:
                 return DEADLOCK, 1, k
+            # requests it took in: their prefill instances give their blocks back then
+            kept = 0
+            for j in range(n_wait[0]):
+                q = waiting[j]
+                if out_d.req_f[q, R_FIRST_SCHED] >= 0:
+                    row, tb = pre_rep[q], out_d.req_f[q, R_FIRST_SCHED]
+                    heap_push_nb(hand.ht[row], hand.hr[row], hand.hn, row, tb, q)
+                    if blocked[row] > tb:
+                        blocked[row] = tb
+                else:
+                    waiting[kept] = q
+                    kept += 1
+            n_wait[0] = kept
             while seen_d < hand_d.n[0]:
                 if lat is not None:  # the client sends its next request a think time after this one's last token
                     nx = lat.nxt[hand_d.r[seen_d]]
@@ -410,7 +428,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
     knobs_d = policy.knobs(classes, kv_d, swap(dep_d), mode="continuous", chunked=True)
     cost_d = eng.kernel_cost(cm_d)
     xfer = dis.transfer_s(dep, reqs.prompt_tokens, policy)
-    hold = np.ascontiguousarray(xfer, np.float64)
+    xfer_c = np.ascontiguousarray(xfer, np.float64)
     engines = dis.prefill_instances + dis.decode_instances
     cap = max(1, eng.MAX_STEPS // engines)  # the stacked step tables hold MAX_STEPS rows in all
     room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances),
@@ -419,11 +437,12 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
         out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
         pcs = stacked_prefix(dis.prefill_instances, inp_p, kv_p) if chains else None
-        # a prefill instance holds a request's KV until its transfer ends: at most one held request per block
-        # (each holds one of its own at least) without the prefix cache, whose shared blocks lift that bound
+        # a prefill instance holds a request's KV until a decode instance takes it in: at most one held request
+        # per block (each holds one of its own at least) without the prefix cache, whose shared blocks lift that
+        # bound
         p = dis.prefill_instances
         held = n if chains else min(n, kv_p)
-        hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), hold, np.empty((p, held)),
+        hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), np.ones(1), np.empty((p, held)),
                        np.empty((p, held), np.int64), np.zeros(p, np.int64), np.zeros(1, np.int64))
         d = dis.decode_instances  # the decode instances' releases: logged, their blocks freed at once
         hand_d = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), np.empty(0), np.empty((d, 0)),
@@ -438,7 +457,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         sp_p = _stacked_spec(spec_p, n, dis.prefill_instances, room)
         sp_d = _stacked_spec(spec_d, n, dis.decode_instances, room)
         args = (inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d,
-                hold, hand, hand_d, heap, lat, dec_rep, dec_arr, pre_rep, steps_p, steps_d)
+                xfer_c, hand, hand_d, heap, lat, dec_rep, dec_arr, pre_rep, steps_p, steps_d)
         with first_use.first_use(first_use.variant("disagg", args, pcs, lat, sp_d)):
             status, role, bad = run_disagg_nb(*args)
         if status == OUT_OF_STEPS:
