@@ -303,8 +303,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     ``t_stop`` and it has work (its session turns due before ``t_stop`` included), then returns; ``view`` gets
     what a router reads of it (V_*): its state at the scheduling pass of the step in flight at ``t_stop``, or
     its state now if no step is in flight then. ``hand`` (engine.state.Handoff, or None): every request released
-    is logged there with its time (an instance of a disaggregated deployment, disagg.py), and with ``hand.hold``
-    (a prefill instance's) keeps its blocks until the time its caller pushes into ``hand``'s heap of hold ends."""
+    is logged there with its time (an instance of a disaggregated deployment, disagg.py), and with room in
+    ``hand.ht`` (a prefill instance's) keeps its blocks until the time its caller pushes into ``hand``'s heap of hold ends."""
     coef, ar_x, ar_y = cost.coef, cost.ar_x, cost.ar_y
     n = inp.arrival.shape[0]
     max_steps = out.steps_i.shape[0]
@@ -437,7 +437,7 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                     nt = next_arrival_nb(inp, lat, b.n, a)
                 elif a < n:
                     nt = inp.arrival[a]
-            held = False  # whether a transfer's end frees blocks first (a prefill instance of a split)
+            held = False  # whether a hold's end frees blocks first (a prefill instance of a split)
             if hand is not None:
                 row = hand.i[0]
                 if hand.hn[row] > 0 and hand.ht[row, 0] < nt:
@@ -481,7 +481,7 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
         t += dur
         holding = False
         if hand is not None:
-            holding = hand.hold.shape[0] > 0
+            holding = hand.ht.shape[1] > 0
         nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, holding)
         released += nd
         if hand is not None:

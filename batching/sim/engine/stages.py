@@ -1220,7 +1220,7 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hold):
     completed prefills emit a token (its gap recorded), finished sequences leave at once and free
     their blocks (with the prefix cache or sessions, ``finish_nb`` does the rest: a chain walk here
     would defeat the pruning of reference counts, see the module's note; with ``hold``, a prefill instance
-    of a split, they keep them until their transfer ends: kernel.end_holds_nb). Returns how many finished."""
+    of a split, they keep them until a decode instance takes them in: kernel.end_holds_nb). Returns how many finished."""
     run, cnt = b.run, b.n
     kv, target, gen, sched, blocks, last_tok = seqs.kv, seqs.target, seqs.gen, seqs.sched, seqs.blocks, seqs.last_tok
     prio, output = inp.prio, inp.output
@@ -1261,7 +1261,7 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hold):
                 blocks[r] = 0
                 b.done[done] = r  # (finish_nb, and a disaggregated prefill's handoff log, read it)
             else:
-                b.done[done] = r  # finish_nb (or end_holds_nb once its transfer ends) gives its blocks back
+                b.done[done] = r  # finish_nb (or end_holds_nb, once a decode instance took it in) gives its blocks back
             req_f[r, R_FINISH] = t
             req_f[r, R_RELEASE] = t
             done += 1

@@ -287,13 +287,12 @@ class Handoff(NamedTuple):
     them over to decode instances; a decode instance's release starts a closed-loop client's think time), and for
     prefill instances the blocks each still holds for them: a released request keeps its KV blocks until the
     time the split's loop pushes into its instance's min-heap of hold ends (when a decode instance has taken it in).
-    A decode role's ``hold`` is empty: its releases free their blocks at once."""
+    A decode role's heaps have no room (``ht`` of width 0): its releases free their blocks at once."""
 
     r: np.ndarray  # int64 request
     t: np.ndarray  # float64 release time
     n: np.ndarray  # int64 (1,): entries written
-    hold: np.ndarray  # float64, one element: releases keep their blocks until told; empty: freed at once
-    ht: np.ndarray  # float64 (instances, requests): per instance, the heap of transfer ends
+    ht: np.ndarray  # float64 (instances, room): per instance, the heap of hold ends (room 0: no holds)
     hr: np.ndarray  # int64 (instances, requests): the request of each entry
     hn: np.ndarray  # int64 (instances,): entries in each instance's heap
     i: np.ndarray  # int64 (1,): the instance being advanced (engine.kernel.advance_nb reads its row)

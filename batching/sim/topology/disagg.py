@@ -442,10 +442,10 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         # bound
         p = dis.prefill_instances
         held = n if chains else min(n, kv_p)
-        hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), np.ones(1), np.empty((p, held)),
+        hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), np.empty((p, held)),
                        np.empty((p, held), np.int64), np.zeros(p, np.int64), np.zeros(1, np.int64))
         d = dis.decode_instances  # the decode instances' releases: logged, their blocks freed at once
-        hand_d = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), np.empty(0), np.empty((d, 0)),
+        hand_d = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), np.empty((d, 0)),
                          np.empty((d, 0), np.int64), np.zeros(d, np.int64), np.zeros(1, np.int64))
         lat = eng.new_later(inp_p.after)  # closed-loop clients or sessions: each next request's send time
         heap = Later(np.empty(n), np.empty(n, np.int64), np.empty(0, np.int64))
