@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -39,9 +38,7 @@ def test_real_traces(
     name: str, rows: int, prompt_mean: float, output_mean: float, span_s: float
 ) -> None:
     path = _real(name)
-    start = time.perf_counter()
-    trace = load_trace(path)
-    elapsed = time.perf_counter() - start
+    trace = load_trace(path)  # its load time is benchmarks/bench_traces.py's figure, not a test's
     assert trace.fmt == "vidur"
     assert len(trace) == rows and trace.skipped_rows == 0
     assert trace.prompt_tokens.mean() == pytest.approx(prompt_mean, abs=1)
@@ -49,7 +46,6 @@ def test_real_traces(
     assert trace.arrival_s[0] == 0 and trace.arrival_s[-1] == pytest.approx(span_s, abs=1)
     assert np.all(np.diff(trace.arrival_s) >= 0)
     assert trace.class_names == ("priority 0",) and np.all(trace.priority == 0)
-    assert elapsed < 1.0
 
 
 def test_real_trace_workload_with_rate_and_empirical_lengths() -> None:
