@@ -455,7 +455,9 @@ def test_a_two_megabyte_header_is_refused_in_bounded_time_with_a_short_message(d
         load_trace(data)
     elapsed = time.perf_counter() - start
     msg = str(info.value)
-    assert elapsed <= 1.0, f"{elapsed:.2f} s"  # was ~20 s per 50,000 columns, quadratic
+    # bounded, not a speed target: milliseconds here; the quadratic parse it guards against took ~20 s per 50,000
+    # columns (minutes for these), and a shared CI machine has stalled a 0.05 s read past 1 s
+    assert elapsed <= 10.0, f"{elapsed:.2f} s"
     assert _user_chars(msg) <= 200 and len(msg) < 1000, msg[:1000]
     assert CLEAR.search(msg), msg
 
