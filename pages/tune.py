@@ -159,7 +159,9 @@ def tune(base: Scenario) -> None:
         st.number_input("Points", **rps[2].widget_range(), step=1,
                         help=f"Values between From and To (2 to {sp.MAX_POINTS}); each is two simulations, one "
                              "at the offered load and one for capacity, and a capacity search within the SLOs "
-                             "(about ten more).", **state.bind("points"))
+                             "(about ten more). Evenly spaced, but on the knob's default range each point past "
+                             f"{rps[2].default} halves the widest gap (the leftmost first): one more point keeps the "
+                             "points already simulated and runs only the new one.", **state.bind("points"))
     with cols[5]:
         st.radio("Spacing", list(sp.SPACINGS), horizontal=True, help="Log spacing (powers of two for counts) suits "
                  "caps and memory; linear suits shares and rates.", **state.bind("spacing"))
@@ -202,8 +204,12 @@ def tune(base: Scenario) -> None:
         _show_last()
         return
     slo_default = all(state.value(p.key) == p.default for p in slo_ps)
+    # on the knob's own range, points past its default count refine the grid (one more point runs one new value);
+    # on a range of the user's, every count is evenly spaced, as asked
+    own_range = all(state.value(p.key) == p.default for p in (rps[0], rps[1], rps[3]))
     values = widgets.guarded(lambda: sp.knob_values(knob, state.value("from"), state.value("to"),
-                                                    int(state.value("points")), state.value("spacing")),
+                                                    int(state.value("points")), state.value("spacing"),
+                                                    even=rps[2].default if own_range else None),
                              "The range")
     if values is None:
         _show_last()

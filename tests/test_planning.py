@@ -242,6 +242,33 @@ def test_knob_values():
         sp.knob_values("max_num_seqs", 64, 1, 4, "log")
 
 
+@pytest.mark.parametrize("knob, start, stop, even, spacing", [
+    ("max_num_seqs", 8, 1024, 8, "log"), ("max_wait_s", 0.01, 1.28, 8, "log"), ("high_share", 0, 1, 6, "linear"),
+    ("rate_req_s", 0.5, 7.5, 10, "linear"), ("kv_cache_tokens", 4096, 262_144, 8, "log"),
+])
+def test_points_past_the_even_count_keep_the_points_already_there(knob, start, stop, even, spacing):
+    """Issue 25 item 3: one more point keeps every value of the sweep (only the new one is simulated), each new one
+    halves the widest gap (the leftmost first), and at 2 * even - 1 points the grid is even again."""
+    base = sp.knob_values(knob, start, stop, even, spacing)
+    assert sp.knob_values(knob, start, stop, even, spacing, even=even) == base  # the default count: unchanged
+    prev = base
+    for n in range(even + 1, min(2 * even - 1, sp.MAX_POINTS) + 1):
+        cur = sp.knob_values(knob, start, stop, n, spacing, even=even)
+        added = sorted(set(cur) - set(prev))
+        assert set(prev) <= set(cur) and len(added) == 1, (n, prev, cur)
+        i = cur.index(added[0])
+        lo, hi = cur[i - 1], cur[i + 1]
+        middle = np.sqrt(lo * hi) if spacing == "log" else (lo + hi) / 2
+        # counts are whole numbers (their neighbours too), the rest keep 4 significant digits
+        assert added[0] == pytest.approx(middle, abs=1.0 if knob in sp.INT_KNOBS else 0, rel=1e-3)
+        prev = cur
+    if 2 * even - 1 <= sp.MAX_POINTS:
+        assert prev == sp.knob_values(knob, start, stop, 2 * even - 1, spacing)  # even again
+    # the first new point goes into the leftmost gap; fewer points than even are evenly spaced
+    assert sp.knob_values(knob, start, stop, even + 1, spacing, even=even)[1] < base[1]
+    assert sp.knob_values(knob, start, stop, 3, spacing, even=even) == sp.knob_values(knob, start, stop, 3, spacing)
+
+
 def test_fmt_value():
     assert sp.fmt_value("max_num_seqs", 256.0) == "256"
     assert sp.fmt_value("kv_cache_tokens", 65536.0) == "65,536 tokens"

@@ -185,8 +185,14 @@ def default_range(knob: str, scenario: Scenario, capacity_req_s: float | None = 
     raise ValueError(f"knob={knob!r} is unknown; allowed: {', '.join(KNOBS)}")
 
 
-def knob_values(knob: str, start: float, stop: float, points: int, spacing: str) -> list[float]:
-    """The values to sweep: ``points`` from start to stop, evenly or log-spaced; whole numbers for counts."""
+def knob_values(knob: str, start: float, stop: float, points: int, spacing: str, even: int | None = None
+                ) -> list[float]:
+    """The values to sweep: ``points`` from start to stop, evenly or log-spaced; whole numbers for counts.
+
+    ``even``: how many of them are evenly spaced (None: all). Each point past it halves the widest gap (on the
+    spacing's scale), the leftmost of equal ones first, so one more point keeps every point already there: the
+    dashboard passes the knob's default count, and "one more point" simulates one value instead of the whole
+    sweep; at ``2 * even - 1`` points the grid is even again."""
     if not start < stop:
         raise ValueError(f"start={start:g} must be below stop={stop:g}; raise stop or lower start")
     if not 2 <= points <= MAX_POINTS:
@@ -195,11 +201,10 @@ def knob_values(knob: str, start: float, stop: float, points: int, spacing: str)
         if not start > 0:
             raise ValueError(f"log spacing needs a start above 0 (start={start:g}); raise start or pick linear "
                              "spacing")
-        raw = np.geomspace(start, stop, points)
-    elif spacing == "linear":
-        raw = np.linspace(start, stop, points)
-    else:
+    elif spacing != "linear":
         raise ValueError(f"spacing={spacing!r} is not allowed; allowed: {', '.join(SPACINGS)}")
+    raw = _refined(start, stop, points, points if even is None else max(2, min(points, int(even))),
+                   spacing == "log")
     if knob in INT_KNOBS:
         vals = sorted({int(round(v)) for v in raw})
     else:
@@ -207,6 +212,19 @@ def knob_values(knob: str, start: float, stop: float, points: int, spacing: str)
     if len(vals) < 2:
         raise ValueError(f"{start:g} to {stop:g} holds fewer than two distinct whole numbers; widen the range")
     return [float(v) for v in vals]
+
+
+def _refined(start: float, stop: float, points: int, even: int, log: bool) -> np.ndarray:
+    """``even`` evenly spaced positions from start to stop (on a log scale with ``log``), then ``points - even`` more,
+    each halving the widest gap, the leftmost of equal ones first."""
+    pos = list(np.linspace(math.log(start), math.log(stop), even) if log else np.linspace(start, stop, even))
+    for _ in range(points - even):
+        gaps = np.diff(pos)
+        i = int(np.flatnonzero(gaps >= gaps.max() * (1 - 1e-9))[0])  # equal up to rounding: the leftmost
+        pos.insert(i + 1, (pos[i] + pos[i + 1]) / 2)
+    out = np.exp(pos) if log else np.array(pos)
+    out[0], out[-1] = start, stop  # exactly the ends asked for (exp(log(x)) may differ in the last bit)
+    return out
 
 
 # ---------------------------------------------------------------- readings of a sweep

@@ -353,6 +353,24 @@ def test_sweep_points_are_cached_one_by_one_and_equal_the_library_sweep(sims):
         pd.testing.assert_frame_equal(df, sp.with_readings(sweep(sc, knob, vals, slo=tight), sc, knob))
 
 
+def test_one_more_point_on_the_page_runs_only_the_new_value(sims):
+    """Issue 25 item 3: Points + 1 from the knob's default count keeps the points simulated and runs one new value
+    per preset on the frontier (before: log spacing moved every interior value and the whole sweep ran again)."""
+    at = run_page(PAGE, **FAST)
+    before = last(at)
+    assert len(before.values) == 8
+    sims.clear()
+    at.number_input(key="wid:points").set_value(9).run()
+    assert_clean(at)
+    after = last(at)
+    new = sorted(set(after.values) - set(before.values))
+    assert set(before.values) <= set(after.values) and new == [11.0]  # the geometric middle of 8 and 16
+    assert sims and {sc.policy.max_num_seqs for sc, _ in sims} == {11}
+    for name, df in before.frames.items():  # the old points' rows are unchanged
+        kept = after.frames[name][after.frames[name]["max_num_seqs"] != 11].reset_index(drop=True)
+        pd.testing.assert_frame_equal(kept, df.reset_index(drop=True))
+
+
 def test_a_rate_sweep_shares_one_cached_search_and_errors_stay_per_policy(sims):
     from batching.ui import planning
 
