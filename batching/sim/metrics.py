@@ -61,14 +61,13 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
 
 
 def request_latencies(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ttft_s, tpot_s, e2e_s, queue_delay_s columns to a per-request table."""
-    out = df.copy()
-    out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
-    out["e2e_s"] = out["release_s"] - out["arrival_s"]
-    out["queue_delay_s"] = out["first_scheduled_s"] - out["arrival_s"]
-    multi = out["output_tokens"] >= 2
-    out["tpot_s"] = np.where(multi, (out["e2e_s"] - out["ttft_s"]) / (out["output_tokens"] - 1).clip(lower=1), np.nan)
-    return out
+    """Add ttft_s, tpot_s, e2e_s, queue_delay_s columns to a per-request table (a new table)."""
+    arrival = df["arrival_s"].to_numpy()
+    out_tok = df["output_tokens"].to_numpy()
+    ttft = df["first_token_s"].to_numpy() - arrival
+    e2e = df["release_s"].to_numpy() - arrival
+    tpot = np.where(out_tok >= 2, (e2e - ttft) / np.maximum(out_tok - 1, 1), np.nan)
+    return df.assign(ttft_s=ttft, e2e_s=e2e, queue_delay_s=df["first_scheduled_s"].to_numpy() - arrival, tpot_s=tpot)
 
 
 def percentile(values, q: float) -> float:
@@ -87,25 +86,44 @@ def hist_percentile(counts: np.ndarray, edges: np.ndarray, q: float) -> float:
     return float(np.sqrt(edges[idx] * edges[idx + 1]))
 
 
-def latency_summary(req: pd.DataFrame, itl_counts: np.ndarray, itl_edges: np.ndarray, wall_s: float) -> dict:
-    """Latency and throughput figures of a set of requests over a wall time."""
-    s: dict = {"num_requests": int(len(req))}
-    out_tok = float(req["output_tokens"].sum())
-    all_tok = out_tok + float(req["prompt_tokens"].sum())
+SUMMARY_COLUMNS = ("output_tokens", "prompt_tokens", "max_itl_s", "preemptions",
+                   *(f"{name}_s" for name in LATENCIES))  # what latency_summary reads (and cached_prompt_tokens)
+
+
+def summary_columns(req: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The per-request columns ``latency_summary`` reads, as arrays (read once for a run and all its classes)."""
+    return {c: req[c].to_numpy() for c in (*SUMMARY_COLUMNS, "cached_prompt_tokens") if c in req}
+
+
+def latency_summary(req: pd.DataFrame | dict[str, np.ndarray], itl_counts: np.ndarray, itl_edges: np.ndarray,
+                    wall_s: float) -> dict:
+    """Latency and throughput figures of a set of requests over a wall time (a per-request table, or its
+    ``summary_columns``). Means skip missing values (NaN: a one-token answer's TPOT) as pandas does; percentiles
+    are ``percentile``'s, all of a column's from one call."""
+    cols = summary_columns(req) if isinstance(req, pd.DataFrame) else req
+    n = len(cols["output_tokens"])
+    s: dict = {"num_requests": int(n)}
+    out_tok = float(cols["output_tokens"].sum())
+    prompt = float(cols["prompt_tokens"].sum())
+    all_tok = out_tok + prompt
     s["throughput_output_tok_s"] = out_tok / wall_s if wall_s > 0 else float("nan")
     s["throughput_total_tok_s"] = all_tok / wall_s if wall_s > 0 else float("nan")
-    s["throughput_req_s"] = len(req) / wall_s if wall_s > 0 else float("nan")
+    s["throughput_req_s"] = n / wall_s if wall_s > 0 else float("nan")
     for name in LATENCIES:
-        col = req[f"{name}_s"]
-        s[f"{name}_mean_s"] = float(col.mean()) if col.notna().any() else float("nan")
-        for q in PERCENTILES:
-            s[f"{name}_p{q}_s"] = percentile(col, q)
+        v = np.asarray(cols[f"{name}_s"], dtype=float)
+        missing = np.isnan(v)
+        count = v.size - int(missing.sum())
+        # pandas' skip-NaN mean: the sum with NaN as 0 over the count (the same additions, the same last bit)
+        s[f"{name}_mean_s"] = float(np.where(missing, 0.0, v).sum() / count) if count else float("nan")
+        qs = np.percentile(v[~missing], PERCENTILES) if count else [float("nan")] * len(PERCENTILES)
+        for q, value in zip(PERCENTILES, qs):
+            s[f"{name}_p{q}_s"] = float(value)
     for q in PERCENTILES:
         s[f"itl_p{q}_s"] = hist_percentile(itl_counts, itl_edges, q)
-    s["max_itl_s"] = float(req["max_itl_s"].max()) if len(req) else float("nan")
-    s["preemptions"] = int(req["preemptions"].sum())
-    cached = int(req["cached_prompt_tokens"].sum()) if "cached_prompt_tokens" in req else 0
-    prompt = float(req["prompt_tokens"].sum())
+    s["max_itl_s"] = float(np.nanmax(cols["max_itl_s"])) if n and not np.all(np.isnan(cols["max_itl_s"])) \
+        else float("nan")
+    s["preemptions"] = int(cols["preemptions"].sum())
+    cached = int(cols["cached_prompt_tokens"].sum()) if "cached_prompt_tokens" in cols else 0
     s["cached_prompt_tokens"] = cached
     s["prefix_hit_rate"] = cached / prompt if prompt > 0 else float("nan")
     return s

@@ -19,7 +19,7 @@ from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.topology import sizing
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
-                                  spec_summary, wall_time)
+                                  spec_summary, summary_columns, wall_time)
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.engine.speculative import check_spec, spec_for, spec_kv_blocks
 from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment, Model
@@ -126,7 +126,8 @@ def summarize(res: SimResult) -> dict:
     dep = sc.deployment
     req = res.requests
     wall = wall_time(req)
-    s = latency_summary(req, res.itl_hist.sum(axis=0), res.itl_edges, wall)
+    cols = summary_columns(req)
+    s = latency_summary(cols, res.itl_hist.sum(axis=0), res.itl_edges, wall)
     s["duration_s"] = wall
     s["engine"], s["engine_label"] = sc.profile.name, sc.profile.label
     rejected = tuple(res.rejected) + (0,) * (len(res.class_names) - len(res.rejected))
@@ -145,11 +146,12 @@ def summarize(res: SimResult) -> dict:
     if getattr(sc.workload, "concurrency", None) is not None and not res.saturated:  # closed-loop clients
         s["concurrency"], s["think_time_s"] = int(sc.workload.concurrency), float(sc.workload.think_time_s)
     by = {}
+    priority = req["priority"].to_numpy()
     for level, name in enumerate(res.class_names):
-        sub = req[req["priority"] == level]
-        if len(sub) == 0:
+        mine = priority == level
+        if not mine.any():
             continue
-        cls = latency_summary(sub, res.itl_hist[level], res.itl_edges, wall)
+        cls = latency_summary({c: v[mine] for c, v in cols.items()}, res.itl_hist[level], res.itl_edges, wall)
         cls["class_name"] = name
         cls["rejected_requests"] = int(rejected[level])
         by[str(level)] = cls

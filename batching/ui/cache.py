@@ -403,7 +403,7 @@ class Reading:
     summary and, per request, the class, arrival, release and latencies. ~41 bytes a request instead of the
     whole result, so the runs of a capacity search stay cached and another SLO re-reads them."""
 
-    __slots__ = ("scenario", "class_names", "requests", "saturated", "_summary")
+    __slots__ = ("scenario", "class_names", "requests", "saturated", "_summary", "_nbytes")
 
     def __init__(self, result: SimResult) -> None:
         self.scenario, self.class_names, self.saturated = result.scenario, tuple(result.class_names), result.saturated
@@ -413,6 +413,7 @@ class Reading:
         if "priority" in cols and len(cols["priority"]) and cols["priority"].max() < 128:
             cols["priority"] = cols["priority"].astype(np.int8)
         self.requests = pd.DataFrame(cols, copy=False)
+        self._nbytes = sum(v.nbytes for v in cols.values()) + int(self.requests.index.memory_usage())
         self._summary = result.summary()
 
     def summary(self) -> dict:
@@ -420,7 +421,8 @@ class Reading:
 
     @property
     def nbytes(self) -> int:
-        return _frame_bytes(self.requests) + len(repr(self._summary)) + 1024
+        return self._nbytes + len(repr(self._summary)) + 1024  # numeric columns: their arrays (memory_usage
+        # of the frame, deep, says the same and took 1.3 ms a run)
 
 
 READING_COLUMNS = ("priority", "arrival_s", "release_s", "ttft_s", "tpot_s", "e2e_s")
