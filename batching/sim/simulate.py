@@ -194,17 +194,21 @@ class ClientTimes:
         think = np.where(succ, reqs.think_s + self.t_out + self.t_in, reqs.think_s)
         return replace(reqs, arrival_s=arrival, think_s=think)
 
-    def as_seen(self, requests: pd.DataFrame, sent: Requests) -> pd.DataFrame:
-        """The engine's per-request times as the client sees them: sent at arrival_s, tokens ``t_out`` later."""
-        out = requests.copy()
+    SEEN = ("arrival_s", "first_token_s", "finish_s", "release_s")  # the times the client sees differently
+
+    def seen(self, times: dict[str, np.ndarray], sent: Requests) -> dict[str, np.ndarray]:
+        """The engine's per-request ``SEEN`` times (arrays by name) as the client sees them: sent at arrival_s,
+        tokens ``t_out`` later."""
         if sent.after is not None:
             succ = sent.after >= 0
-            out["arrival_s"] = np.where(succ, out["arrival_s"].to_numpy() - self.t_in, sent.arrival_s)
+            arrival = np.where(succ, times["arrival_s"] - self.t_in, sent.arrival_s)
         else:
-            out["arrival_s"] = sent.arrival_s
-        for col in ("first_token_s", "finish_s", "release_s"):
-            out[col] = out[col] + self.t_out
-        return out
+            arrival = sent.arrival_s
+        return {"arrival_s": arrival, **{c: times[c] + self.t_out for c in self.SEEN[1:]}}
+
+    def as_seen(self, requests: pd.DataFrame, sent: Requests) -> pd.DataFrame:
+        """``seen`` on a per-request table (a new table)."""
+        return requests.assign(**self.seen({c: requests[c].to_numpy() for c in self.SEEN}, sent))
 
 
 def admitted(reqs: Requests, model: Model) -> tuple[Requests, np.ndarray]:
@@ -500,9 +504,14 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
             spec_acc[idx] = out.req_spec_accepted
         hist += out.itl_hist
         step_frames.append(steps_frame(out, rep, cm))
+    times = {"arrival_s": req_f[:, eng.R_ARRIVAL],  # a session turn's: its predecessor's release + think time
+             "first_token_s": req_f[:, eng.R_FIRST_TOKEN], "finish_s": req_f[:, eng.R_FINISH],
+             "release_s": req_f[:, eng.R_RELEASE]}
+    if client is not None:
+        times = client.seen(times, sent)
     requests = pd.DataFrame({
         "request_id": np.arange(n),
-        "arrival_s": req_f[:, eng.R_ARRIVAL],  # a session turn's: its predecessor's release + think time
+        "arrival_s": times["arrival_s"],
         "prompt_tokens": reqs.prompt_tokens,
         "output_tokens": reqs.output_tokens,
         "priority": reqs.priority,
@@ -510,17 +519,15 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         "replica": rep_of,  # in the fleet: node * replicas per node + the replica's index on its node
         "node": rep_of // dep.node.replicas,
         "first_scheduled_s": req_f[:, eng.R_FIRST_SCHED],
-        "first_token_s": req_f[:, eng.R_FIRST_TOKEN],
-        "finish_s": req_f[:, eng.R_FINISH],
-        "release_s": req_f[:, eng.R_RELEASE],
+        "first_token_s": times["first_token_s"],
+        "finish_s": times["finish_s"],
+        "release_s": times["release_s"],
         "max_itl_s": req_f[:, eng.R_MAX_ITL],
         "preemptions": pre,
         "cached_prompt_tokens": cached,  # served from the prefix cache at its first admission
     })
     if scenario.policy.spec_decode != "off":
         requests["spec_accepted_tokens"] = spec_acc  # accepted draft tokens (speculative decoding)
-    if client is not None:
-        requests = client.as_seen(requests, sent)
     requests = request_latencies(requests)
     steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
     return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
