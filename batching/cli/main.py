@@ -43,11 +43,12 @@ def first_use_line(event: str, v: first_use.Variant) -> bool:
 def main(argv=None) -> int:
     """Run one command; a bad input is one line on stderr and exit code 2 (``args.dispatch``). A command that
     compiles says so once, however many kernel versions it needs (a closed loop and its saturated twin are two)."""
-    told: list[bool] = []
+    told = False
 
     def tell(event: str, v: first_use.Variant) -> None:
-        if not told and first_use_line(event, v):
-            told.append(True)
+        nonlocal told
+        if not told:
+            told = first_use_line(event, v)
 
     first_use.set_default_listener(tell)
     return dispatch(make_parser(), argv)

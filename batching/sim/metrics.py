@@ -70,10 +70,15 @@ def request_latencies(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(ttft_s=ttft, e2e_s=e2e, queue_delay_s=df["first_scheduled_s"].to_numpy() - arrival, tpot_s=tpot)
 
 
-def percentile(values, q: float) -> float:
+def percentiles(values, qs) -> list[float]:
+    """The ``qs`` percentiles of the values that are not NaN (one sort); NaN each when none is."""
     v = np.asarray(values, dtype=float)
     v = v[~np.isnan(v)]
-    return float(np.percentile(v, q)) if v.size else float("nan")
+    return [float(x) for x in np.percentile(v, qs)] if v.size else [float("nan")] * len(qs)
+
+
+def percentile(values, q: float) -> float:
+    return percentiles(values, (q,))[0]
 
 
 def hist_percentile(counts: np.ndarray, edges: np.ndarray, q: float) -> float:
@@ -86,21 +91,19 @@ def hist_percentile(counts: np.ndarray, edges: np.ndarray, q: float) -> float:
     return float(np.sqrt(edges[idx] * edges[idx + 1]))
 
 
-SUMMARY_COLUMNS = ("output_tokens", "prompt_tokens", "max_itl_s", "preemptions",
-                   *(f"{name}_s" for name in LATENCIES))  # what latency_summary reads (and cached_prompt_tokens)
+SUMMARY_COLUMNS = ("output_tokens", "prompt_tokens", "max_itl_s", "preemptions", "cached_prompt_tokens",
+                   *(f"{name}_s" for name in LATENCIES))  # what latency_summary reads
 
 
 def summary_columns(req: pd.DataFrame) -> dict[str, np.ndarray]:
     """The per-request columns ``latency_summary`` reads, as arrays (read once for a run and all its classes)."""
-    return {c: req[c].to_numpy() for c in (*SUMMARY_COLUMNS, "cached_prompt_tokens") if c in req}
+    return {c: req[c].to_numpy() for c in SUMMARY_COLUMNS if c in req}
 
 
-def latency_summary(req: pd.DataFrame | dict[str, np.ndarray], itl_counts: np.ndarray, itl_edges: np.ndarray,
+def latency_summary(cols: dict[str, np.ndarray], itl_counts: np.ndarray, itl_edges: np.ndarray,
                     wall_s: float) -> dict:
-    """Latency and throughput figures of a set of requests over a wall time (a per-request table, or its
-    ``summary_columns``). Means skip missing values (NaN: a one-token answer's TPOT) as pandas does; percentiles
-    are ``percentile``'s, all of a column's from one call."""
-    cols = summary_columns(req) if isinstance(req, pd.DataFrame) else req
+    """Latency and throughput figures of a set of requests (their ``summary_columns``) over a wall time. Means
+    skip missing values (NaN: a one-token answer's TPOT) as pandas does."""
     n = len(cols["output_tokens"])
     s: dict = {"num_requests": int(n)}
     out_tok = float(cols["output_tokens"].sum())
@@ -115,9 +118,8 @@ def latency_summary(req: pd.DataFrame | dict[str, np.ndarray], itl_counts: np.nd
         count = v.size - int(missing.sum())
         # pandas' skip-NaN mean: the sum with NaN as 0 over the count (the same additions, the same last bit)
         s[f"{name}_mean_s"] = float(np.where(missing, 0.0, v).sum() / count) if count else float("nan")
-        qs = np.percentile(v[~missing], PERCENTILES) if count else [float("nan")] * len(PERCENTILES)
-        for q, value in zip(PERCENTILES, qs):
-            s[f"{name}_p{q}_s"] = float(value)
+        for q, value in zip(PERCENTILES, percentiles(v, PERCENTILES)):
+            s[f"{name}_p{q}_s"] = value
     for q in PERCENTILES:
         s[f"itl_p{q}_s"] = hist_percentile(itl_counts, itl_edges, q)
     s["max_itl_s"] = float(np.nanmax(cols["max_itl_s"])) if n and not np.all(np.isnan(cols["max_itl_s"])) \

@@ -224,7 +224,7 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
     blocked = np.full(n_p, -np.inf)  # a prefill instance whose prompts wait for held blocks: until the next frees
     seen, seen_d = 0, 0  # handoff log entries read (prefill, decode)
     waiting = np.empty(n, np.int64)  # requests in a decode instance's queue, not taken in yet (their prefill holds)
-    n_wait = np.zeros(1, np.int64)
+    n_wait = 0
     rr_p, rr_d = 0, 0
     a = 0  # the next request in index order that is not a later turn
     while True:
@@ -266,8 +266,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
             dec_arr[q] = td
             out_d.req_f[q, R_ARRIVAL] = td
             join_nb(runs_d[i], out_d, view_d, inp_d, i, q, td)
-            waiting[n_wait[0]] = q
-            n_wait[0] += 1
+            waiting[n_wait] = q
+            n_wait += 1
             continue
         if t_a <= s and t_a < np.inf:
             # a request is sent: to the prefill instance with the fewest outstanding requests
@@ -332,7 +332,7 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
                 return DEADLOCK, 1, k
             # requests it took in: their prefill instances give their blocks back then
             kept = 0
-            for j in range(n_wait[0]):
+            for j in range(n_wait):
                 q = waiting[j]
                 if out_d.req_f[q, R_FIRST_SCHED] >= 0:
                     row, tb = pre_rep[q], out_d.req_f[q, R_FIRST_SCHED]
@@ -342,7 +342,7 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
                 else:
                     waiting[kept] = q
                     kept += 1
-            n_wait[0] = kept
+            n_wait = kept
             while seen_d < hand_d.n[0]:
                 if lat is not None:  # the client sends its next request a think time after this one's last token
                     nx = lat.nxt[hand_d.r[seen_d]]
