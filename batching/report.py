@@ -95,7 +95,8 @@ def scenario_rows(scenario: Scenario, rate: str | None = None) -> list[tuple[str
     rows = [
         ("GPU", f"{node.num_gpus} x {node.gpu.name}"),
         ("Model", dep.model.name),
-        ("Tensor parallel", f"{node.tp} ({node.replicas} replica{'s' if node.replicas != 1 else ''})"),
+        ("Tensor parallel", f"{node.tp} ({node.replicas} replica{'s' if node.replicas != 1 else ''}"
+                            f"{', over two nodes' if node.cross_node else ''})"),
         *fleet_rows(scenario),
         ("Precision", dep.precision),
         ("KV cache", kv),

@@ -68,6 +68,13 @@ scenario = page.setup(
 USD_GPU = "capacity_usd_gpu"  # session: the GPU whose price the price input holds
 
 
+def gpus_text(node) -> str:
+    """How many GPUs a priced unit has, in words: a node's, or a TP 16 replica's two nodes."""
+    if node.cross_node:
+        return f"a TP {node.tp} replica spans two nodes, {node.num_gpus} of them"
+    return f"a node has {node.num_gpus} of them"
+
+
 def page_price(base: Scenario) -> float:
     """The price input's default: the sidebar GPU's row of the price table (a custom GPU: the default GPU's, with
     a note to enter its own)."""
@@ -163,7 +170,7 @@ def plan_view(base: Scenario) -> None:
                       help="The total traffic to plan for: the nodes needed are target × headroom / rate per node.",
                       **state.bind("target"))
     c[1].number_input("Price ($ per GPU-hour)", **r["usd"], step=0.25, format="%.2f",
-                      help=f"What one GPU costs per hour; a node has {base.deployment.node.num_gpus} of them. "
+                      help=f"What one GPU costs per hour; {gpus_text(base.deployment.node)}. "
                            f"Default: {default_price_note(base)}; another GPU in the sidebar brings its own.",
                       **state.bind("usd"))
     c[2].number_input("Headroom factor", **r["headroom"], step=0.05, format="%.2f", help=HEADROOM_HELP,

@@ -13,7 +13,7 @@ from batching.charts import policy as charts
 from batching.charts.search import pareto_chart
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.sim.hardware.specs import GPUS, PRECISIONS
+from batching.sim.hardware.specs import GPUS, GPUS_PER_NODE, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.pricing import default_gpu_hour_usd, price_note
@@ -244,11 +244,14 @@ def search_view(base: Scenario) -> None:
              if str(state.value(key, "")).strip()]
     try:
         grid = Grid(tuple(gpus), tuple(precs), tuple(tps), tuple(pols), parse_knobs(items),
-                    serving if serving in SERVING else "both", base.deployment.node.num_gpus)
+                    serving if serving in SERVING else "both", min(base.deployment.node.num_gpus, GPUS_PER_NODE))
         grid.validate()
     except ValueError as exc:
         st.error(f"**These knob values cannot be searched:** {plain(exc)}", icon=":material/error:")
         return
+    if base.deployment.node.cross_node:
+        st.caption(f"The search covers one node of {GPUS_PER_NODE} GPUs (TP 1 to {GPUS_PER_NODE}); the sidebar's TP "
+                   f"{base.deployment.node.tp} over two nodes is not searched.")
     target = float(state.value("target"))
     prices = {g: float(state.value(f"usd_{g}")) for g in gpus}
     router = base.router  # the sidebar's: the fleet check of the top configurations runs behind it

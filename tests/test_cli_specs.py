@@ -75,9 +75,13 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("argv, needle", [
     (["--model", "deepseek-v3", "--gpu", "h100-sxm", "--precision", "fp8"],
      "model DeepSeek-V3 in fp8 does not fit on H100 SXM 80GB with tp=8: it needs 80.3 GiB per GPU for weights and "
-     "activations but 71.7 GiB are usable; no tensor-parallel degree or precision on this node fits it; use a GPU "
-     "with more memory: it fits on 8x H200 SXM 141GB in fp8 with tp=8 or 8x B200 180GB in fp8 with tp=4"),
-    (["--tp", "3"], "argument --tp: 3 is not allowed; allowed 1, 2, 4, 8"),
+     "activations but 71.7 GiB are usable; no tensor-parallel degree or precision on this node fits it; it fits "
+     "with tp=16 over two nodes (num_gpus=16); or use a GPU with more memory: it fits on 8x H200 SXM 141GB in fp8 "
+     "with tp=8 or 8x B200 180GB in fp8 with tp=4"),
+    (["--tp", "3"], "argument --tp: 3 is not allowed; allowed 1, 2, 4, 8, 16"),
+    (["--num-gpus", "12"], "argument --num-gpus: 12 is not allowed; allowed 1, 2, 3, 4, 5, 6, 7, 8, 16"),
+    (["--tp", "16", "--num-gpus", "8"], "tp=16 must divide num_gpus=8 (allowed tp: 1, 2, 4, 8; tp 16 needs "
+                                        "num_gpus 16)"),
     (["--model-json", "/nonexistent/config.json"], "model file /nonexistent/config.json: no such file"),
 ])
 def test_errors_are_one_line_exit_2(argv, needle):

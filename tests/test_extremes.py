@@ -178,7 +178,7 @@ def test_dashboard_rate_far_above_capacity_and_batch_of_one() -> None:
     ({"rate": "nan"}, "rate='nan' for request rate (req/s) is not valid"),
     ({"seed": "-1"}, "seed=-1 for seed is out of range"),
     ({"seed": str(2**40)}, "for seed is out of range (allowed 0 to 2,147,483,647)"),
-    ({"tp": "3"}, "tp=3 for tensor parallel is not one of the allowed values (allowed 1, 2, 4, 8); using 2"),
+    ({"tp": "3"}, "tp=3 for tensor parallel is not one of the allowed values (allowed 1, 2, 4, 8, 16); using 2"),
     ({"gpu": "tpu-v5"}, "gpu=tpu-v5 for GPU is not one of the allowed values"),
     ({"workload": "<script>"}, "workload=<script> for workload is not one of the allowed values"),
     ({"recorded": "maybe"}, "recorded='maybe' for replay at the recorded rate is not valid (allowed true or false)"),

@@ -85,7 +85,8 @@ def test_405b_fits_in_fp8_on_h100_and_bf16_on_h200_only():
     assert deployment(gpu="h200-sxm", model="llama-3.1-405b").kv_capacity_tokens > 100_000
     with pytest.raises(ValueError, match=r"Llama-3.1-405B in bf16 does not fit on H100 .* fits with precision fp8"):
         deployment(model="llama-3.1-405b")
-    with pytest.raises(ValueError, match=r"does not fit on A100 .* use a GPU with more memory"):
+    with pytest.raises(ValueError, match=r"does not fit on A100 .* it fits with tp=16 over two nodes \(num_gpus=16\); "
+                                         r"or use a GPU with more memory"):
         deployment(gpu="a100-80gb", model="llama-3.1-405b")
 
 

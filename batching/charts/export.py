@@ -55,7 +55,8 @@ def scenario_caption(scenario: Scenario, *, policy: str | None = None, rate: str
     rate where a study varies it (``"rate searched"`` on Capacity, ``"rate swept"`` on Tune)."""
     dep, wl = scenario.deployment, scenario.workload
     node = dep.node
-    parts = [f"{node.num_gpus}× {node.gpu.name}", dep.model.name, f"TP {node.tp}", dep.precision.upper()]
+    parts = [f"{node.num_gpus}× {node.gpu.name}", dep.model.name,
+             f"TP {node.tp} over two nodes" if node.cross_node else f"TP {node.tp}", dep.precision.upper()]
     split = getattr(scenario, "disagg", None)
     if split is not None:  # the split's own TPs, not the sidebar's
         parts[2] = (f"{split.prefill_instances} prefill × TP {split.prefill_tp} + {split.decode_instances} decode × "

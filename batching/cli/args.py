@@ -25,8 +25,9 @@ from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
 from batching.sim.simulate import Scenario, admitted
 from batching.sim.engine.speculative import check_spec, default_draft
-from batching.sim.hardware.specs import (GPUS, HF_ARCHITECTURES, KV_BLOCK_TOKENS, KV_DTYPES, MODELS, NOT_ASCII, PRECISIONS,
-                                Deployment, deployment, load_json_spec, number_text)
+from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, HF_ARCHITECTURES, KV_BLOCK_TOKENS, KV_DTYPES, MODELS,
+                                         NODE_GPU_COUNTS, NOT_ASCII, PRECISIONS, TP_DEGREES, TWO_NODE_GPUS,
+                                         Deployment, deployment, load_json_spec, number_text)
 from batching.sim.workload.traces import MAX_TOKENS
 from batching.sim.workload.requests import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
                                    MAX_NUM_REQUESTS, MAX_PEAK_TO_TROUGH, MAX_PERIOD_S, MAX_RATE_REQ_S,
@@ -356,7 +357,7 @@ def engine_from_args(args) -> str | EngineProfile:
 
 def add_layout_args(g) -> None:
     """--ep and --dp-attention: how a mixture of experts is laid out over the tensor-parallel group."""
-    g.add_argument("--ep", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=1,
+    g.add_argument("--ep", type=int_arg(1, TWO_NODE_GPUS, choices=TP_DEGREES), default=1,
                    help="expert parallelism: 1 (experts split by tensor parallelism, default) or = --tp (whole "
                         "experts spread over the group's GPUs, as vLLM --enable-expert-parallel)")
     g.add_argument("--dp-attention", action="store_true", default=False,
@@ -368,11 +369,14 @@ def add_layout_args(g) -> None:
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scenario")
     g.add_argument("--gpu", default="h100-sxm", choices=list(GPUS))
-    g.add_argument("--num-gpus", type=int_arg(1, 8), default=8, help="GPUs in the node (1-8)")
+    g.add_argument("--num-gpus", type=int_arg(1, TWO_NODE_GPUS, choices=NODE_GPU_COUNTS), default=None,
+                   help=f"GPUs in the node (1-{GPUS_PER_NODE}; default {GPUS_PER_NODE}), or {TWO_NODE_GPUS}: two "
+                        f"nodes serving --tp {TWO_NODE_GPUS} (the default with --tp {TWO_NODE_GPUS})")
     g.add_argument("--model", default="qwen2.5-72b", choices=list(MODELS))
-    g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=None,
-                   help="tensor parallel degree {1,2,4,8} (default: the largest that divides --num-gpus, 8 on a "
-                        "full node)")
+    g.add_argument("--tp", type=int_arg(1, TWO_NODE_GPUS, choices=TP_DEGREES), default=None,
+                   help="tensor parallel degree {1,2,4,8,16} (default: the largest that divides --num-gpus, 8 on a "
+                        f"full node); {TWO_NODE_GPUS}: one replica over two nodes, its all-reduces across the "
+                        "network between them (not calibrated: docs/CALIBRATION.md)")
     g.add_argument("--precision", default="bf16", choices=list(PRECISIONS),
                    help="weights: bf16, fp8, or nvfp4 (4-bit with FP8 block scales and an FP8 KV cache; B200 only)")
     add_layout_args(g)
@@ -540,14 +544,23 @@ def apply_custom_specs(args, dep: Deployment) -> Deployment:
     return out
 
 
+def node_size(num_gpus: int | None, tp: int | None) -> tuple[int, int]:
+    """(--num-gpus, --tp) with their defaults: 8 GPUs (16 with --tp 16) and the largest TP degree dividing them."""
+    if num_gpus is None:
+        num_gpus = max(GPUS_PER_NODE, tp or 1)
+    if tp is None:
+        tp = max(t for t in TP_DEGREES if num_gpus % t == 0)
+    return num_gpus, tp
+
+
 def deployment_from_args(args) -> Deployment:
     """What ``deployment(args.gpu, args.model, args.tp, args.num_gpus, args.precision,
     kv_cache_tokens=args.kv_cache_tokens)`` builds, with the custom specs applied before the
     memory check (so a custom model replaces a preset that would not fit)."""
     gpu = load_json_spec(args.gpu_json, "gpu") if getattr(args, "gpu_json", None) else args.gpu
     model = load_json_spec(args.model_json, "model") if getattr(args, "model_json", None) else args.model
-    tp = args.tp if args.tp is not None else max(t for t in (1, 2, 4, 8) if args.num_gpus % t == 0)
-    return deployment(gpu, model, tp, args.num_gpus, args.precision,
+    num_gpus, tp = node_size(args.num_gpus, args.tp)
+    return deployment(gpu, model, tp, num_gpus, args.precision,
                       kv_dtype=getattr(args, "kv_dtype", None) or "auto",
                       kv_cache_tokens=getattr(args, "kv_cache_tokens", None), ep=getattr(args, "ep", 1) or 1,
                       dp_attention=bool(getattr(args, "dp_attention", False)))

@@ -23,6 +23,7 @@ from batching.studies import end_to_end as e2e_check
 from batching.studies import published
 from batching.studies import spec_check
 from batching.studies import trtllm_table
+from batching.studies import two_node_check
 from batching.sim.hardware import engines as eng_profiles
 from batching.sim.hardware import costmodel as cm
 from batching.sim.hardware.specs import GPUS
@@ -553,7 +554,7 @@ blocks per step; nothing was tuned to close it.
 Llama-3.1-405B needs ~96 GiB per GPU in BF16 at TP 8: it does not fit on 8×H100 (a clear
 error that says FP8 would) and fits on 8×H200; in FP8 it fits on both.
 
-{published.markdown()}{cal.mla_markdown(deepseek)}{spec_md}{cal.disagg_markdown()}## Custom models and GPUs
+{published.markdown()}{cal.mla_markdown(deepseek)}{two_node_check.markdown()}{spec_md}{cal.disagg_markdown()}## Custom models and GPUs
 
 Command line: `--model-json FILE` (Model's fields, or a Hugging Face `config.json`: its
 `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`, `head_dim`,

@@ -19,7 +19,8 @@ from batching.cli.args import (DISAGG_FLAGS, CliError, engine_from_args, add_pre
 from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario
-from batching.sim.hardware.specs import GPUS, MODELS, PRECISIONS, Deployment, Node, load_json_spec
+from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, MODELS, PRECISIONS, TWO_NODE_GPUS, Deployment, Node,
+                                         load_json_spec)
 from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
                                        worker_cap)
 from batching.studies.capacity import HEADROOM_LIMITS, class_names
@@ -182,7 +183,7 @@ def _base(args) -> tuple[Scenario, dict]:
     model = load_json_spec(args.model_json, "model") if getattr(args, "model_json", None) else MODELS[args.model]
     model.validate()
     first = custom.get(args.gpus[0]) or GPUS[args.gpus[0]]
-    dep = Deployment(Node(first, args.num_gpus, 1), model, "bf16", getattr(args, "kv_dtype", None) or "auto",
+    dep = Deployment(Node(first, search_gpus(args), 1), model, "bf16", getattr(args, "kv_dtype", None) or "auto",
                      kv_cache_tokens=getattr(args, "kv_cache_tokens", None))
     wl = workload_from_args(args)
     caching = args.prefix_caching if args.prefix_caching is not None else PRESETS["chunked"].prefix_caching
@@ -211,6 +212,16 @@ def _ms(v) -> str:
     return "-" if v is None else (f"{v:,.2f} s" if v >= 10 else f"{v * 1e3:,.0f} ms")
 
 
+def search_gpus(args) -> int:
+    """--num-gpus for the search: one node of 1-8 GPUs (8 by default); two-node TP 16 is not searched."""
+    if args.num_gpus is None:
+        return GPUS_PER_NODE
+    if args.num_gpus > GPUS_PER_NODE:
+        raise CliError(f"--num-gpus {args.num_gpus}: the search covers one node; allowed 1 to {GPUS_PER_NODE} (TP "
+                       f"{TWO_NODE_GPUS} over two nodes runs with run, compare and capacity)")
+    return args.num_gpus
+
+
 def cmd_search(args) -> int:
     if args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.slo_e2e_s is None:
         raise CliError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-s")
@@ -228,10 +239,11 @@ def cmd_search(args) -> int:
                                f"ray or leave {flag} out")
     if args.nodes != 1:
         raise CliError("--nodes: the search finds the nodes needed itself (from --target-rate); leave --nodes out")
+    num_gpus = search_gpus(args)
     for tp in args.tps:
-        if tp > args.num_gpus or args.num_gpus % tp:
-            raise CliError(f"--tp: {tp} must divide --num-gpus {args.num_gpus}; allowed: "
-                           + ", ".join(str(t) for t in TPS if t <= args.num_gpus and args.num_gpus % t == 0))
+        if tp > num_gpus or num_gpus % tp:
+            raise CliError(f"--tp: {tp} must divide --num-gpus {num_gpus}; allowed: "
+                           + ", ".join(str(t) for t in TPS if t <= num_gpus and num_gpus % t == 0))
     try:
         knobs = parse_knobs(args.knobs)
     except ValueError as exc:
@@ -240,7 +252,7 @@ def cmd_search(args) -> int:
     slo = slo_from_args(args, base)
     prices = _prices(args)
     grid = Grid(tuple(args.gpus), tuple(args.precisions), tuple(args.tps), tuple(args.policies), knobs,
-                args.serving, args.num_gpus)
+                args.serving, num_gpus)
     try:
         grid.validate(custom)
     except ValueError as exc:

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from batching.cli.args import add_layout_args, add_spec_arguments, check_output_file, deployment_from_args, int_arg, write_json
-from batching.sim.hardware.specs import (GPUS, KV_BLOCK_TOKENS, MODELS, PRECISIONS, PUBLISHED_PRECISION,
-                                deployment_figures)
+from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, KV_BLOCK_TOKENS, MODELS, NODE_GPU_COUNTS, PRECISIONS,
+                                         PUBLISHED_PRECISION, TP_DEGREES, TWO_NODE_GPUS, deployment_figures)
 
 STDOUT = "-"
 
@@ -20,9 +20,12 @@ def add_parser(subparsers):
     g = p.add_argument_group("deployment")
     g.add_argument("--model", default="qwen2.5-72b", choices=list(MODELS))
     g.add_argument("--gpu", default="h100-sxm", choices=list(GPUS))
-    g.add_argument("--num-gpus", type=int_arg(1, 8), default=8, help="GPUs in the node (1-8)")
-    g.add_argument("--tp", type=int_arg(1, 8, choices=(1, 2, 4, 8)), default=8,
-                   help="tensor parallel degree {1,2,4,8}")
+    g.add_argument("--num-gpus", type=int_arg(1, TWO_NODE_GPUS, choices=NODE_GPU_COUNTS), default=None,
+                   help=f"GPUs in the node (1-{GPUS_PER_NODE}; default {GPUS_PER_NODE}), or {TWO_NODE_GPUS}: two "
+                        f"nodes serving --tp {TWO_NODE_GPUS} (the default with --tp {TWO_NODE_GPUS})")
+    g.add_argument("--tp", type=int_arg(1, TWO_NODE_GPUS, choices=TP_DEGREES), default=None,
+                   help=f"tensor parallel degree {{1,2,4,8,16}} (default {GPUS_PER_NODE}, or the largest dividing "
+                        f"--num-gpus); {TWO_NODE_GPUS}: one replica over two nodes")
     g.add_argument("--precision", default=None, choices=list(PRECISIONS),
                    help="weight precision (default: the precision the model is published in: fp8 for "
                         f"{', '.join(PUBLISHED_PRECISION)}, else bf16)")

@@ -12,7 +12,8 @@ from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS, check_f
 from batching.sim.simulate import Scenario, admitted
 from batching.sim.hardware.engines import DEFAULT_ENGINE, ENGINES, EngineProfile
 from batching.sim.hardware.kernel_tables import calibration_status
-from batching.sim.hardware.specs import DEFAULT_GPU, DEFAULT_MODEL, GPUS, MODELS, PRECISIONS, deployment
+from batching.sim.hardware.specs import (DEFAULT_GPU, DEFAULT_MODEL, GPUS, GPUS_PER_NODE, MODELS, PRECISIONS, TP_DEGREES,
+                                         TWO_NODE_GPUS, deployment)
 from batching.sim.workload.requests import (DEFAULT_RATE_REQ_S, MAX_CLIENT_THINK_S, MAX_CONCURRENCY, MAX_DIURNAL_PERIOD_S, MAX_PEAK_TO_TROUGH, MAX_RATE_REQ_S,
                                    WORKLOAD_PRESETS, TraceWorkload, workload_preset)
 from batching.ui import nav, state
@@ -71,7 +72,7 @@ def params() -> list[Param]:
     return [
         Param("gpu", DEFAULT_GPU, choices=tuple(GPUS), label="GPU"),
         Param("model", DEFAULT_MODEL, choices=tuple(MODELS), label="model"),
-        Param("tp", 8, choices=(1, 2, 4, 8), label="tensor parallel"),
+        Param("tp", 8, choices=TP_DEGREES, label="tensor parallel"),
         Param("precision", "bf16", choices=PRECISIONS, label="precision"),
         Param("engine", DEFAULT_ENGINE, choices=(*ENGINES, UPLOADED), label="engine profile"),
         Param("nodes", 1, low=1, high=MAX_NODES, label="nodes"),
@@ -149,8 +150,7 @@ def _draw(ps: list[Param]) -> None:
                  help="The node: 8 GPUs on NVLink.", **state.bind("gpu"))
     st.selectbox("Model", list(MODELS), format_func=lambda k: MODELS[k].name, **state.bind("model"))
     c1, c2 = st.columns(2)
-    c1.selectbox("Tensor parallel", [1, 2, 4, 8], help="GPUs per model replica; 8 / TP replicas share the load.",
-                 **state.bind("tp"))
+    c1.selectbox("Tensor parallel", list(TP_DEGREES), format_func=tp_label, help=TP_HELP, **state.bind("tp"))
     c2.selectbox("Precision", list(PRECISIONS), format_func=str.upper, **state.bind("precision"))
     uploaded = st.session_state.get(PROFILE_UPLOAD)
     engines = [*ENGINES, UPLOADED] if isinstance(uploaded, EngineProfile) else list(ENGINES)
@@ -217,13 +217,27 @@ def router_help() -> str:
             "one replica in all, the router changes nothing.")
 
 
+def tp_label(tp: int) -> str:
+    return f"{tp} (two nodes)" if tp > GPUS_PER_NODE else str(tp)
+
+
+TP_HELP = (f"GPUs per model replica; 8 / TP replicas share the load. {TWO_NODE_GPUS}: one replica over two nodes "
+           f"(its all-reduces cross the network: modelled, not measured; docs/CALIBRATION.md, 'Two nodes'). A "
+           f"prefill/decode split sets its own TP per instance instead.")
+
+
 def _fleet(nodes_range: dict) -> None:
     """Nodes and router: the fleet of identical nodes behind one router."""
-    per_node = max(1, 8 // int(state.value("tp")))
-    st.number_input("Nodes", **nodes_range, step=1,
-                    help=f"Identical nodes behind the router (at most {MAX_NODES}). Each node has num_gpus / TP "
-                         f"model replicas (now 8 / {int(state.value('tp'))} = {per_node}), so the fleet has nodes "
-                         f"x {per_node} replicas.", **state.bind("nodes"))
+    tp = int(state.value("tp"))
+    if tp > GPUS_PER_NODE:
+        text = (f"Identical serving units behind the router (at most {MAX_NODES}). With TP {tp} each unit is two "
+                f"8-GPU nodes holding one model replica, so the fleet has as many replicas as units and twice as "
+                f"many physical nodes.")
+    else:
+        per_node = GPUS_PER_NODE // tp
+        text = (f"Identical nodes behind the router (at most {MAX_NODES}). Each node has num_gpus / TP model "
+                f"replicas (now 8 / {tp} = {per_node}), so the fleet has nodes x {per_node} replicas.")
+    st.number_input("Nodes", **nodes_range, step=1, help=text, **state.bind("nodes"))
     split = disaggregated()
     st.selectbox("Router", list(ROUTERS), help=router_help(), disabled=split, **state.bind("router"))
     if state.value("router") != ROUTERS[0] and not split:
@@ -368,7 +382,10 @@ def clients_workload(wl, clients: int, think_s: float):
 def _build() -> Scenario:
     """The scenario the sidebar describes; ValueError says what to change."""
     v = state.value
-    dep = deployment(gpu=v("gpu"), model=v("model"), tp=int(v("tp")), precision=v("precision"))
+    tp = int(v("tp"))
+    if disaggregated(v) and tp > GPUS_PER_NODE:  # the split's instances set their own TP on 8-GPU nodes
+        tp = GPUS_PER_NODE
+    dep = deployment(gpu=v("gpu"), model=v("model"), tp=tp, precision=v("precision"))
     if v("workload") == TRACE:
         name, data = _trace_source()
         wl = TraceWorkload(data=data, filename=name, skip_bad_rows=bool(st.session_state.get("trace_skip_bad")))

@@ -335,6 +335,12 @@ def constants_table() -> pd.DataFrame:
         ("all-reduce", "NVLink bandwidth the tables were measured at", cm.H100_NVLINK_BPS / 1e9, "GB/s",
          "H100 SXM NVLink4, 900 GB/s total = 450 per direction; other GPUs scale the part above the floor"),
         ("all-reduce", "payload bytes per token", cm.ACTIVATION_BYTES, "B x hidden", "BF16 activations"),
+        ("all-reduce", "TP 16 (two nodes): network hop latency", cm.NET_HOP_S * 1e6, "us",
+         "NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc), NET hop for Tree/LL; two per all-reduce over two "
+         "nodes (up and down the tree); composed, not measured"),
+        ("all-reduce", "TP 16 (two nodes): NIC bandwidth per GPU", cm.NIC_BPS / 1e9, "GB/s",
+         "one 400 Gb/s ConnectX-7 per GPU; NCCL reaches 46-48 GB/s per NDR NIC (NVIDIA/nccl-tests issue #290); "
+         "each GPU sends its eighth of the message"),
         ("linear", "segment tolerance of the tile factor", fit["segment_tolerance"], "",
          "design choice: the fewest segments with every measured point within this band"),
         ("moe/mla", "measured kernel tables", "aiconfigurator 0.12.0", "",

@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit
 
 from batching.sim.hardware.engines import ATTN_DECODE_BASE, ATTN_PREFILL_BASE, SERIAL_STEP_S, EngineProfile, engine_profile
-from batching.sim.hardware.specs import BYTES_PER_WEIGHT, Deployment
+from batching.sim.hardware.specs import BYTES_PER_WEIGHT, GPUS_PER_NODE, TWO_NODE_GPUS, Deployment
 
 # --- calibrated constants ------------------------------------------------------------
 # Linear layers and element-wise ops: fitted per tensor-parallel degree to Vidur's measured
@@ -182,15 +182,57 @@ def _allreduce_cached(impl: str, tp: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def allreduce_table(impl: str, tp: int) -> tuple[np.ndarray, np.ndarray]:
-    """Median measured latency (s) per message size for ``tp`` GPUs, as log-bytes/seconds."""
+    """Median measured latency (s) per message size for ``tp`` GPUs, as log-bytes/seconds; for TP 16 (two nodes)
+    the composed table of ``two_node_allreduce`` (not measured), whatever ``impl``: the custom all-reduces run
+    within one node only."""
     if impl not in ALLREDUCE_IMPLS:
         raise ValueError(f"allreduce={impl!r} is unknown; allowed: {', '.join(ALLREDUCE_IMPLS)}")
     if tp == 1:
         return np.array([0.0, 1.0]), np.array([0.0, 0.0])
+    if tp == TWO_NODE_GPUS:
+        x, y = two_node_allreduce()
+        return x.copy(), y.copy()
     if tp not in (2, 4, 8):
-        raise ValueError(f"tp={tp!r} has no measured all-reduce; allowed: 1, 2, 4, 8")
+        raise ValueError(f"tp={tp!r} has no all-reduce table; allowed: 1, 2, 4, 8, {TWO_NODE_GPUS}")
     x, y = _allreduce_cached(impl, tp)
     return x.copy(), y.copy()
+
+
+# --- TP 16: one replica over two 8-GPU nodes ----------------------------------------------------------------------
+# vLLM and SGLang switch their custom all-reduce off when a group spans nodes (vLLM's custom_all_reduce.py: "disabled
+# because this process group spans across nodes"), so NCCL runs it, and TensorRT-LLM's multi-node groups use NCCL too.
+# No measured all-reduce over two InfiniBand-connected 8-GPU nodes ships here (aiconfigurator's NCCL tables stop at 8
+# GPUs), so the table is composed the way NCCL's own tuning model composes a two-node all-reduce (NVIDIA/nccl,
+# src/graph/tuning.cc: Tree/LL latency = base + 2 x ((GPUs per node - 1) x the NVLink hop + log2(nodes) x the NET hop),
+# 25.2 us for 2 x 8 H100, which its log prints for such a cluster in NVIDIA/nccl issue #1453):
+#   the measured 8-GPU NCCL table (NVLink: the reduce within each node and the broadcast back)
+#   + 2 x NET_HOP_S      the two network hops (up and down the tree): NCCL's NET latency for Tree/LL, 5.0 us each
+#   + message / 8 / NIC  each GPU's 1/8 share through its own NIC (one 400 Gb/s ConnectX-7 per GPU on HGX H100, H200
+#                        and B200 nodes; NCCL reaches 46-48 GB/s per NDR NIC: its maintainers in nccl-tests issue #290)
+# A composition, not a measurement: deployments that use it say calibrated: false (kernel_tables.calibration_status_dep).
+NET_HOP_S = 5.0e-6
+NET_HOPS = 2
+NIC_BPS = 47e9
+TWO_NODE_BASE = "nccl"  # the measured 8-GPU table composed with the network
+
+
+@lru_cache(maxsize=8)
+def two_node_allreduce(nvlink_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """The composed all-reduce of 16 GPUs over two nodes (the note above), as log-bytes/seconds at the 8-GPU table's
+    message sizes. ``nvlink_scale``: H100 NVLink over this GPU's, applied to the NVLink part above its latency floor
+    as for every other all-reduce (the engine's C_AR_SCALE is then 1: the network part does not scale with NVLink)."""
+    x, y8 = _allreduce_cached(TWO_NODE_BASE, 8)
+    y = y8[0] + nvlink_scale * (y8 - y8[0]) + NET_HOPS * NET_HOP_S + np.exp(x) / 8.0 / NIC_BPS
+    x = x.copy()
+    x.flags.writeable = False
+    y.flags.writeable = False
+    return x, y
+
+
+def fit_key(tp: int) -> str:
+    """The fitted TP degree whose terms a TP degree uses: itself, or for TP 16 (two nodes; no GEMM or element-wise
+    measurement at 16 GPUs ships) TP 8's, the per-GPU shard then half the size the fit saw (calibrated: false)."""
+    return str(min(tp, GPUS_PER_NODE))
 
 
 def _calibration_shape(model) -> bool:
@@ -211,7 +253,7 @@ def linear_params_for(dep: Deployment) -> dict:
     efficiency follows the per-GPU matrix sizes, not the TP degree itself)."""
     fit = linear_fit()["tp"]
     if _calibration_shape(dep.model):
-        f = fit[str(dep.node.tp)]["linear"]
+        f = fit[fit_key(dep.node.tp)]["linear"]
         return {"p": f["p"], "eff_compute": f["eff_compute"], "eff_memory": f["eff_memory"]}
     pts = sorted((math.log(v["linear"]["params_per_gpu"]), v["linear"]) for v in fit.values())
     x = math.log(dep.model.active_linear_params_per_layer / dep.node.tp)
@@ -248,7 +290,7 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     peak = gpu.peak_flops(dep.precision)
     fit = linear_fit()
     lin = linear_params_for(dep)
-    el = fit["tp"][str(tp)]["elementwise"]
+    el = fit["tp"][fit_key(tp)]["elementwise"]
     gpu_ref = fit["gpu"]
     bpw = dep.bytes_per_weight
     c = np.zeros(NUM_COEFS)
@@ -305,7 +347,7 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     if tile_factors_apply(dep):
         for key, c_n, c_b, c_v in (("linear", C_LINQ_N, C_LINQ_BOUNDS, C_LINQ_VALUES),
                                    ("elementwise", C_ELQ_N, C_ELQ_BOUNDS, C_ELQ_VALUES)):
-            f = fit["tp"][str(tp)][key]
+            f = fit["tp"][fit_key(tp)][key]
             k = len(f["segment_bounds"])
             if k > Q_MAX:
                 raise ValueError(f"{key} fit has {k} segments; at most {Q_MAX} fit the coefficient array")
@@ -314,6 +356,10 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
             c[c_v:c_v + k] = f["segment_factors"]
     _apply_measured_kernels(c, dep, kernels)
     x, y = allreduce_table(allreduce, tp)
+    if tp == TWO_NODE_GPUS:  # the GPU's NVLink part scaled in the table, the network part not at all
+        x, y = two_node_allreduce(c[C_AR_SCALE])
+        x, y = x.copy(), y.copy()
+        c[C_AR_SCALE] = 1.0
     y = _layout_allreduce(y, dep)
     return CostModel(c, x, y, allreduce, prof)
 

@@ -164,6 +164,10 @@ def measured_terms(dep, kernels: str = DEFAULT_KERNELS) -> dict:
 def calibration_status_dep(dep) -> tuple[bool, str]:
     """(calibrated, reason): False where a term this deployment needs has no measurement behind it."""
     reasons = []
+    if dep.node.cross_node:
+        reasons.append(f"TP {dep.node.tp} spans two nodes: its all-reduce is composed from the measured 8-GPU NCCL "
+                       f"table and NCCL's tuning model of the network hop, not measured, and its linear and "
+                       f"element-wise terms extrapolate the TP 8 fit")
     if dep.precision == "nvfp4" and not (dep.model.is_moe and measured_terms(dep)["moe"] is not None):
         reasons.append("NVFP4 linear layers have no measured GEMM table here (peak FP4 roofline only)")
     if dep.model.is_moe or dep.model.is_mla:

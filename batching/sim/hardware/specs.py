@@ -348,9 +348,18 @@ class Model:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_bytes_per_element
 
 
+# A physical node holds 8 GPUs on NVLink (HGX / DGX); tensor parallelism within it, or (TP 16) one replica over two
+# such nodes, whose all-reduces cross the network between them (costmodel.allreduce_table)
+GPUS_PER_NODE = 8
+TP_DEGREES = (1, 2, 4, 8, 16)
+TWO_NODE_GPUS = 2 * GPUS_PER_NODE
+NODE_GPU_COUNTS = (*range(1, GPUS_PER_NODE + 1), TWO_NODE_GPUS)  # what num_gpus may be
+
+
 @dataclass(frozen=True)
 class Node:
-    """A node of ``num_gpus`` identical GPUs on NVLink, split in tensor-parallel groups."""
+    """A serving unit of ``num_gpus`` identical GPUs split in tensor-parallel groups: one node of up to 8 GPUs on
+    NVLink, or two such nodes (16 GPUs) serving TP 16 groups across the network between them."""
 
     gpu: GPU
     num_gpus: int = 8
@@ -358,18 +367,31 @@ class Node:
 
     def validate(self) -> None:
         self.gpu.validate()
-        check_range("num_gpus", self.num_gpus, 1, 8)
-        if self.tp not in (1, 2, 4, 8):
-            raise ValueError(f"tp={self.tp!r} is not allowed; allowed: 1, 2, 4, 8")
+        check_range("num_gpus", self.num_gpus, 1, TWO_NODE_GPUS)
+        if GPUS_PER_NODE < self.num_gpus < TWO_NODE_GPUS or self.num_gpus != int(self.num_gpus):
+            raise ValueError(f"num_gpus={shown(self.num_gpus)} is not allowed; allowed: 1 to {GPUS_PER_NODE} (one "
+                             f"node) or {TWO_NODE_GPUS} (two nodes, for tp {TWO_NODE_GPUS})")
+        if self.tp not in TP_DEGREES:
+            raise ValueError(f"tp={self.tp!r} is not allowed; allowed: {', '.join(map(str, TP_DEGREES))}")
         if self.tp > self.num_gpus or self.num_gpus % self.tp:
-            raise ValueError(
-                f"tp={self.tp} must divide num_gpus={self.num_gpus} (allowed tp: 1 to {self.num_gpus})"
-            )
+            ok = [t for t in TP_DEGREES if t <= self.num_gpus and self.num_gpus % t == 0]
+            raise ValueError(f"tp={self.tp} must divide num_gpus={self.num_gpus} (allowed tp: "
+                             f"{', '.join(map(str, ok))}; tp {TWO_NODE_GPUS} needs num_gpus {TWO_NODE_GPUS})")
 
     @property
     def replicas(self) -> int:
         """Data-parallel model replicas on the node (num_gpus / tp)."""
         return self.num_gpus // self.tp
+
+    @property
+    def physical_nodes(self) -> int:
+        """8-GPU nodes this unit spans: 1, or 2 for 16 GPUs."""
+        return -(-self.num_gpus // GPUS_PER_NODE)
+
+    @property
+    def cross_node(self) -> bool:
+        """Whether a tensor-parallel group spans two nodes (its all-reduces cross the network)."""
+        return self.tp > GPUS_PER_NODE
 
 
 # --- presets ---------------------------------------------------------------
@@ -495,7 +517,7 @@ class Deployment:
             raise ValueError(f"kv_dtype={self.kv_dtype!r} is not allowed; allowed: {', '.join(KV_DTYPES)}")
         check_range("gpu_memory_utilization", self.gpu_memory_utilization, 0.1, 1.0)
         if self.model.num_heads % self.node.tp:
-            ok = [t for t in (1, 2, 4, 8) if self.model.num_heads % t == 0 and t <= self.node.num_gpus]
+            ok = [t for t in TP_DEGREES if self.model.num_heads % t == 0 and t <= self.node.num_gpus]
             raise ValueError(
                 f"tp={self.node.tp} must divide the model's num_heads={self.model.num_heads}; "
                 f"allowed tp: {', '.join(map(str, ok))}"
@@ -533,7 +555,7 @@ class Deployment:
                                  f"shares); {m.name} is dense: use more replicas (smaller tp) instead")
             if tp == 1:
                 raise ValueError("dp_attention needs tp > 1 (attention replicated over the group's GPUs); "
-                                 "allowed with tp 2, 4, 8")
+                                 f"allowed with tp {', '.join(map(str, TP_DEGREES[1:]))}")
 
     @property
     def attention_ranks(self) -> int:
@@ -553,13 +575,29 @@ class Deployment:
                 if tp <= self.node.num_gpus and replace(self, precision="fp8", node=replace(self.node, tp=tp))._fits():
                     hints.append("precision fp8" + ("" if tp == self.node.tp else f" with tp={tp}"))
                     break
-        if not hints:
-            elsewhere = self._fits_elsewhere()
-            if elsewhere:
-                return ("no tensor-parallel degree or precision on this node fits it; use a GPU with more "
-                        "memory: it fits on " + " or ".join(elsewhere))
-            return "no tensor-parallel degree or precision on this node fits it; use a GPU with more memory"
-        return "it fits with " + " or ".join(hints)
+        if hints:
+            return "it fits with " + " or ".join(hints)
+        where = "no tensor-parallel degree or precision on this node fits it"
+        two = self._fits_two_nodes()
+        elsewhere = self._fits_elsewhere()
+        if two:
+            where += f"; it fits with {two}"
+        if elsewhere:
+            return where + ("; or" if two else ";") + " use a GPU with more memory: it fits on " + " or ".join(elsewhere)
+        return where + ("; or" if two else ";") + " use a GPU with more memory"
+
+    def _fits_two_nodes(self) -> str:
+        """'tp=16 over two nodes (num_gpus=16)' (with the precision if another) when one node of 8 is too small but a
+        TP 16 replica over two fits; else ''."""
+        if self.node.num_gpus != GPUS_PER_NODE or self.model.num_heads % TWO_NODE_GPUS:
+            return ""
+        for precision in sorted({self.precision, "fp8"}, key=PRECISIONS.index):
+            if precision == "fp8" and self.node.gpu.peak_fp8_flops <= 0:
+                continue
+            if replace(self, precision=precision, node=Node(self.node.gpu, TWO_NODE_GPUS, TWO_NODE_GPUS))._fits():
+                return (f"tp={TWO_NODE_GPUS} over two nodes (num_gpus={TWO_NODE_GPUS})"
+                        + ("" if precision == self.precision else f" in {precision}"))
+        return ""
 
     def _fits_elsewhere(self) -> list[str]:
         """The preset GPUs (as many as this node has, up to TP 8) on which the model fits: the lowest precision
@@ -667,7 +705,8 @@ def deployment(gpu: str | GPU = DEFAULT_GPU, model: str | Model = DEFAULT_MODEL,
     """Build a validated Deployment from preset ids as users type them (or custom GPU / Model objects)."""
     g = gpu if isinstance(gpu, GPU) else gpu_preset(gpu)
     m = model if isinstance(model, Model) else model_preset(model)
-    d = Deployment(Node(g, 8 if num_gpus is None else num_gpus, tp), m, precision, kv_dtype,
+    n = max(GPUS_PER_NODE, tp) if num_gpus is None else num_gpus  # TP 16: two nodes
+    d = Deployment(Node(g, n, tp), m, precision, kv_dtype,
                    kv_cache_tokens=kv_cache_tokens, ep=ep, dp_attention=dp_attention)
     d.validate()
     return d

@@ -62,7 +62,7 @@ from batching.sim.topology.fleet import (_least_nb, _out_of, _pc_of, _spec_of, j
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (node_summary, percentile, queue_growth, replica_summary, request_latencies,
                                   spec_summary, wall_time)
-from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment
+from batching.sim.hardware.specs import GIB, GPUS_PER_NODE, KV_BLOCK_TOKENS, Deployment
 
 CROSS_NODE_GBPS = 400.0  # per GPU across nodes: one 400 Gb/s NIC per GPU (ConnectX-7 on DGX/HGX H100)
 # A transfer's fixed time before its bytes move: vLLM's NixlConnector posts one read per KV block and layer, and the
@@ -90,6 +90,10 @@ class Disagg:
         return self.prefill_instances * self.prefill_tp + self.decode_instances * self.decode_tp
 
     def validate(self, dep: Deployment, nodes: int = 1) -> None:
+        if dep.node.num_gpus > GPUS_PER_NODE:
+            raise ValueError(f"a prefill/decode split places its instances on nodes of {GPUS_PER_NODE} GPUs; "
+                             f"num_gpus={dep.node.num_gpus} (tp {dep.node.tp} over two nodes) is not one: use "
+                             f"num_gpus {GPUS_PER_NODE} and more nodes")
         for name in ("prefill_instances", "decode_instances"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_INSTANCES:
