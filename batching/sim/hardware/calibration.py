@@ -499,6 +499,13 @@ def mla_markdown(deepseek: pd.DataFrame | None = None) -> str:
                 need = Deployment(Node(GPUS[gpu], 8, 8), m, "fp8").weight_bytes_per_gpu / 2**30
                 fit = f"does not fit ({need:.1f} GiB of weights per GPU)"
             rows.append(f"| {m.name} | 8x {GPUS[gpu].name} | {fit} |")
+        try:  # where one 8xH100 node is too small: TP 16 over two ("Two nodes (TP 16)")
+            d = deployment("h100-sxm", m, 16, precision="fp8")
+            fit = f"{d.weight_bytes_per_gpu / 2**30:.1f} GiB per GPU, {d.kv_capacity_tokens:,} KV tokens (TP 16)"
+        except ValueError:
+            need = Deployment(Node(GPUS["h100-sxm"], 16, 16), m, "fp8").weight_bytes_per_gpu / 2**30
+            fit = f"does not fit ({need:.1f} GiB of weights per GPU at TP 16)"
+        rows.append(f"| {m.name} | 2 x 8x {GPUS['h100-sxm'].name} | {fit} |")
     v3, k2 = MODELS["deepseek-v3"], MODELS["kimi-k2"]
     kt_min, kt_pre = kt.DECODE_FIT_MIN_TOKENS, kt.PREFILL_FIT_MIN_PROMPT
     mla_rows, moe_rows = measured_kernel_rows()
@@ -535,7 +542,7 @@ head but not the input embedding lookup; the MTP module's 11.5B more), and the F
   (published "1T"), {k2.active_params / 1e9:.2f}B active with the input embedding,
   {(k2.active_params - k2.embedding_params) / 1e9:.2f}B without it (published "32B"). The MTP module is not
   counted (vLLM loads it only for speculative decoding).
-- Weights: FP8 as published; embeddings, LM head and norms in BF16. At TP 8:
+- Weights: FP8 as published; embeddings, LM head and norms in BF16. At TP 8 on one node, and TP 16 over two H100 nodes:
 
 | model | node | FP8 weights |
 |---|---|---|
