@@ -1099,9 +1099,12 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
             # cached leading blocks, leaving at least one token to compute (vLLM V1's KVCacheManager.
             # get_computed_blocks: max_cache_hit_length = num_tokens - 1; a recompute victim's generated ones count)
             m, m0 = pc_lookup_nb(h, (target[h] - 1) // KV_BLOCK_TOKENS, inp, pc)
-        hit = m * KV_BLOCK_TOKENS
+        cached = m * KV_BLOCK_TOKENS
+        hit = cached
         if inp.ready[h] > 0 and req_f[h, R_FIRST_SCHED] < 0:
-            hit += inp.ready[h]  # KV that came with it (disaggregation), in blocks of its own from now on
+            # KV that came with it (disaggregation), in blocks of its own from now on but for the cached ones among
+            # it (a decode instance's prefix cache: its transfer moved only the rest)
+            hit = max(cached, inp.ready[h])
         left = target[h] - hit
         c = min(left, knobs.budget) if whole else min(left, knobs.budget - tokens)
         if knobs.preempt == PREEMPT_OFF:
@@ -1136,9 +1139,9 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
                     pc_acquire_nb(h, m, inp, seqs, pc, cnt)  # blocks[h] = m
                     blocks[h] += fresh
                     kv[h] = hit
-                    si[step, S_CACHED_TOKENS] += hit
+                    si[step, S_CACHED_TOKENS] += cached
                     if first:
-                        out.req_cached[h] = hit
+                        out.req_cached[h] = cached
                 pc_trim_nb(pc, cnt)  # its new blocks come from the queue's head, after it took its hits
                 pc_register_nb(h, (hit + c) // KV_BLOCK_TOKENS, inp, seqs, pc, cnt, out.req_pre[h] == 0)
             sched[h] = c

@@ -801,8 +801,18 @@ network: `CROSS_NODE_GBPS`).
 - Not modelled: the pull order's timing (vLLM allocates on the decode instance first and transfers after; here
   the transfer starts at the handoff, so it overlaps a wait for decode room, though the blocks stay held on the
   prefill side until the decode instance takes the request in), contention between transfers on one link,
-  layer-wise pipelining of the transfer with the prefill, the MTP/EAGLE hidden states sent with the KV (a few KB
-  per request), and sessions or a prefix cache on the decode side.
+  layer-wise pipelining of the transfer with the prefill, and the MTP/EAGLE hidden states sent with the KV (a few KB
+  per request).
+- With prefix caching each decode instance keeps its own cache (the prompts it took in, the outputs it computed),
+  and a transfer moves only the prompt tokens its decode instance does not hold: vLLM's decode side looks the
+  prompt up before it pulls (NixlConnector's `get_num_new_matched_tokens`: the tokens past its local hits; a full
+  hit pulls nothing). The decode instance is picked at the prefill's release (the most free KV then) and looked up
+  then (`decode_cached_tokens` per request and in the summary). Multi-turn sessions gain most: a later turn's
+  prompt holds the earlier turns' outputs, which only the decode side computed. Effect, 600 requests, chunked:
+  `chat` with a 2,048-token system prompt on Qwen2.5-72B, 1×TP 4 + 1×TP 4 at 2 req/s: the decode instance's KV
+  peak 4,151 → 2,084 blocks (64 % of prompt tokens not moved); `chat-sessions` on Llama-3.1-8B, 2×TP 1 + 2×TP 1
+  over 10 Gb/s per GPU at 4 req/s: transfer P50 21.9 → 13.6 ms, TTFT P50 45.1 → 38.3 ms, P99 378 → 266 ms (52 %
+  not moved: two decode instances picked by free KV, not by session).
 
 """
 

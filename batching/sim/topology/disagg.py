@@ -37,8 +37,15 @@ TTFT is what the client sees: prefill queue + prefill + transfer + decode queue 
 step; TPOT and E2E come from the decode instance's tokens. ``kv_transfer_s`` and ``decode_queue_s`` report the
 transfer and the wait for a decode slot per request. Closed-loop clients and sessions send a request a think
 time after the decode instance released the one before (run_disagg_nb orders every instance's steps by time, so
-such an arrival is known before any instance passes it). Request-level batching (static, dynamic) is refused;
-prefix caching on the decode side is not modelled (each request's whole prompt moves).
+such an arrival is known before any instance passes it). Request-level batching (static, dynamic) is refused.
+
+- With prefix caching every instance keeps its own cache. A decode instance's holds the prompts it took in and the
+  outputs it computed (a session's earlier turns, a shared system prompt), and a request moves only what its decode
+  instance does not hold: vLLM's decode instance looks the prompt up in its cache before it pulls
+  (NixlConnector's get_num_new_matched_tokens asks the prefill for the tokens past its local hits; a full hit pulls
+  nothing). So the decode instance is picked when the prefill releases the request (the proxy's choice then: the
+  most free KV), its cache is looked up then (``decode_cached_tokens``), and the transfer moves the rest; the
+  admission takes the cached blocks shared. Blocks evicted from that cache during the transfer are not pulled again.
 """
 from __future__ import annotations
 
@@ -51,7 +58,7 @@ from numba import njit
 from batching.sim.engine import first_use
 from batching.sim.engine import kernel as eng
 from batching.sim.engine.speculative import DRAFTING_METHODS, check_spec, draft_memory_per_gpu, spec_for, spec_kv_blocks
-from batching.sim.engine.stages import heap_push_nb, later_pop_nb, later_push_nb
+from batching.sim.engine.stages import heap_push_nb, later_pop_nb, later_push_nb, pc_lookup_nb
 from batching.sim.hardware.costmodel import cost_model
 from batching.sim.engine.state import (B_LATER, B_RUNNING, B_SWAPPED, B_WAITING, C_RELEASED, C_STEP, DEADLOCK,
                                        NUM_B, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_FINISH, R_FIRST_SCHED,
@@ -197,14 +204,18 @@ def _next_start_nb(run):
 
 
 @njit(cache=True, nogil=True)
-def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d, xfer, hand,
-                  hand_d, heap, lat, dec_rep, dec_arr, pre_rep, n_steps_p, n_steps_d):
+def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, cost_d, out_d, pcs_d, sp_d, xfer,
+                  s_tok, hand, hand_d, heap, lat, dec_rep, dec_arr, dec_hit, pre_rep, n_steps_p, n_steps_d):
     """Every request through a prefill instance and then a decode instance; returns
     (status, role 0 prefill / 1 decode, instance or -1). ``sp_p``, ``sp_d``: each role's stacked Spec (step tables
     per instance; fleet._spec_of gives instance i's), or None: the prefill instances' prices the proposer's pass over
     the prompt, the decode instances' speculates. ``lat`` (engine.state.Later, or None): closed-loop clients or
     sessions, a request after[r] >= 0 arriving think[r] after its predecessor's last token (its decode instance's
-    release, logged in ``hand_d``).
+    release, logged in ``hand_d``). ``pcs_d``: the decode instances' prefix caches, or None: with them a prefill
+    release is a handoff event (in ``heap`` as -1 - q) that picks the decode instance then, looks up the blocks of
+    the prompt it holds (``dec_hit``, tokens) and starts a transfer of the rest (``xfer`` less ``s_tok`` seconds per
+    cached token; ``xfer`` is updated to what moved); without, the transfer starts at the release and the decode
+    instance is picked when it ends.
 
     Events in time order: whichever instance's next step starts first runs its steps up to the earliest time
     anything could reach it (one step with clients or sessions), once every arrival and every transfer end due by
@@ -256,16 +267,33 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
             if ts < s:
                 s, role, k = ts, 1, i
         if t_x <= t_a and t_x <= s and t_x < np.inf:
-            # a transfer ends: to the decode instance with the most free KV (views read now: nothing steps)
+            # a transfer ends (or, with decode-side prefix caches, a handoff: its transfer starts): to the decode
+            # instance with the most free KV (views read now: nothing steps)
             td, q = heap.t[0], heap.r[0]
             later_pop_nb(heap, cnt)
-            for i in range(n_d):
-                status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), None, None, _spec_of(sp_d, i),
-                                        runs_d[i], td, view_d[i], hand_d)
+            if q >= 0 and dec_rep[q] >= 0:  # its instance was picked at the handoff
+                i = dec_rep[q]
+                status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), _pc_of(pcs_d, i), None,
+                                        _spec_of(sp_d, i), runs_d[i], td, view_d[i], hand_d)
                 if status != OK:
                     return status, 1, i
-            i = _least_nb(view_d, V_KV, rr_d, n_d)
-            rr_d = rr_d + 1 if rr_d + 1 < n_d else 0
+            else:
+                for i in range(n_d):
+                    status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), _pc_of(pcs_d, i), None,
+                                            _spec_of(sp_d, i), runs_d[i], td, view_d[i], hand_d)
+                    if status != OK:
+                        return status, 1, i
+                i = _least_nb(view_d, V_KV, rr_d, n_d)
+                rr_d = rr_d + 1 if rr_d + 1 < n_d else 0
+            if q < 0:  # the handoff: what this instance's cache holds of the prompt does not move
+                q = -1 - q
+                dec_rep[q] = i
+                if pcs_d is not None:  # (always, with handoffs; the test lets numba drop this without caches)
+                    m, _ = pc_lookup_nb(q, (inp_d.prompt[q] - 1) // KV_BLOCK_TOKENS, inp_d, _pc_of(pcs_d, i))
+                    dec_hit[q] = m * KV_BLOCK_TOKENS
+                    xfer[q] -= dec_hit[q] * s_tok
+                later_push_nb(heap, cnt, td + xfer[q], q)
+                continue
             dec_rep[q] = i
             dec_arr[q] = td
             out_d.req_f[q, R_ARRIVAL] = td
@@ -322,13 +350,16 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
                 blocked[k] = hand.ht[k, 0] if hand.hn[k] > 0 else np.inf
             while seen < hand.n[0]:
                 q = hand.r[seen]
-                later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)  # every request: its tokens come from decode
+                if pcs_d is None:  # every request: its tokens come from decode
+                    later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)
+                else:
+                    later_push_nb(heap, cnt, hand.t[seen], -1 - q)
                 seen += 1
         else:
             run = runs_d[k]
             before = run.c[C_STEP]
-            status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, k), None, None, _spec_of(sp_d, k),
-                                    run, t_stop, view_d[k], hand_d)
+            status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, k), _pc_of(pcs_d, k), None,
+                                    _spec_of(sp_d, k), run, t_stop, view_d[k], hand_d)
             n_steps_d[k] = run.c[C_STEP]
             if status != OK:
                 return status, 1, k
@@ -427,12 +458,16 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
     knobs_p, cost_p = policy.knobs(classes, kv_p, swap(dep_p), mode="continuous"), eng.kernel_cost(cm_p)
     # the decode side: the prompt, all but its last token's KV transferred (computed again to sample the first
     # token, as vLLM's decode instance does), and every output token
+    # and every output token; with prefix caching its own cache (vLLM's decode instance looks its prompt up before
+    # it pulls: NixlConnector's get_num_new_matched_tokens asks for the tokens past its local hits)
     inp_d = eng.inputs(reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens, reqs.priority,
+                       chain_off=reqs.block_off if chains else None, chain_ids=reqs.block_ids if chains else None,
+                       chain_len=reqs.chain_lengths() if chains else None, chain_shift=reqs.block_shift,
                        ready=reqs.prompt_tokens - 1)
     knobs_d = policy.knobs(classes, kv_d, swap(dep_d), mode="continuous", chunked=True)
     cost_d = eng.kernel_cost(cm_d)
     xfer = dis.transfer_s(dep, reqs.prompt_tokens, policy)
-    xfer_c = np.ascontiguousarray(xfer, np.float64)
+    s_tok = dis.kv_bytes_per_gpu_token(dep, policy) / dis.link_per_gpu_Bps(dep)  # seconds per token moved
     engines = dis.prefill_instances + dis.decode_instances
     cap = max(1, eng.MAX_STEPS // engines)  # the stacked step tables hold MAX_STEPS rows in all
     room = eng.room_for(inp_d, policy.max_num_batched_tokens, None, max(dis.prefill_instances, dis.decode_instances),
@@ -441,6 +476,9 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
         out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
         pcs = stacked_prefix(dis.prefill_instances, inp_p, kv_p) if chains else None
+        pcs_d = stacked_prefix(dis.decode_instances, inp_d, kv_d) if chains else None
+        xfer_c = np.array(xfer, np.float64)  # less what each decode instance held, once the run has looked
+        dec_hit = np.zeros(n, np.int64)
         # a prefill instance holds a request's KV until a decode instance takes it in: at most one held request
         # per block (each holds one of its own at least) without the prefix cache, whose shared blocks lift that
         # bound
@@ -460,8 +498,8 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         steps_d = np.zeros(dis.decode_instances, np.int64)
         sp_p = _stacked_spec(spec_p, n, dis.prefill_instances, room)
         sp_d = _stacked_spec(spec_d, n, dis.decode_instances, room)
-        args = (inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d, sp_d,
-                xfer_c, hand, hand_d, heap, lat, dec_rep, dec_arr, pre_rep, steps_p, steps_d)
+        args = (inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d, pcs_d, sp_d,
+                xfer_c, s_tok, hand, hand_d, heap, lat, dec_rep, dec_arr, dec_hit, pre_rep, steps_p, steps_d)
         with first_use.first_use(first_use.variant("disagg", args, pcs, lat, sp_d)):
             status, role, bad = run_disagg_nb(*args)
         if status == OUT_OF_STEPS:
@@ -472,7 +510,8 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
                                f"{bad} (deadlock)")
         break
     return {"prefill": (out_p, steps_p, cm_p), "decode": (out_d, steps_d, cm_d), "pre_rep": pre_rep,
-            "dec_rep": dec_rep, "kv_transfer_s": xfer, "decode_arrival_s": dec_arr, "spec_prefill": sp_p,
+            "dec_rep": dec_rep, "kv_transfer_s": xfer_c, "decode_cached_tokens": dec_hit,
+            "decode_arrival_s": dec_arr, "spec_prefill": sp_p,
             "spec_decode": sp_d, "spec_accepted": None if sp_d is None else sp_d.req_acc}
 
 
@@ -508,6 +547,7 @@ def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int
         "prefill_done_s": fp[:, R_FIRST_TOKEN],  # the prefill instance's one token: the KV is ready to move
         "decode_replica": dis.prefill_instances + res["dec_rep"],  # its decode instance
         "kv_transfer_s": res["kv_transfer_s"],  # prompt KV from the prefill to the decode instance
+        "decode_cached_tokens": res["decode_cached_tokens"],  # its prompt's tokens the decode instance held: not moved
         "decode_arrival_s": res["decode_arrival_s"],  # transfer done: joins the decode instance's queue
         "decode_queue_s": fd[:, R_FIRST_SCHED] - res["decode_arrival_s"],  # waiting for KV room
     })
@@ -564,6 +604,7 @@ def summary_parts(res, dis: Disagg) -> dict:
         dur = float(pre["duration_s"].sum())
         # the proposer's pass over the prompts on the prefill instances, as a share of their forward passes
         s["prefill_draft_time_share"] = float(pre["draft_s"].sum()) / dur if dur > 0 else float("nan")
+    s["decode_cached_tokens"] = int(req["decode_cached_tokens"].sum())  # prompt tokens not moved: held there
     for q in (50, 99):
         s[f"kv_transfer_p{q}_s"] = percentile(req["kv_transfer_s"].dropna(), q)
         s[f"decode_queue_p{q}_s"] = percentile(req["decode_queue_s"].dropna(), q)
