@@ -271,7 +271,9 @@ def _disagg_cards(run: Scenario, summary: dict) -> None:
     st.caption(f"{what[:1].upper()}{what[1:]} ({int(summary.get('gpus') or 0)} GPUs). TTFT is what the "
                "client sees: the prefill, the KV transfer, the wait for a decode slot and the decode instance's "
                f"first step, which sends the first token (kv_transfer_p50 {_ms(summary.get('kv_transfer_p50_s'))}, decode_queue_p99 "
-               f"{_ms(summary.get('decode_queue_p99_s'))}). Busy: {', '.join(busy)}.")
+               f"{_ms(summary.get('decode_queue_p99_s'))}). Busy: {', '.join(busy)}."
+               + (f" The decode instances' prefix caches held {int(summary['decode_cached_tokens']):,} prompt tokens "
+                  "of the requests they took in: those did not move." if summary.get("decode_cached_tokens") else ""))
 
 
 def _prefix_caption(run: Scenario, summary: dict) -> None:

@@ -85,3 +85,28 @@ def test_the_decode_cache_is_what_the_transfer_saves_not_what_the_prefill_skippe
     q = _run(wl).requests.set_index("request_id").loc[np.arange(len(reqs))]
     later = reqs.after >= 0
     assert q["decode_cached_tokens"].to_numpy()[later].sum() > q["cached_prompt_tokens"].to_numpy()[later].sum()
+
+
+def test_the_cli_and_explore_report_what_the_decode_caches_held(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "batching", "run", "--workload", "chat", "--shared-prefix-tokens",
+                        "2048", "--requests", "40", "--rate", "1", "--preset", "chunked", "--prefill-instances", "1",
+                        "--prefill-tp", "4", "--decode-instances", "1", "--decode-tp", "4", "--json", str(out)],
+                       cwd=root, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(out.read_text())
+    s = s.get("summary", s)
+    assert s["decode_cached_tokens"] >= 39 * 2048
+    sys.path.insert(0, str(root / "tests" / "ui"))
+    from uihelpers import assert_clean, run_page
+
+    at = run_page("pages/explore.py", workload="chat", n="40", prefix_tokens="2048", serving="disaggregated",
+                  prefill_tp="4", decode_tp="4")
+    assert_clean(at)
+    assert any("prefix caches held" in c.value and "did not move" in c.value for c in at.caption)
