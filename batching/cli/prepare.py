@@ -47,6 +47,7 @@ FEATURES: tuple[tuple[str, list[str]], ...] = (
     ("disaggregation with speculative decoding", [*_SPLIT, "--spec-decode", "eagle"]),
     ("disaggregation with prefix caching", [*_SPLIT, *_PREFIX]),
     ("disaggregation with closed-loop clients", [*_SPLIT, "--concurrency", "4"]),
+    ("disaggregation of chat sessions", [*_SPLIT, "--workload", "chat-sessions"]),  # both roles' prefix caches
     ("DeepSeek-V3 with MTP", ["--model", "deepseek-v3", "--gpu", "h200-sxm", "--precision", "fp8",
                               "--spec-decode", "mtp"]),
 )
