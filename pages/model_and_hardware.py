@@ -286,7 +286,9 @@ def step_section(sc: Scenario) -> None:
     allreduce = o[1].selectbox("All-reduce implementation", list(cm.ALLREDUCE_IMPLS),
                                index=list(cm.ALLREDUCE_IMPLS).index(sc.allreduce), key="mh_allreduce",
                                on_change=_knobs_moved,
-                               help="Which measured H100 table prices the two all-reduces per layer.")
+                               help="Which measured H100 table prices the two all-reduces per layer. At TP 16 "
+                                    "(two nodes) every choice runs as NCCL across the nodes: the 8-GPU NCCL table "
+                                    "plus the network (docs/CALIBRATION.md, 'Two nodes (TP 16)'; not measured).")
     o[2].caption(f"{plain(dep.model.name)} in {dep.precision.upper()} on {dep.node.num_gpus}× "
                  f"{plain(dep.node.gpu.name)}, TP {dep.node.tp} ({dep.node.replicas} "
                  f"replica{'s' if dep.node.replicas > 1 else ''}). Decode steps "
