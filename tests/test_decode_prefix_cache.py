@@ -110,3 +110,20 @@ def test_the_cli_and_explore_report_what_the_decode_caches_held(tmp_path):
                   prefill_tp="4", decode_tp="4")
     assert_clean(at)
     assert any("prefix caches held" in c.value and "did not move" in c.value for c in at.caption)
+
+
+def test_speculating_decode_instances_keep_their_cache_too():
+    from batching.sim.hardware.specs import deployment
+
+    pol = replace(PRESETS["chunked"], spec_decode="eagle")
+    split = Disagg(1, 1, 1, 1)
+    sc = Scenario(deployment(model="llama-3.1-8b", tp=1, num_gpus=2), workload_preset("chat-sessions", 2.0, 120, 2),
+                  pol, disagg=split)
+    res = simulate(sc)
+    q, s = res.requests, res.steps
+    assert len(q) == 120 and (q["decode_cached_tokens"] > 0).any()
+    np.testing.assert_allclose(q["kv_transfer_s"], split.transfer_s(sc.deployment, (
+        q["prompt_tokens"] - q["decode_cached_tokens"]).to_numpy(), pol), rtol=1e-12)
+    assert res.itl_hist.sum() <= (q["output_tokens"] - 1).sum()  # a verification's tokens arrive together
+    for role in ("prefill", "decode"):
+        assert s.loc[s["role"] == role, "kv_blocks"].max() <= split.kv_blocks(sc.deployment, role, pol)
