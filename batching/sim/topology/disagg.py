@@ -271,18 +271,15 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
             # instance with the most free KV (views read now: nothing steps)
             td, q = heap.t[0], heap.r[0]
             later_pop_nb(heap, cnt)
-            if q >= 0 and dec_rep[q] >= 0:  # its instance was picked at the handoff
-                i = dec_rep[q]
+            picked = q >= 0 and dec_rep[q] >= 0  # its instance was picked at the handoff: only it must be at td
+            lo, hi = (dec_rep[q], dec_rep[q] + 1) if picked else (0, n_d)
+            for i in range(lo, hi):
                 status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), _pc_of(pcs_d, i), None,
                                         _spec_of(sp_d, i), runs_d[i], td, view_d[i], hand_d)
                 if status != OK:
                     return status, 1, i
-            else:
-                for i in range(n_d):
-                    status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), _pc_of(pcs_d, i), None,
-                                            _spec_of(sp_d, i), runs_d[i], td, view_d[i], hand_d)
-                    if status != OK:
-                        return status, 1, i
+            i = lo
+            if not picked:
                 i = _least_nb(view_d, V_KV, rr_d, n_d)
                 rr_d = rr_d + 1 if rr_d + 1 < n_d else 0
             if q < 0:  # the handoff: what this instance's cache holds of the prompt does not move
