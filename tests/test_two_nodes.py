@@ -83,6 +83,7 @@ def test_deepseek_v3_on_two_h100_nodes_uses_its_measured_kernels_and_says_what_i
     assert not ok and "TP 16 spans two nodes" in why and "not measured" in why
     # the TP 8 fit's terms (no GEMM measurement at 16 GPUs), the shard half the size
     assert cm.fit_key(16) == "8"
+    assert cm.tile_factors_apply(deployment(tp=8)) and not cm.tile_factors_apply(deployment(tp=16))
     ep = deployment(tp=16, ep=16, **DS_H100)  # whole experts over the 16 GPUs: aiconfigurator measured EP 16
     assert measured_terms(ep)["missing"] == []
 

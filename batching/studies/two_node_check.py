@@ -123,8 +123,8 @@ a TCP fabric pays heavily at mid sizes, and overlaps nothing at the largest size
 
 Everything else TP 16 needs is measured where the tables have it: aiconfigurator's fused-MoE tables at expert TP 16
 or EP 16 (DeepSeek-V3, Kimi-K2; H100, H200, B200) and its MLA modules at 8 heads per GPU. The linear and
-element-wise terms use the TP 8 fit with half the shard (no GEMM measurement at 16 GPUs), and a split's instances
-stay on one node (TP ≤ 8). So a TP 16 deployment always says `calibrated: false` with that reason.
+element-wise terms use the TP 8 fit with half the shard and no tile factors (no GEMM measurement at 16 GPUs; the
+factors belong to the measured shards' shapes), and a split's instances stay on one node (TP ≤ 8). So a TP 16 deployment always says `calibrated: false` with that reason.
 
 DeepSeek-V3 FP8 on 2 × 8 H100 at TP 16 ({dep.weight_bytes_per_gpu / 2**30:.1f} GiB of weights per GPU,
 {dep.kv_capacity_tokens:,} KV tokens; one 8 × H100 node cannot hold it), with the one-node DeepSeek check's

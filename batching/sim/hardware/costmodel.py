@@ -230,8 +230,9 @@ def two_node_allreduce(nvlink_scale: float = 1.0) -> tuple[np.ndarray, np.ndarra
 
 
 def fit_key(tp: int) -> str:
-    """The fitted TP degree whose terms a TP degree uses: itself, or for TP 16 (two nodes; no GEMM or element-wise
-    measurement at 16 GPUs ships) TP 8's, the per-GPU shard then half the size the fit saw (calibrated: false)."""
+    """The fitted TP degree whose element-wise terms a TP degree uses: itself, or for TP 16 (two nodes; no GEMM or
+    element-wise measurement at 16 GPUs ships) TP 8's (calibrated: false). Its linear layers take the smooth roofline
+    at the smallest shard measured (``linear_params_for``), without tile factors."""
     return str(min(tp, GPUS_PER_NODE))
 
 
@@ -243,8 +244,9 @@ def _calibration_shape(model) -> bool:
 
 
 def tile_factors_apply(dep: Deployment) -> bool:
-    """Whether the measured tile/wave factors q(n) apply (the calibration's shapes and kernel family)."""
-    return dep.node.gpu.arch in TILE_FACTOR_ARCHS and _calibration_shape(dep.model)
+    """Whether the measured tile/wave factors q(n) apply (the calibration's shapes and kernel family, at a measured
+    TP degree: TP 16's per-GPU shards are not the shapes any factor was measured on)."""
+    return dep.node.gpu.arch in TILE_FACTOR_ARCHS and _calibration_shape(dep.model) and not dep.node.cross_node
 
 
 def linear_params_for(dep: Deployment) -> dict:
@@ -252,7 +254,7 @@ def linear_params_for(dep: Deployment) -> dict:
     layer shard is the same size, interpolated in log(shard size) between degrees (GEMM
     efficiency follows the per-GPU matrix sizes, not the TP degree itself)."""
     fit = linear_fit()["tp"]
-    if _calibration_shape(dep.model):
+    if _calibration_shape(dep.model) and not dep.node.cross_node:
         f = fit[fit_key(dep.node.tp)]["linear"]
         return {"p": f["p"], "eff_compute": f["eff_compute"], "eff_memory": f["eff_memory"]}
     pts = sorted((math.log(v["linear"]["params_per_gpu"]), v["linear"]) for v in fit.values())
