@@ -150,8 +150,11 @@ def _draw(ps: list[Param]) -> None:
                  help="The node: 8 GPUs on NVLink.", **state.bind("gpu"))
     st.selectbox("Model", list(MODELS), format_func=lambda k: MODELS[k].name, **state.bind("model"))
     c1, c2 = st.columns(2)
-    c1.selectbox("Tensor parallel", list(TP_DEGREES), format_func=tp_label, help=TP_HELP, **state.bind("tp"))
+    c1.selectbox("Tensor parallel", list(TP_DEGREES), help=TP_HELP, **state.bind("tp"))
     c2.selectbox("Precision", list(PRECISIONS), format_func=str.upper, **state.bind("precision"))
+    if int(state.value("tp")) > GPUS_PER_NODE:
+        st.caption(f"TP {int(state.value('tp'))}: one model replica over two 8-GPU nodes ({TWO_NODE_GPUS} GPUs), its "
+                   "all-reduces across the network between them.")
     uploaded = st.session_state.get(PROFILE_UPLOAD)
     engines = [*ENGINES, UPLOADED] if isinstance(uploaded, EngineProfile) else list(ENGINES)
     if state.value("engine") not in engines:  # a link naming an uploaded profile this session does not have
@@ -215,10 +218,6 @@ def router_help() -> str:
             "round-robin read every replica's state at each arrival and run with the continuous modes (continuous, "
             "chunked, priority) only; pages that compare static and dynamic batching run those two round-robin. With "
             "one replica in all, the router changes nothing.")
-
-
-def tp_label(tp: int) -> str:
-    return f"{tp} (two nodes)" if tp > GPUS_PER_NODE else str(tp)
 
 
 TP_HELP = (f"GPUs per model replica; 8 / TP replicas share the load. {TWO_NODE_GPUS}: one replica over two nodes "
@@ -474,8 +473,9 @@ def scenario_sidebar(page_id: str = "") -> Scenario | None:
         st.info(plain(context_note), icon=":material/block:")  # quotes class names: plain text
     calibrated, why = calibration_status(scenario)
     if not calibrated:  # a term with no measurement behind it: the figures are an estimate (DESIGN §3)
-        st.info(f"**Not calibrated:** {plain(why)}. This model, GPU or layout has no measured kernel data for "
-                "that part; its figures are a roofline estimate (docs/CALIBRATION.md).", icon=":material/science:")
+        st.info(f"**Not calibrated:** {plain(why)}. No measurement stands behind that part of this model, GPU or "
+                "layout, so its figures are an estimate (a roofline where a kernel table is missing; "
+                "docs/CALIBRATION.md).", icon=":material/science:")
     st.session_state[_LAST] = scenario
     return scenario
 

@@ -23,6 +23,7 @@ def test_deepseek_on_two_h100_nodes_runs_and_says_it_is_not_calibrated():
     assert (node.num_gpus, node.tp, node.physical_nodes) == (16, 16, 2)
     notes = [i.value for i in at.info if "Not calibrated" in i.value]
     assert notes and "TP 16 spans two nodes" in notes[0]
+    assert any("one model replica over two 8-GPU nodes (16 GPUs)" in c.value for c in at.sidebar.caption)
     captioned = [t for t in (json.dumps(s, ensure_ascii=False) for s in chart_specs(at)) if "Simulated:" in t]
     assert captioned and all("16× H100 SXM 80GB" in s and "TP 16 over two nodes" in s for s in captioned)
 
