@@ -544,23 +544,16 @@ def apply_custom_specs(args, dep: Deployment) -> Deployment:
     return out
 
 
-def node_size(num_gpus: int | None, tp: int | None) -> tuple[int, int]:
-    """(--num-gpus, --tp) with their defaults: 8 GPUs (16 with --tp 16) and the largest TP degree dividing them."""
-    if num_gpus is None:
-        num_gpus = max(GPUS_PER_NODE, tp or 1)
-    if tp is None:
-        tp = max(t for t in TP_DEGREES if num_gpus % t == 0)
-    return num_gpus, tp
-
-
 def deployment_from_args(args) -> Deployment:
     """What ``deployment(args.gpu, args.model, args.tp, args.num_gpus, args.precision,
     kv_cache_tokens=args.kv_cache_tokens)`` builds, with the custom specs applied before the
     memory check (so a custom model replaces a preset that would not fit)."""
     gpu = load_json_spec(args.gpu_json, "gpu") if getattr(args, "gpu_json", None) else args.gpu
     model = load_json_spec(args.model_json, "model") if getattr(args, "model_json", None) else args.model
-    num_gpus, tp = node_size(args.num_gpus, args.tp)
-    return deployment(gpu, model, tp, num_gpus, args.precision,
+    tp = args.tp  # default: the largest degree dividing --num-gpus; deployment() sizes the node from tp without it
+    if tp is None:
+        tp = max(t for t in TP_DEGREES if (args.num_gpus or GPUS_PER_NODE) % t == 0)
+    return deployment(gpu, model, tp, args.num_gpus, args.precision,
                       kv_dtype=getattr(args, "kv_dtype", None) or "auto",
                       kv_cache_tokens=getattr(args, "kv_cache_tokens", None), ep=getattr(args, "ep", 1) or 1,
                       dp_attention=bool(getattr(args, "dp_attention", False)))

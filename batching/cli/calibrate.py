@@ -24,6 +24,7 @@ from batching.studies import published
 from batching.studies import spec_check
 from batching.studies import trtllm_table
 from batching.studies import two_node_check
+from batching.studies import markdown
 from batching.sim.hardware import engines as eng_profiles
 from batching.sim.hardware import costmodel as cm
 from batching.sim.hardware.specs import GPUS
@@ -95,20 +96,7 @@ def cmd_calibrate(args) -> int:
 
 
 # --- the report -----------------------------------------------------------------------------
-def _md_table(df: pd.DataFrame, formats: dict | None = None) -> str:
-    formats = formats or {}
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in df.itertuples(index=False):
-        cells = []
-        for c, v in zip(cols, row):
-            fmt = formats.get(c)
-            if fmt is not None and v is not None and not (isinstance(v, float) and pd.isna(v)):
-                cells.append(fmt(v) if callable(fmt) else format(v, fmt))
-            else:
-                cells.append("" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v))
-        lines.append("| " + " | ".join(cells).replace("\n", " ") + " |")
-    return "\n".join(lines)
+_md_table = markdown.table
 
 
 LINEAR_SHOWN_TOKENS = (1, 16, 64, 128, 136, 256, 264, 320, 512, 520, 768, 1024, 1040, 1536, 2048, 3072, 4096)

@@ -12,6 +12,7 @@ from batching.sim.hardware import costmodel as cm
 from batching.sim.hardware.specs import deployment
 from batching.sim.simulate import simulate
 from batching.studies import deepseek_check
+from batching.studies.markdown import table as md_table
 
 # nccl-tests all_reduce_perf (float, out-of-place time, us) on 2 x 8 H100 80GB HBM3 of Google Cloud's A3 Mega
 # (GPUDirect-TCPXO: 8 x 200 Gb/s NICs per node), -b 8 -e 8G: github.com/lessizzmore/create-a3mega-ztan-fork,
@@ -71,19 +72,14 @@ def deepseek_frame() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _md(frame: pd.DataFrame, fmt: dict) -> str:
-    cols = list(frame.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in frame.iterrows():
-        lines.append("| " + " | ".join(fmt.get(c, "{:,}").format(r[c]) for c in cols) + " |")
-    return "\n".join(lines)
-
-
 def markdown(deepseek: pd.DataFrame | None = None) -> str:
     """The "Two nodes (TP 16)" section of docs/CALIBRATION.md."""
     ds = deepseek_frame() if deepseek is None else deepseek
     tab, tcp = table_frame(), tcpxo_frame()
-    pct = "{:+.0%}"
+    pct = "+.0%"
+
+    def times(v: float) -> str:
+        return f"{v:.2f}×"
     mid = tcp[(tcp.message_bytes >= 65536) & (tcp.message_bytes <= 67108864)]
     dep = deployment("h100-sxm", "deepseek-v3", 16, precision="fp8")
     one = ds.tp8_h200_aiconfigurator_tpot_ms / ds.tp8_h200_tpot_ms - 1
@@ -109,17 +105,17 @@ network hop), 25.2 µs for 2 × 8 H100, the figure its log prints for such a clu
   GPU on HGX H100, H200 and B200 nodes; NCCL reaches 46–48 GB/s per NDR NIC: its maintainers, NVIDIA/nccl-tests
   issue #290).
 
-{_md(tab, {"message_bytes": "{:,.0f}", "one_node_8_gpus_us": "{:,.1f}", "two_nodes_16_gpus_us": "{:,.1f}",
-           "ratio": "{:.2f}×"})}
+{md_table(tab, {"message_bytes": ",.0f", "one_node_8_gpus_us": ",.1f", "two_nodes_16_gpus_us": ",.1f",
+           "ratio": times})}
 
 Check of the form (not of the InfiniBand constants) on the one public measured two-node H100 table found:
 {TCPXO_SOURCE}. The composition with that fabric's own floor (its 8-byte time less the NVLink floor) and its
-{TCPXO_NIC_BPS * 8 / 1e9:.0f} Gb/s NICs is {pct.format(mid.error.min())} to {pct.format(mid.error.max())} off between
+{TCPXO_NIC_BPS * 8 / 1e9:.0f} Gb/s NICs is {format(mid.error.min(), pct)} to {format(mid.error.max(), pct)} off between
 64 KB and 64 MB (the sizes of decode steps and prefill chunks): the composition has no per-chunk protocol cost, which
-a TCP fabric pays heavily at mid sizes, and overlaps nothing at the largest sizes ({pct.format(tcp.error.iloc[-1])} at
+a TCP fabric pays heavily at mid sizes, and overlaps nothing at the largest sizes ({format(tcp.error.iloc[-1], pct)} at
 512 MB). If an InfiniBand fabric's mid sizes fall short the same way, TP 16's all-reduce here is optimistic:
 
-{_md(tcp, {"message_bytes": "{:,.0f}", "measured_us": "{:,.1f}", "composed_us": "{:,.1f}", "error": pct})}
+{md_table(tcp, {"message_bytes": ",.0f", "measured_us": ",.1f", "composed_us": ",.1f", "error": pct})}
 
 Everything else TP 16 needs is measured where the tables have it: aiconfigurator's fused-MoE tables at expert TP 16
 or EP 16 (DeepSeek-V3, Kimi-K2; H100, H200, B200) and its MLA modules at 8 heads per GPU. The linear and
@@ -132,9 +128,9 @@ DeepSeek-V3 FP8 on 2 × 8 H100 at TP 16 ({dep.weight_bytes_per_gpu / 2**30:.1f} 
 setting (`cli estimate --system h100_sxm --tp-size 16 --moe-tp-size 16`, static batches) and the one-node
 figures where the published run is (8 × H200, TP 8):
 
-{_md(ds, {"clients": "{:.0f}", "tp16_h100_tpot_ms": "{:.2f}", "aiconfigurator_tpot_ms": "{:.2f}", "difference": pct,
-          "tp16_h100_output_tok_s": "{:,.0f}", "tp8_h200_tpot_ms": "{:.2f}",
-          "tp8_h200_aiconfigurator_tpot_ms": "{:.2f}", "tp8_h200_published_tpot_ms": "{:.2f}"})}
+{md_table(ds, {"clients": ".0f", "tp16_h100_tpot_ms": ".2f", "aiconfigurator_tpot_ms": ".2f", "difference": pct,
+          "tp16_h100_output_tok_s": ",.0f", "tp8_h200_tpot_ms": ".2f",
+          "tp8_h200_aiconfigurator_tpot_ms": ".2f", "tp8_h200_published_tpot_ms": ".2f"})}
 
 On one node aiconfigurator's TPOT is {one_lo:.0%} to {one_hi:.0%} above this one's and the published run
 {pub_lo:.0%} to {pub_hi:.0%} above it; on two nodes aiconfigurator's is {two_lo:.0%} to {two_hi:.0%} above: most of

@@ -181,16 +181,16 @@ def _allreduce_cached(impl: str, tp: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def allreduce_table(impl: str, tp: int) -> tuple[np.ndarray, np.ndarray]:
+def allreduce_table(impl: str, tp: int, nvlink_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Median measured latency (s) per message size for ``tp`` GPUs, as log-bytes/seconds; for TP 16 (two nodes)
-    the composed table of ``two_node_allreduce`` (not measured), whatever ``impl``: the custom all-reduces run
-    within one node only."""
+    the composed table of ``two_node_allreduce`` (not measured, its NVLink part scaled by ``nvlink_scale``),
+    whatever ``impl``: the custom all-reduces run within one node only."""
     if impl not in ALLREDUCE_IMPLS:
         raise ValueError(f"allreduce={impl!r} is unknown; allowed: {', '.join(ALLREDUCE_IMPLS)}")
     if tp == 1:
         return np.array([0.0, 1.0]), np.array([0.0, 0.0])
     if tp == TWO_NODE_GPUS:
-        x, y = two_node_allreduce()
+        x, y = two_node_allreduce(nvlink_scale)
         return x.copy(), y.copy()
     if tp not in (2, 4, 8):
         raise ValueError(f"tp={tp!r} has no all-reduce table; allowed: 1, 2, 4, 8, {TWO_NODE_GPUS}")
@@ -357,10 +357,8 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
             c[c_b:c_b + k] = f["segment_bounds"]
             c[c_v:c_v + k] = f["segment_factors"]
     _apply_measured_kernels(c, dep, kernels)
-    x, y = allreduce_table(allreduce, tp)
-    if tp == TWO_NODE_GPUS:  # the GPU's NVLink part scaled in the table, the network part not at all
-        x, y = two_node_allreduce(c[C_AR_SCALE])
-        x, y = x.copy(), y.copy()
+    x, y = allreduce_table(allreduce, tp, c[C_AR_SCALE])
+    if tp == TWO_NODE_GPUS:  # the GPU's NVLink part is scaled in the table, the network part not at all
         c[C_AR_SCALE] = 1.0
     y = _layout_allreduce(y, dep)
     return CostModel(c, x, y, allreduce, prof)
