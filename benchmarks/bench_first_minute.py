@@ -150,6 +150,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--background-prepare", choices=("default", "off"), default="default",
                     help="off: BATCHING_PREPARE=off for every server (the dashboard's background compile after the "
                          "first page, where the tree has it, disabled: the 'before' case); default: as installed")
+    ap.add_argument("--shipped", choices=("on", "off"), default="on",
+                    help="off: BATCHING_SHIPPED_KERNELS=off for every server and command (the repository's compiled "
+                         "kernels not unpacked: a platform without them, or the tree before them); on: as a fresh "
+                         "clone is")
     ap.add_argument("--moves", type=_positive_int, default=3, help="row 3's knob moves per control (default 3)")
     ap.add_argument("--quiet", type=float, default=1.5, help="seconds without a chart mutation that mean 'done'")
     ap.add_argument("--timeout", type=float, default=300, help="seconds one page open or one move may take")
@@ -283,8 +287,10 @@ class Caches:
 
 
 def kernels(cache: Path) -> int:
-    """Compiled kernel variants in a cache folder (Numba writes one .nbc file per compiled signature)."""
-    return sum(1 for _ in cache.rglob("*.nbc"))
+    """Compiled kernel variants in a cache folder (Numba writes one .nbc file per compiled signature), not counting
+    those unpacked from the shipped kernels (written before their ``shipped-*`` marker; copies keep the times)."""
+    marks = [m.stat().st_mtime for m in cache.glob("*/shipped-*")]
+    return sum(1 for f in cache.rglob("*.nbc") if not marks or f.stat().st_mtime > max(marks))
 
 
 def use_cache(cache: Path) -> None:
@@ -292,6 +298,7 @@ def use_cache(cache: Path) -> None:
 
 
 PREPARE_ENV = "BATCHING_PREPARE"  # "off": the dashboard does not compile the other kernels in the background
+SHIPPED_ENV = "BATCHING_SHIPPED_KERNELS"  # "off": the shipped kernels are not unpacked (everything compiles)
 
 
 # ---------------------------------------------------------------- browser cases
@@ -420,15 +427,19 @@ def main(argv=None) -> None:
     watchdog(args.max_minutes, caches)
     if args.background_prepare == "off":
         os.environ[PREPARE_ENV] = "off"
+    if args.shipped == "off":
+        os.environ[SHIPPED_ENV] = "off"
     trace = caches.root / "mooncake.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in mooncake_rows()))
     features = {f[0]: f for f in FEATURES}
     load = os.getloadavg()
     print(f"First-minute benchmark: rows {','.join(map(str, args.rows))}, {os.cpu_count()} CPUs, load average "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; empty kernel cache {caches.main}; {PREPARE_ENV}="
-          f"{os.environ.get(PREPARE_ENV, '(unset)')}", flush=True)
+          f"{os.environ.get(PREPARE_ENV, '(unset)')}; {SHIPPED_ENV}={os.environ.get(SHIPPED_ENV, '(unset)')}",
+          flush=True)
     out: dict = {"cpus": os.cpu_count(), "load_start": load, "rows": list(args.rows), "moves": args.moves,
-                 "background_prepare": os.environ.get(PREPARE_ENV, "(unset)")}
+                 "background_prepare": os.environ.get(PREPARE_ENV, "(unset)"),
+                 "shipped": os.environ.get(SHIPPED_ENV, "(unset)")}
     t_start = time.perf_counter()
     seed = iter(range(2501, 2600))  # seeds no earlier run in this process used
     try:
@@ -532,7 +543,7 @@ def report(out: dict) -> str:
     """The summary tables of a run's figures (``main``'s dict, as saved with --json)."""
     load = out.get("load_end") or (None,)
     parts = [f"\nFirst-minute benchmark: {out['cpus']} CPUs, load average at the end {fmt(load[0], '.1f')}, wall "
-             f"{out.get('wall_s', 0):.0f} s; s = seconds, x = the ratio to the warm case, ok/OVER against the "
+             f"{out.get('wall_s', 0):.0f} s; BATCHING_SHIPPED_KERNELS={out.get('shipped', '(unset)')}; s = seconds, x = the ratio to the warm case, ok/OVER against the "
              "issue's target"]
     if "row1" in out and 1 in out["rows"]:
         c, w, a = out["row1"]["cold"], out["row1"]["warm"], out["row1"]["warm_process"]

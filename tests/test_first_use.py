@@ -214,6 +214,10 @@ def test_background_compile_starts_once_and_can_be_turned_off(monkeypatch):
     calls = []
     monkeypatch.setattr(compile_notice.subprocess, "Popen", lambda cmd, **kw: calls.append((cmd, kw)))
     monkeypatch.setattr(compile_notice, "_STARTED", {"done": False})
+    monkeypatch.setenv("BATCHING_PREPARE", "on")
+    monkeypatch.setattr(kernel_cache, "shipped_here", lambda: True)
+    assert not compile_notice.start_background() and calls == []  # the shipped kernels hold every feature
+    monkeypatch.setattr(kernel_cache, "shipped_here", lambda: False)
     monkeypatch.setenv("BATCHING_PREPARE", "off")
     assert not compile_notice.start_background() and calls == []
     monkeypatch.setenv("BATCHING_PREPARE", "on")

@@ -119,11 +119,77 @@ def test_every_module_the_kernels_compile_in_keys_the_cache():
 
 
 def test_numba_cache_dir_is_honoured(tmp_path):
+    """Without the shipped kernels (another platform, or BATCHING_SHIPPED_KERNELS=off) the engine compiles into
+    NUMBA_CACHE_DIR."""
     code = ("from batching.sim.simulate import Scenario, simulate; from batching.sim.workload.requests import workload_preset;"
             "import numba; print(numba.config.CACHE_DIR);"
             "simulate(Scenario(workload=workload_preset('chat', 2.0, 20, 0)))")
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), BATCHING_SHIPPED_KERNELS="off")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                          check=True, timeout=600).stdout.strip()
     assert Path(out).parent == tmp_path and Path(out).name.startswith("kernels-")
     assert list(tmp_path.rglob("*kernel*.nbi")), "the engine kernel was not cached in NUMBA_CACHE_DIR"
+    assert not list(tmp_path.glob("*/shipped-*")), "the shipped kernels were unpacked although turned off"
+
+
+def test_the_cache_is_filed_by_place_in_the_package_not_on_disk(tmp_path):
+    """Numba's own locator names a function's folder by a hash of its absolute path: a clone elsewhere would miss."""
+    here = kernel_cache.PackageLocator.get_suitable_cache_subpath(str(kernel_cache.SIM_DIR / "engine" / "kernel.py"))
+    assert here == "sim-engine"
+    assert kernel_cache.PackageLocator.get_suitable_cache_subpath(
+        str(kernel_cache.SIM_DIR / "hardware" / "costmodel.py")) == "sim-hardware"
+    outside = kernel_cache.PackageLocator.get_suitable_cache_subpath(str(tmp_path / "engine" / "kernel.py"))
+    assert outside != here and outside.startswith("engine_")  # not this package's: Numba's own name
+
+
+def test_the_shipped_kernels_match_the_sources():
+    """The repository ships its compiled kernels (issue 25: a fresh clone loads them instead of compiling them); an
+    edit to a kernel source without ``prepare --ship`` would ship kernels nothing loads."""
+    names = sorted(a.name for a in kernel_cache.SHIPPED_DIR.glob("kernels-*.tar.xz"))
+    want = kernel_cache.cache_dir().name + "."
+    assert names, "batching/sim/kernels/ ships no compiled kernels: run `python -m batching prepare --ship`"
+    assert all(n.startswith(want) for n in names), (
+        f"batching/sim/kernels/ holds {names}, compiled from other kernel sources than these ({want}*): run "
+        "`python -m batching prepare --ship`")
+    for cpu, _ in kernel_cache.PORTABLE.values():
+        assert any(n.endswith(f"-{cpu}.tar.xz") for n in names), f"no kernels shipped for {cpu}"
+
+
+FEATURES_FROM_SHIPPED = r"""
+import json
+from pathlib import Path
+from numba.core import config
+from batching.cli import prepare
+from batching.sim.engine import first_use, kernel_cache
+cache = kernel_cache.active_dir()
+before = {p.relative_to(cache) for p in cache.rglob("*.nbc")}
+said = []
+first_use.set_default_listener(lambda event, v: said.append(event + ": " + (v.label or "the engine")))
+for label, flags in prepare.FEATURES:
+    prepare._run_one(label, flags)
+new = sorted(str(p.relative_to(cache)) for p in cache.rglob("*.nbc") if p.relative_to(cache) not in before)
+print(json.dumps({"cpu": config.CPU_NAME, "unpacked": len(before), "compiled": new, "said": said,
+                  "shipped": [p.name for p in cache.glob("shipped-*")]}))
+"""
+
+
+def test_a_fresh_clone_elsewhere_loads_every_feature_from_the_shipped_kernels(tmp_path):
+    """A copy of the package at another path with an empty kernel cache: the first import unpacks the shipped
+    kernels, and every feature ``prepare`` lists (each variant the pages and commands reach) runs without a compile
+    and without the compile notice."""
+    cpu = kernel_cache.portable_cpu()
+    if cpu is None or not kernel_cache.shipped_archive(cpu).exists():
+        import pytest
+
+        pytest.skip(f"no kernels shipped for this machine ({kernel_cache.platform_tag(cpu or 'host CPU')})")
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT / "batching", clone / "batching", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("BATCHING_SHIPPED_KERNELS", None)
+    env.pop("NUMBA_CPU_NAME", None)
+    done = subprocess.run([sys.executable, "-c", FEATURES_FROM_SHIPPED], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+    assert got["cpu"] == cpu and got["shipped"] and got["unpacked"] > 0
+    assert got["compiled"] == [] and got["said"] == [], got

@@ -5,12 +5,20 @@ This command runs a small scenario of each feature the CLI and the dashboard off
 processes, so later first uses load them from the kernel cache; a feature already compiled costs a fraction of a
 second. The dashboard starts it in the background (``--background``: lowest CPU priority, quiet, one at a time per
 kernel cache) once its first page's engine is ready.
+
+``--ship`` builds the kernels the repository ships (kernel_cache): every feature compiled into an empty cache
+directory, packed as ``batching/sim/kernels/<cache directory>.<platform tag>.tar.xz``. Run it after editing a kernel
+source (a test says when the shipped archive no longer matches the sources).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import platform
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -65,6 +73,9 @@ def add_parser(subparsers):
     p.add_argument("--background", action="store_true",
                    help="lowest CPU priority, no output, and nothing if another prepare runs on this kernel cache "
                         "(the dashboard's)")
+    p.add_argument("--ship", action="store_true",
+                   help="compile every feature into an empty cache and pack it as the kernels the repository ships "
+                        "(batching/sim/kernels/; after editing a kernel source)")
     p.set_defaults(func=cmd_prepare)
     return p
 
@@ -101,7 +112,47 @@ def _lock(path: Path) -> bool:
     return True
 
 
+def _pack(src: Path, archive: Path) -> None:
+    """``src``'s kernels and ready markers as a reproducible .tar.xz (sorted, no times or owners)."""
+    files = sorted(f for f in src.rglob("*") if f.is_file() and not f.name.startswith((".", "compiling-", "prepare.")))
+    tmp = archive.with_name(f".{archive.name}.{os.getpid()}")
+    with tarfile.open(tmp, "w:xz", preset=9) as tar:
+        for f in files:
+            info = tarfile.TarInfo(f.relative_to(src).as_posix())
+            info.size, info.mode = f.stat().st_size, 0o644
+            with f.open("rb") as fh:
+                tar.addfile(info, fh)
+    os.replace(tmp, archive)
+
+
+def ship(jobs: int) -> int:
+    """Build the shipped kernels (module docstring); the archives of earlier sources go."""
+    cpu = kernel_cache.portable_cpu()
+    if cpu is None:
+        print(f"this machine ({platform.machine()}) cannot build shipped kernels: they are built for "
+              f"{', '.join(c for c, _ in kernel_cache.PORTABLE.values())}", file=sys.stderr)
+        return 2
+    target = kernel_cache.shipped_archive(cpu)
+    with tempfile.TemporaryDirectory(prefix="batching-ship-") as tmp:
+        env = dict(os.environ, NUMBA_CACHE_DIR=tmp, BATCHING_SHIPPED_KERNELS="build")
+        env.pop("NUMBA_CPU_NAME", None)
+        env.pop("NUMBA_CPU_FEATURES", None)
+        done = subprocess.run([sys.executable, "-m", "batching", "prepare", "--jobs", str(jobs)], env=env)
+        if done.returncode:
+            return done.returncode
+        built = Path(tmp) / kernel_cache.cache_dir().name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _pack(built, target)
+    for old in target.parent.glob("kernels-*.tar.xz"):
+        if not old.name.startswith(kernel_cache.cache_dir().name + "."):
+            old.unlink()
+    print(f"shipped kernels: {target} ({target.stat().st_size / 2**20:.1f} MiB)", file=sys.stderr)
+    return 0
+
+
 def cmd_prepare(args) -> int:
+    if args.ship:
+        return ship(args.jobs)
     quiet = args.background
     lock = Path(kernel_cache.active_dir()) / "prepare.pid"
     if args.background:

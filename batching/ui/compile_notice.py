@@ -21,7 +21,7 @@ import streamlit as st
 from numba.core import event
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
-from batching.sim.engine import first_use
+from batching.sim.engine import first_use, kernel_cache
 
 APP_ROOT = Path(__file__).resolve().parents[2]
 _STARTED = {"done": False}
@@ -123,8 +123,9 @@ def background_on() -> bool:
 
 
 def start_background() -> bool:
-    """Start the background compile of every feature, once per server process; False when off or started."""
-    if not background_on():
+    """Start the background compile of every feature, once per server process; False when off, started, or when
+    the shipped kernels hold every feature already."""
+    if not background_on() or kernel_cache.shipped_here():
         return False
     with _START_LOCK:
         if _STARTED["done"]:

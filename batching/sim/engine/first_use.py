@@ -68,16 +68,16 @@ _HOST: list[str] = []
 
 def _host() -> str:
     """What else Numba's cache is keyed by, so that a marker is ready exactly when the cache holds the compile: the
-    CPU it compiles for (name and features: a cache built elsewhere, a Docker image's, is compiled again here) and
-    where the kernel sources are (it files each function's compiles under its source's full path, checked against
-    the source's content: a moved tree compiles again; the content is in kernel_cache's directory name)."""
+    CPU it compiles for (kernel_cache makes that "generic" unless NUMBA_CPU_NAME says otherwise). Not where the
+    sources are: kernel_cache files each compile by its place in the package, and their content names its
+    directory."""
     if not _HOST:
         from llvmlite import binding
         from numba.core import config
 
         name = config.CPU_NAME or binding.get_host_cpu_name()
         features = config.CPU_FEATURES if config.CPU_FEATURES is not None else binding.get_host_cpu_features().flatten()
-        _HOST.append(f"{name}:{features}:{kernel_cache.SIM_DIR}")
+        _HOST.append(f"{name}:{features}")
     return _HOST[0]
 
 
