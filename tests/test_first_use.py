@@ -154,7 +154,8 @@ def test_prepare_runs_each_feature_and_marks_it(cache_dir, monkeypatch, capsys):
                                                ("a routed fleet", ["--nodes", "2", "--router", "least-kv"])))
     assert main(["prepare", "--jobs", "1"]) == 0
     err = capsys.readouterr().err
-    assert "[1/2] chat: ready" in err and "[2/2] a routed fleet: ready" in err and "every feature is compiled" in err
+    assert "[1/3] chat: ready" in err and "[2/3] a routed fleet: ready" in err and "every feature is compiled" in err
+    assert f"[3/3] {prepare.HELPERS}: ready" in err
     assert len(list(cache_dir.glob("ready-*"))) == 2  # the engine's variant and the fleet's
     assert not (cache_dir / "prepare.pid").exists()
 

@@ -167,6 +167,12 @@ said = []
 first_use.set_default_listener(lambda event, v: said.append(event + ": " + (v.label or "the engine")))
 for label, flags in prepare.FEATURES:
     prepare._run_one(label, flags)
+prepare._cost_helpers()
+from streamlit.testing.v1 import AppTest
+page = AppTest.from_file("app.py", default_timeout=300)
+page.switch_page("pages/model_and_hardware.py")
+page.run()
+assert not page.exception, page.exception
 new = sorted(str(p.relative_to(cache)) for p in cache.rglob("*.nbc") if p.relative_to(cache) not in before)
 print(json.dumps({"cpu": config.CPU_NAME, "unpacked": len(before), "compiled": new, "said": said,
                   "shipped": [p.name for p in cache.glob("shipped-*")]}))
@@ -175,15 +181,20 @@ print(json.dumps({"cpu": config.CPU_NAME, "unpacked": len(before), "compiled": n
 
 def test_a_fresh_clone_elsewhere_loads_every_feature_from_the_shipped_kernels(tmp_path):
     """A copy of the package at another path with an empty kernel cache: the first import unpacks the shipped
-    kernels, and every feature ``prepare`` lists (each variant the pages and commands reach) runs without a compile
-    and without the compile notice."""
+    kernels, and every feature ``prepare`` lists (each variant the pages and commands reach), the cost model's parts
+    the pages call, and the Model and hardware page (which calls them) run without a compile and without the
+    compile notice."""
     cpu = kernel_cache.portable_cpu()
     if cpu is None or not kernel_cache.shipped_archive(cpu).exists():
         import pytest
 
         pytest.skip(f"no kernels shipped for this machine ({kernel_cache.platform_tag(cpu or 'host CPU')})")
     clone = tmp_path / "clone"
-    shutil.copytree(ROOT / "batching", clone / "batching", ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("batching", "pages", "app.py", "data", "static", "assets", ".streamlit"):
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, clone / part, ignore=shutil.ignore_patterns("__pycache__"))
+        elif (ROOT / part).exists():
+            shutil.copy(ROOT / part, clone / part)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("BATCHING_SHIPPED_KERNELS", None)
     env.pop("NUMBA_CPU_NAME", None)
