@@ -94,7 +94,8 @@ def explore(base: Scenario) -> None:
     split = ("" if not charts.has_disagg(result.requests) else
              f" Disaggregated: after the first token (on a prefill instance), thick {charts.DISAGG_TRANSFER!r} "
              "segments (a dot until zoomed in) are the prompt's KV moving to a decode instance and dotted "
-             f"{charts.DISAGG_WAIT!r} segments the wait for KV room there; decode starts when it is admitted "
+             f"{charts.DISAGG_WAIT!r} segments the waits there (for its next step, which starts the pull, and "
+             "for KV room after it); decode starts when it is admitted "
              "(transfers take well under a millisecond within a node: zoom in).")
     widgets.chart(tl, "Each row is a request in arrival order: dotted = queued, thick = prefill, solid = decode, "
                   "dashed = finished but held until its batch is released. Colour is the priority class; "
@@ -269,8 +270,10 @@ def _disagg_cards(run: Scenario, summary: dict) -> None:
     busy = [f"{role} {tables.shown('busy', summary.get(f'{role}_busy'))}" for role in ("prefill", "decode")]
     what = plain(summary["disaggregated"])
     st.caption(f"{what[:1].upper()}{what[1:]} ({int(summary.get('gpus') or 0)} GPUs). TTFT is what the "
-               "client sees: the prefill, the KV transfer, the wait for a decode slot and the decode instance's "
-               f"first step, which sends the first token (kv_transfer_p50 {_ms(summary.get('kv_transfer_p50_s'))}, decode_queue_p99 "
+               "client sees: the prefill, the wait for the decode instance's next step (it starts the pull then), "
+               "the KV transfer, the wait for a decode slot and the decode instance's first step, which sends the "
+               f"first token (kv_pull_wait_p50 {_ms(summary.get('kv_pull_wait_p50_s'))}, kv_transfer_p50 "
+               f"{_ms(summary.get('kv_transfer_p50_s'))}, decode_queue_p99 "
                f"{_ms(summary.get('decode_queue_p99_s'))}). Busy: {', '.join(busy)}."
                + (f" The decode instances' prefix caches held {int(summary['decode_cached_tokens']):,} prompt tokens "
                   "of the requests they took in: those did not move." if summary.get("decode_cached_tokens") else ""))

@@ -63,7 +63,8 @@ def test_sessions_conserve_and_stay_within_each_cache(split):
     assert n == 150 and np.isfinite(q["release_s"]).all()
     assert (q["decode_cached_tokens"] > 0).any()
     np.testing.assert_allclose(res.requests["kv_transfer_s"], _moved_s(res), rtol=1e-12)
-    np.testing.assert_allclose(q["decode_arrival_s"], q["prefill_done_s"] + q["kv_transfer_s"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(q["decode_arrival_s"], q["prefill_done_s"] + q["kv_pull_wait_s"] + q["kv_transfer_s"],
+                               rtol=0, atol=1e-9)
     dcd = s[s["role"] == "decode"]
     if q["preemptions"].sum() == 0:  # the decode side computes each last prompt token again, then the outputs
         assert dcd["prefill_tokens"].sum() == n

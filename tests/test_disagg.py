@@ -28,9 +28,20 @@ def _check(res) -> None:
     # every request moves to a decode instance, which streams all its tokens (vLLM's disaggregated serving)
     assert q["decode_replica"].between(dis.prefill_instances, dis.prefill_instances + dis.decode_instances - 1).all()
     assert q["replica"].between(0, dis.prefill_instances - 1).all()
-    # transfers never lost: each starts when the prefill instance's token is out, ends when the request joins its
+    # transfers never lost: each starts when its decode instance's scheduler next runs after the prefill instance's
+    # token is out (that instance's next step start, or at once when it is idle), ends when the request joins its
     # decode queue; the fixed time per transfer comes first
-    np.testing.assert_allclose(q["decode_arrival_s"], q["prefill_done_s"] + q["kv_transfer_s"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(q["decode_arrival_s"], q["prefill_done_s"] + q["kv_pull_wait_s"] + q["kv_transfer_s"],
+                               rtol=0, atol=1e-9)
+    assert (q["kv_pull_wait_s"] >= 0).all()
+    pull = (q["prefill_done_s"] + q["kv_pull_wait_s"]).to_numpy()
+    dcd_steps = s[s["role"] == "decode"]
+    for (rep, t0, wait) in zip(q["decode_replica"], pull, q["kv_pull_wait_s"]):
+        st = dcd_steps[dcd_steps["replica"] == rep]
+        ends = (st["start_s"] + st["duration_s"]).to_numpy()
+        if wait > 0:  # a step of that instance was under way at the handoff: the pull starts when it ends
+            assert np.isclose(ends, t0, rtol=0, atol=1e-9).any()
+            assert not ((st["start_s"] < t0 - wait) & (ends > t0 + 1e-9)).any()
     assert (q["kv_transfer_s"] >= dis.kv_transfer_fixed_s).all()
     assert (q["decode_queue_s"] >= -1e-12).all() and (q["first_token_s"] > q["decode_arrival_s"]).all()
     # TTFT as the client sees it: the prefill, the transfer, the decode queue and the decode's first step

@@ -79,7 +79,8 @@ def test_explore_draws_a_disaggregated_run_from_the_link():
     [wait] = _named(tl, charts.DISAGG_WAIT)
     got = np.nansum(_lengths(transfer))
     assert got == pytest.approx(req["kv_transfer_s"].sum(), rel=1e-9, abs=1e-12)
-    assert np.nansum(_lengths(wait)) == pytest.approx(req["decode_queue_s"].sum(), rel=1e-9, abs=1e-12)
+    assert np.nansum(_lengths(wait)) == pytest.approx((req["decode_queue_s"] + req["kv_pull_wait_s"]).sum(),
+                                                       rel=1e-9, abs=1e-12)
     assert any("KV transfer" in c.value for c in at.caption)
 
     # the per-instance view, labelled by role, both panels
@@ -162,10 +163,13 @@ def test_timeline_transfer_and_wait_segments_add_up_to_the_requests(split_run):
     dec = req["decode_replica"] >= 0
     assert len(_lengths(transfer)) == int((req["kv_transfer_s"] > 0).sum()) == int(dec.sum())
     assert np.nansum(_lengths(transfer)) == pytest.approx(req["kv_transfer_s"].sum(), rel=1e-9, abs=1e-12)
-    assert np.nansum(_lengths(wait)) == pytest.approx(req["decode_queue_s"].sum(), rel=1e-9, abs=1e-12)
-    # each transfer starts at its prefill instance's token; the decode segments start at the admission on the decode
-    # instance (after the transfer and the wait), so no two segments of a row overlap
-    assert np.allclose(np.asarray(transfer.x, float)[0::3], np.sort(req.loc[dec, "prefill_done_s"].to_numpy()))
+    assert np.nansum(_lengths(wait)) == pytest.approx((req["decode_queue_s"] + req["kv_pull_wait_s"]).sum(),
+                                                       rel=1e-9, abs=1e-12)
+    # each transfer starts at its decode instance's next step after its prefill instance's token; the decode
+    # segments start at the admission on the decode instance (after the transfer and the wait), so no two segments
+    # of a row overlap
+    pulls = (req["prefill_done_s"] + req["kv_pull_wait_s"])[dec].to_numpy()
+    assert np.allclose(np.sort(np.asarray(transfer.x, float)[0::3]), np.sort(pulls), rtol=0, atol=1e-9)
     decode_x0 = np.sort(np.concatenate([np.asarray(t.x, float)[0::3] for t in fig.data
                                         if t.name.endswith("· decode")]))
     start = (req["decode_arrival_s"] + req["decode_queue_s"])[dec & (req["finish_s"] > req["decode_arrival_s"])]

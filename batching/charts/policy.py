@@ -410,7 +410,7 @@ def _ordinal(k: int) -> str:
 # on the timeline, the two segments between a request's first token (its prefill instance) and its decode
 DISAGG_COLUMNS = ("prefill_done_s", "decode_arrival_s", "kv_transfer_s", "decode_queue_s")
 DISAGG_TRANSFER = "KV transfer"
-DISAGG_WAIT = "waiting for a decode slot"
+DISAGG_WAIT = "waiting on the decode instance"
 
 
 def has_disagg(requests: pd.DataFrame | None) -> bool:
@@ -418,13 +418,15 @@ def has_disagg(requests: pd.DataFrame | None) -> bool:
     return requests is not None and all(c in requests for c in DISAGG_COLUMNS)
 
 
-def disagg_times(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-    """(decode arrival: the KV transfer done, decode start: admitted on its decode instance) per row of a
-    disaggregated run's requests, NaN for a request done at its first token; None for any other run."""
+def disagg_times(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(pull start: the decode instance's next step after the handoff, decode arrival: the KV transfer done, decode
+    start: admitted on its decode instance) per row of a disaggregated run's requests, NaN for a request done at its
+    first token; None for any other run."""
     if not has_disagg(df):
         return None
     arrive = df["decode_arrival_s"].to_numpy(float)
-    return arrive, arrive + df["decode_queue_s"].to_numpy(float)
+    pull = arrive - df["kv_transfer_s"].to_numpy(float)
+    return pull, arrive, arrive + df["decode_queue_s"].to_numpy(float)
 
 
 def _decode_from(df: pd.DataFrame, first: np.ndarray) -> np.ndarray:
@@ -432,7 +434,7 @@ def _decode_from(df: pd.DataFrame, first: np.ndarray) -> np.ndarray:
     times = disagg_times(df)
     if times is None:
         return first
-    return np.where(np.isfinite(times[1]), times[1], first)
+    return np.where(np.isfinite(times[2]), times[2], first)
 
 
 def _prefill_end(df: pd.DataFrame, first: np.ndarray) -> np.ndarray:
@@ -452,7 +454,7 @@ def _segment_counts(df: pd.DataFrame) -> np.ndarray:
         counts = ((sched > arrival).astype(int) + (pre_end > sched) + (finish > _decode_from(df, first))
                   + ((release - finish) > 1e-6))
         if times is not None:
-            counts += (times[0] > pre_end).astype(int) + (times[1] > times[0])
+            counts += (times[0] > pre_end).astype(int) + (times[1] > times[0]) + (times[2] > times[1])
     return counts
 
 
@@ -584,27 +586,33 @@ def _spec_timeline_traces(fig: go.Figure, steps: pd.DataFrame) -> tuple[int, str
     return int(rows), note
 
 
-def disagg_segments(first: np.ndarray, arrive: np.ndarray, start: np.ndarray
+def disagg_segments(first: np.ndarray, pull: np.ndarray, arrive: np.ndarray, start: np.ndarray
                     ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """{"transfer": first token -> decode arrival, "decode_wait": decode arrival -> decode start} as (start_s,
-    end_s, index of the row), only the segments with length (a request done at its first token has neither)."""
+    """{"transfer": pull start -> decode arrival, "decode_wait": the prefill instance's token -> pull start (the
+    decode instance's next step) and decode arrival -> decode start (a slot)} as (start_s, end_s, index of the row),
+    only the segments with length (a request done at its first token has none)."""
     out = {}
-    for kind, x0, x1 in (("transfer", first, arrive), ("decode_wait", arrive, start)):
-        with np.errstate(invalid="ignore"):
-            keep = np.flatnonzero(x1 > x0)
-        out[kind] = (x0[keep], x1[keep], keep)
+    for kind, spans in (("transfer", ((pull, arrive),)), ("decode_wait", ((first, pull), (arrive, start)))):
+        x0s, x1s, idx = [], [], []
+        for x0, x1 in spans:
+            with np.errstate(invalid="ignore"):
+                keep = np.flatnonzero(x1 > x0)
+            x0s.append(x0[keep])
+            x1s.append(x1[keep])
+            idx.append(keep)
+        out[kind] = (np.concatenate(x0s), np.concatenate(x1s), np.concatenate(idx))
     return out
 
 
-def _disagg_timeline_traces(fig: go.Figure, trace, row: np.ndarray, first: np.ndarray, arrive: np.ndarray,
-                            start: np.ndarray) -> None:
+def _disagg_timeline_traces(fig: go.Figure, trace, row: np.ndarray, first: np.ndarray, pull: np.ndarray,
+                            arrive: np.ndarray, start: np.ndarray) -> None:
     """A disaggregated run's KV transfers and waits for a decode slot on the request timeline: one trace per kind,
     NaN breaks between segments, every class in one colour; x as float64 (a transfer takes well under a
     millisecond: float32 at t = 1,000 s is off by a sixteenth of one), the length in ms in the hover; the transfers
     with markers too, so a sub-millisecond one shows as a dot before zooming in."""
     for kind, name, line, mode in (("transfer", DISAGG_TRANSFER, dict(width=6), "lines+markers"),
                                    ("decode_wait", DISAGG_WAIT, dict(width=2, dash="dot"), "lines")):
-        x0, x1, idx = disagg_segments(first, arrive, start)[kind]
+        x0, x1, idx = disagg_segments(first, pull, arrive, start)[kind]
         if not len(x0):
             continue
         x, y = _segment_xy(x0, x1, row[idx].astype(float))
@@ -632,9 +640,10 @@ def request_timeline(requests: pd.DataFrame, class_names: Sequence[str] = (),
     traces in all. Without speculation ``steps`` changes nothing.
 
     A disaggregated run's requests (``has_disagg``) add two segment kinds, one trace each after the classes': the
-    KV transfer (the prefill instance's token, ``prefill_done_s`` -> ``decode_arrival_s``) and the wait for a
-    decode slot (``decode_arrival_s`` -> admission on the decode instance, where the decode segment then starts;
-    the first token the client sees comes from its first step).
+    KV transfer (from the decode instance's next step after the prefill instance's token, ``prefill_done_s`` +
+    ``kv_pull_wait_s``, to ``decode_arrival_s``) and the waits on the decode instance (for that step, and for a slot:
+    ``decode_arrival_s`` -> admission on the decode instance, where the decode segment then starts; the first token
+    the client sees comes from its first step).
     """
     df, note = timeline_rows(requests, max_rows, window, max_points)
     fig = _figure("Request timeline: queued, prefill, decode", note or "One row per request, in arrival order",

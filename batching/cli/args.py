@@ -50,8 +50,8 @@ SPEC_FLAGS = ("spec_tokens", "spec_acceptance", "spec_acceptance_length", "spec_
               "spec_disable_batch_size")
 ARRIVAL_FLAGS = ("--burstiness", "--on-off", "--rate-profile")
 # printed and written beside SUMMARY_KEYS for a prefill/decode split (issue 13 §2)
-DISAGG_KEYS = ("kv_transfer_p50_s", "kv_transfer_p99_s", "decode_cached_tokens", "decode_queue_p50_s",
-               "decode_queue_p99_s", "prefill_busy", "decode_busy")
+DISAGG_KEYS = ("kv_pull_wait_p50_s", "kv_transfer_p50_s", "kv_transfer_p99_s", "decode_cached_tokens",
+               "decode_queue_p50_s", "decode_queue_p99_s", "prefill_busy", "decode_busy")
 # a split that speculates: the proposer's pass over the prompts, as a share of the prefill instances' forward passes
 SPEC_DISAGG_KEYS = ("prefill_draft_time_share",)
 # the split's flags (all four together or none) and the Disagg field each sets

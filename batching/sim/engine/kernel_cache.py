@@ -37,8 +37,9 @@ SHIPPED_DIR = SIM_DIR / "kernels"
 # what else a cache directory's kernels depend on: its layout (a change of it orphans the old directories)
 LAYOUT = b"layout 2: filed by place in the package"
 # the CPU level shipped kernels are compiled for, per machine, and the features (LLVM's names) a host needs to run
-# them: x86-64-v3 is AVX2, FMA and BMI2 (Intel since Haswell, 2013; AMD since Excavator, 2015). Generic x86-64 code
-# ran speculative decoding's kernel 15 % slower than the host's; x86-64-v3's is measured in the closing note.
+# them: x86-64-v3 is AVX2, FMA and BMI2 (Intel since Haswell, 2013; AMD since Excavator, 2015). Measured against
+# the host's own code on a Zen 4 (benchmarks/bench_engine_pair.py): generic x86-64 ran speculative decoding's kernel
+# 15 % slower; x86-64-v3 ran every case within 4 %.
 PORTABLE = {"x86_64": ("x86-64-v3", ("avx", "avx2", "bmi", "bmi2", "cx16", "f16c", "fma", "lzcnt", "movbe",
                                      "popcnt", "sahf", "sse4.1", "sse4.2", "ssse3", "xsave"))}
 

@@ -798,9 +798,16 @@ network: `CROSS_NODE_GBPS`).
   closed-loop note under "Published points"), and Dynamo's decode steps ran ~19 ms against the simulated 13 ms
   (its vLLM 0.7 V0 engine; a candidate named by vLLM PR #35264 is the connector posting reads inside the
   decode step). Nothing was fitted to these runs.
-- Not modelled: the pull order's timing (vLLM allocates on the decode instance first and transfers after; here
-  the transfer starts at the handoff, so it overlaps a wait for decode room, though the blocks stay held on the
-  prefill side until the decode instance takes the request in), contention between transfers on one link,
+- The pull starts when the decode instance's scheduler next runs: vLLM's decode engine takes the request in at a
+  schedule call (a step boundary; at once when idle), allocates its blocks and has its worker start the read with
+  the step it launches (`start_load_kv`); the finished read is reported at the end of the step it completes in and
+  the request runs from the next (`kv_pull_wait_s` per request, `kv_pull_wait_p50_s`). On PR #18242's setting
+  above this adds 5.6 ms (P50) before each transfer and leaves 2.3 ms instead of 5.0 ms of decode queue after it
+  (a 9.0 ms transfer ends inside the 11.7 ms step it started with): TTFT mean 238.7 -> 241.6 ms (-23.0 % -> -22.0 %).
+- Not modelled: the decode-side blocks held through the transfer (allocated before the pull in vLLM; here at the
+  admission after it) and the order under decode backpressure (vLLM waits for room, then pulls; here the transfer
+  goes first and the wait for room follows, so a full decode instance overlaps the two), contention between
+  transfers on one link,
   layer-wise pipelining of the transfer with the prefill, and the MTP/EAGLE hidden states sent with the KV (a few KB
   per request).
 - With prefix caching each decode instance keeps its own cache (the prompts it took in, the outputs it computed),

@@ -11,8 +11,12 @@ its KV connector and streams every output token to the client).
   (400 Gb/s per GPU, as a node's one NIC per GPU), or ``kv_link_gbps`` per GPU when given: transfer time = a fixed
   time per transfer (``kv_transfer_fixed_s``: posting its descriptors) + prompt tokens x the KV bytes per token the
   busiest GPU moves (``kv_bytes_per_gpu_token``: a dense model's heads split over the smaller TP; an MLA model's
-  whole latent on every rank) / the link bandwidth per GPU. The transfer starts at the handoff, and the prefill
-  instance keeps the request's KV blocks until the decode instance has taken the request in (vLLM's prefill
+  whole latent on every rank) / the link bandwidth per GPU. The decode instance is picked at the handoff and starts
+  the transfer when its scheduler next runs: at its next step's start, or at once when it is idle (vLLM's decode
+  engine takes a new request in at a schedule call, allocates its blocks and has its worker start the pull with the
+  step it launches then; ``kv_pull_wait_s``). The blocks it allocates before the pull are not held here until the
+  transfer ends, and a decode instance without room still pulls first and then waits (vLLM waits, then pulls).
+  The prefill instance keeps the request's KV blocks until the decode instance has taken the request in (vLLM's prefill
   frees them when the decode side reports its read done, and the decode side reads only once it has blocks for
   them; SGLang's prefill once its transfer into the decode's preallocated blocks completes): they count against
   its cache through the transfer and any wait for room on the decode side, so decode backpressure reaches it.
@@ -205,17 +209,17 @@ def _next_start_nb(run):
 
 @njit(cache=True, nogil=True)
 def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, cost_d, out_d, pcs_d, sp_d, xfer,
-                  s_tok, hand, hand_d, heap, lat, dec_rep, dec_arr, dec_hit, pre_rep, n_steps_p, n_steps_d):
+                  s_tok, hand, hand_d, heap, lat, dec_rep, dec_arr, dec_hit, pull_at, pre_rep, n_steps_p, n_steps_d):
     """Every request through a prefill instance and then a decode instance; returns
     (status, role 0 prefill / 1 decode, instance or -1). ``sp_p``, ``sp_d``: each role's stacked Spec (step tables
     per instance; fleet._spec_of gives instance i's), or None: the prefill instances' prices the proposer's pass over
     the prompt, the decode instances' speculates. ``lat`` (engine.state.Later, or None): closed-loop clients or
     sessions, a request after[r] >= 0 arriving think[r] after its predecessor's last token (its decode instance's
-    release, logged in ``hand_d``). ``pcs_d``: the decode instances' prefix caches, or None: with them a prefill
-    release is a handoff event (in ``heap`` as -1 - q) that picks the decode instance then, looks up the blocks of
-    the prompt it holds (``dec_hit``, tokens) and starts a transfer of the rest (``xfer`` less ``s_tok`` seconds per
-    cached token; ``xfer`` is updated to what moved); without, the transfer starts at the release and the decode
-    instance is picked when it ends.
+    release, logged in ``hand_d``). A prefill release is a handoff event (in ``heap`` as -1 - q) that picks the
+    decode instance then and starts the transfer when that instance's scheduler next runs (``pull_at``: its next
+    step's start, or the handoff itself when it is idle); with the decode instances' prefix caches (``pcs_d``, or
+    None) it looks up the blocks of the prompt the instance holds (``dec_hit``, tokens) and moves the rest
+    (``xfer`` less ``s_tok`` seconds per cached token; ``xfer`` is updated to what moved).
 
     Events in time order: whichever instance's next step starts first runs its steps up to the earliest time
     anything could reach it (one step with clients or sessions), once every arrival and every transfer end due by
@@ -267,11 +271,11 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
             if ts < s:
                 s, role, k = ts, 1, i
         if t_x <= t_a and t_x <= s and t_x < np.inf:
-            # a transfer ends (or, with decode-side prefix caches, a handoff: its transfer starts): to the decode
-            # instance with the most free KV (views read now: nothing steps)
+            # a handoff (the decode instance with the most free KV takes the request: views read now, nothing
+            # steps; its transfer is due) or a transfer's end (the request joins that instance's queue)
             td, q = heap.t[0], heap.r[0]
             later_pop_nb(heap, cnt)
-            picked = q >= 0 and dec_rep[q] >= 0  # its instance was picked at the handoff: only it must be at td
+            picked = q >= 0  # a transfer's end: its instance was picked at the handoff, only it must be at td
             lo, hi = (dec_rep[q], dec_rep[q] + 1) if picked else (0, n_d)
             for i in range(lo, hi):
                 status = eng.advance_nb(inp_d, knobs_d, cost_d, _out_of(out_d, i), _pc_of(pcs_d, i), None,
@@ -285,13 +289,15 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
             if q < 0:  # the handoff: what this instance's cache holds of the prompt does not move
                 q = -1 - q
                 dec_rep[q] = i
-                if pcs_d is not None:  # (always, with handoffs; the test lets numba drop this without caches)
+                if pcs_d is not None:
                     m, _ = pc_lookup_nb(q, (inp_d.prompt[q] - 1) // KV_BLOCK_TOKENS, inp_d, _pc_of(pcs_d, i))
                     dec_hit[q] = m * KV_BLOCK_TOKENS
                     xfer[q] -= dec_hit[q] * s_tok
-                later_push_nb(heap, cnt, td + xfer[q], q)
+                # the pull starts when its scheduler next runs: the instance's next step (it is past td), or now
+                start = _next_start_nb(runs_d[i])
+                pull_at[q] = start if start < np.inf and start > td else td
+                later_push_nb(heap, cnt, pull_at[q] + xfer[q], q)
                 continue
-            dec_rep[q] = i
             dec_arr[q] = td
             out_d.req_f[q, R_ARRIVAL] = td
             join_nb(runs_d[i], out_d, view_d, inp_d, i, q, td)
@@ -345,12 +351,8 @@ def run_disagg_nb(inp_p, knobs_p, cost_p, out_p, pcs_p, sp_p, inp_d, knobs_d, co
                 # no step could start: its prompts wait for blocks it holds for requests no decode instance has
                 # taken in yet (until the next hold end it knows of, or the next one a decode admission tells)
                 blocked[k] = hand.ht[k, 0] if hand.hn[k] > 0 else np.inf
-            while seen < hand.n[0]:
-                q = hand.r[seen]
-                if pcs_d is None:  # every request: its tokens come from decode
-                    later_push_nb(heap, cnt, hand.t[seen] + xfer[q], q)
-                else:
-                    later_push_nb(heap, cnt, hand.t[seen], -1 - q)
+            while seen < hand.n[0]:  # every request: its tokens come from decode
+                later_push_nb(heap, cnt, hand.t[seen], -1 - hand.r[seen])
                 seen += 1
         else:
             run = runs_d[k]
@@ -476,6 +478,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         pcs_d = stacked_prefix(dis.decode_instances, inp_d, kv_d) if chains else None
         xfer_c = np.array(xfer, np.float64)  # less what each decode instance held, once the run has looked
         dec_hit = np.zeros(n, np.int64)
+        pull_at = np.full(n, np.nan)  # when each transfer starts (its decode instance's next step after the handoff)
         # a prefill instance holds a request's KV until a decode instance takes it in: at most one held request
         # per block (each holds one of its own at least) without the prefix cache, whose shared blocks lift that
         # bound
@@ -496,7 +499,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         sp_p = _stacked_spec(spec_p, n, dis.prefill_instances, room)
         sp_d = _stacked_spec(spec_d, n, dis.decode_instances, room)
         args = (inp_p, knobs_p, cost_p, out_p, pcs, sp_p, inp_d, knobs_d, cost_d, out_d, pcs_d, sp_d,
-                xfer_c, s_tok, hand, hand_d, heap, lat, dec_rep, dec_arr, dec_hit, pre_rep, steps_p, steps_d)
+                xfer_c, s_tok, hand, hand_d, heap, lat, dec_rep, dec_arr, dec_hit, pull_at, pre_rep, steps_p, steps_d)
         with first_use.first_use(first_use.variant("disagg", args, pcs, lat, sp_d)):
             status, role, bad = run_disagg_nb(*args)
         if status == OUT_OF_STEPS:
@@ -508,7 +511,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         break
     return {"prefill": (out_p, steps_p, cm_p), "decode": (out_d, steps_d, cm_d), "pre_rep": pre_rep,
             "dec_rep": dec_rep, "kv_transfer_s": xfer_c, "decode_cached_tokens": dec_hit,
-            "decode_arrival_s": dec_arr, "spec_prefill": sp_p,
+            "decode_arrival_s": dec_arr, "pull_at": pull_at, "spec_prefill": sp_p,
             "spec_decode": sp_d, "spec_accepted": None if sp_d is None else sp_d.req_acc}
 
 
@@ -543,6 +546,8 @@ def frames(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed: int
         "cached_prompt_tokens": out_p.req_cached,
         "prefill_done_s": fp[:, R_FIRST_TOKEN],  # the prefill instance's one token: the KV is ready to move
         "decode_replica": dis.prefill_instances + res["dec_rep"],  # its decode instance
+        # from the prefill's release to the decode instance starting the pull (its next step's start)
+        "kv_pull_wait_s": res["pull_at"] - fp[:, R_RELEASE],
         "kv_transfer_s": res["kv_transfer_s"],  # prompt KV from the prefill to the decode instance
         "decode_cached_tokens": res["decode_cached_tokens"],  # its prompt's tokens the decode instance held: not moved
         "decode_arrival_s": res["decode_arrival_s"],  # transfer done: joins the decode instance's queue
@@ -603,6 +608,7 @@ def summary_parts(res, dis: Disagg) -> dict:
         s["prefill_draft_time_share"] = float(pre["draft_s"].sum()) / dur if dur > 0 else float("nan")
     s["decode_cached_tokens"] = int(req["decode_cached_tokens"].sum())  # prompt tokens not moved: held there
     for q in (50, 99):
+        s[f"kv_pull_wait_p{q}_s"] = percentile(req["kv_pull_wait_s"].dropna(), q)
         s[f"kv_transfer_p{q}_s"] = percentile(req["kv_transfer_s"].dropna(), q)
         s[f"decode_queue_p{q}_s"] = percentile(req["decode_queue_s"].dropna(), q)
     offered, grow_p = queue_growth(req)
