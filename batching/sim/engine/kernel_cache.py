@@ -104,10 +104,13 @@ def portable_cpu() -> str | None:
 
 def platform_tag(cpu: str) -> str:
     """What a compiled kernel is bound to besides its sources: the Python (Numba files each compile under its
-    cache tag), Numba's version (its index refuses another's), the platform and the CPU level."""
+    cache tag), Numba's version (its index refuses another's), llvmlite's (the code generator; Numba does not
+    check it), the platform and the CPU level."""
+    import llvmlite
     import numba
 
-    return f"{sys.implementation.cache_tag}-numba{numba.__version__}-{sys.platform}-{cpu}"
+    return (f"{sys.implementation.cache_tag}-numba{numba.__version__}-llvmlite{llvmlite.__version__}-{sys.platform}"
+            f"-{cpu}")
 
 
 def shipped_archive(cpu: str, path: Path | None = None) -> Path:
