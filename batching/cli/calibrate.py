@@ -96,7 +96,6 @@ def cmd_calibrate(args) -> int:
 
 
 # --- the report -----------------------------------------------------------------------------
-_md_table = markdown.table
 
 
 LINEAR_SHOWN_TOKENS = (1, 16, 64, 128, 136, 256, 264, 320, 512, 520, 768, 1024, 1040, 1536, 2048, 3072, 4096)
@@ -256,7 +255,7 @@ def engines_markdown(trtllm: pd.DataFrame | None) -> str:
     for knob in ("chunked_prefill", "max_num_batched_tokens", "max_num_seqs"):
         rows.append({"field": f"policy.{knob}", "meaning": "scheduler default (--preset engine)", "unit": "",
                      **{n: str(getattr(p.policy, knob)) for n, p in ep.ENGINES.items()}})
-    table = _md_table(pd.DataFrame(rows))
+    table = markdown.table(pd.DataFrame(rows))
     out = f"""## Engine profiles
 
 `--engine vllm|sglang|trtllm` (default vllm) or `--profile FILE` (JSON, `EngineProfile.to_dict`'s fields) on every
@@ -334,14 +333,14 @@ stay far below the table: KV for only ~17 such requests fits, the engine admits 
 scheduler admits a request only with its whole KV reserved and never preempts. The long-output rows (OSL 2,048 and
 4,096) are 10-25 % low: decode steps at batches of hundreds with 2k-4k contexts.
 
-{_md_table(shown, {"published_tok_s": ",.0f", "simulated_tok_s": ",.0f", "before_tok_s": ",.0f"})}
+{markdown.table(shown, {"published_tok_s": ",.0f", "simulated_tok_s": ",.0f", "before_tok_s": ",.0f"})}
 """
     aic = pd.DataFrame(AIC_TTFT_ROWS, columns=["setting", "engine", "aiconfigurator_ms", "ours_engine_defaults_ms",
                                                "ours_chunked_ms"])
     out += f"""
 ### TTFT against aiconfigurator
 
-{_md_table(aic, {"aiconfigurator_ms": ".1f", "ours_engine_defaults_ms": ".1f", "ours_chunked_ms": ".1f"})}
+{markdown.table(aic, {"aiconfigurator_ms": ".1f", "ours_engine_defaults_ms": ".1f", "ours_chunked_ms": ".1f"})}
 
 Not 3.2× lower in these settings: with one client the simulated TTFT is 8 % below aiconfigurator's for vLLM
 (whose figure includes its own 0.8 ms/layer dispatch correction, 25.6 ms of its 113.7 ms) and 39 % below for
@@ -409,7 +408,7 @@ the KV capacity.
 
 ## Constants and sources
 
-{_md_table(consts, {"value": lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)})}
+{markdown.table(consts, {"value": lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)})}
 
 ## Linear layers
 
@@ -433,7 +432,7 @@ other model uses the smooth part only, with `e_c`, `e_m`, `p` interpolated in lo
 parameters) between the four measured TP degrees (GEMM efficiency follows the per-GPU matrix
 size, not the TP degree); every other GPU uses the smooth part with its own peak and bandwidth.
 
-{_md_table(lin, err_fmt)}
+{markdown.table(lin, err_fmt)}
 
 `max_abs_error` is the calibrated model against every measured point (the ±10 % bound the
 tests check, for every TP degree); `smooth_*` is the p-norm alone (what other model shapes
@@ -441,7 +440,7 @@ get); `holdout_*` refits both parts on every other token count and predicts the 
 {fig("linear.png", "Linear layers: measured vs model")}
 Measured vs model at selected token counts (all 259 per TP in `{FIG_DIR}/linear_comparison.csv`):
 
-{_md_table(_op_rows("linear"), {"measured (µs)": ".1f", "model (µs)": ".1f", "error": pct, "smooth only": pct})}
+{markdown.table(_op_rows("linear"), {"measured (µs)": ".1f", "model (µs)": ".1f", "error": pct, "smooth only": pct})}
 
 ### Element-wise ops
 
@@ -449,7 +448,7 @@ The two RMSNorms, RoPE, SiLU-and-mul and the residual add, summed, fitted the sa
 floor `f` (launch-bound) and a per-token slope `s` (memory-bound; scaled by hidden/8,192 and by
 the GPU's bandwidth for other models and GPUs):
 
-{_md_table(el, err_fmt)}
+{markdown.table(el, err_fmt)}
 {fig("elementwise.png", "Element-wise ops: measured vs model")}
 ## All-reduce
 
@@ -462,7 +461,7 @@ latency floor scales by 450 GB/s over the GPU's NVLink bandwidth. Implementation
 eagerly on an 8×H100 DGX; its rows scatter 2–5× below 1 MiB, so they are pooled into
 half-octave medians, `h100_allreduce_vidur.csv`).
 
-{_md_table(ar, {"max_abs_error": lambda v: f"{v:.1%}", "holdout_max_abs_error": lambda v: f"{v:.1%}",
+{markdown.table(ar, {"max_abs_error": lambda v: f"{v:.1%}", "holdout_max_abs_error": lambda v: f"{v:.1%}",
                 "holdout_median_abs_error": lambda v: f"{v:.1%}"})}
 
 At measured sizes the model returns the table (0 % error, the ±15 % bound the tests check for
@@ -474,7 +473,7 @@ their noisy small-message rows, not from the interpolation.
 fig("allreduce_nccl.png", "All-reduce nccl")}{fig("allreduce_vidur_nccl.png", "All-reduce vidur_nccl")}
 Default implementation (`vllm_graph`), every measured size:
 
-{_md_table(ar_rows, {c: (".1f" if "µs" in c else pct) for c in ar_rows.columns if c != "message (bytes)"})}
+{markdown.table(ar_rows, {c: (".1f" if "µs" in c else pct) for c in ar_rows.columns if c != "message (bytes)"})}
 
 ## Attention
 
@@ -515,7 +514,7 @@ prompts of 4–1,024 tokens; published runs of it count 224–230 prompt tokens 
 outputs lognormal mean {wl.output.mean:g}, CV {wl.output.cv:g}, clipped to {wl.output.low}–{wl.output.high}
 (mean ≈ 195; the reference's offline run gives 3,700.64 / 19.04 = 194 output tokens per request).
 
-{_md_table(e2e_frame, {"model": lambda v: f"{v * 1e3:.2f} ms" if v < 1 else f"{v:,.0f}",
+{markdown.table(e2e_frame, {"model": lambda v: f"{v * 1e3:.2f} ms" if v < 1 else f"{v:,.0f}",
                        "sglang_v0.3.0": lambda v: f"{v * 1e3:.2f} ms" if v < 1 else f"{v:,.0f}",
                        "vllm_v0.6.0": lambda v: f"{v * 1e3:.2f} ms" if v < 1 else f"{v:,.0f}",
                        "error_vs_sglang": pct, "error_vs_vllm": pct})}
@@ -537,7 +536,7 @@ blocks per step; nothing was tuned to close it.
 - Models (config.json of each release; the MoE ones: all parameters in memory, active
   parameters for FLOPs, touched experts for weight reads):
 
-{_md_table(cal.model_table(), {"params_B": ".2f", "active_params_B": ".2f", "kv_KiB_per_token_bf16": ".0f"})}
+{markdown.table(cal.model_table(), {"params_B": ".2f", "active_params_B": ".2f", "kv_KiB_per_token_bf16": ".0f"})}
 
 Llama-3.1-405B needs ~96 GiB per GPU in BF16 at TP 8: it does not fit on 8×H100 (a clear
 error that says FP8 would) and fits on 8×H200; in FP8 it fits on both.

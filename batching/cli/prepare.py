@@ -153,6 +153,7 @@ def ship(jobs: int) -> int:
               f"{', '.join(c for c, _ in kernel_cache.PORTABLE.values())}", file=sys.stderr)
         return 2
     target = kernel_cache.shipped_archive(cpu)
+    name = kernel_cache.cache_dir().name
     with tempfile.TemporaryDirectory(prefix="batching-ship-") as tmp:
         env = dict(os.environ, NUMBA_CACHE_DIR=tmp, BATCHING_SHIPPED_KERNELS="build")
         env.pop("NUMBA_CPU_NAME", None)
@@ -160,11 +161,11 @@ def ship(jobs: int) -> int:
         done = subprocess.run([sys.executable, "-m", "batching", "prepare", "--jobs", str(jobs)], env=env)
         if done.returncode:
             return done.returncode
-        built = Path(tmp) / kernel_cache.cache_dir().name
+        built = Path(tmp) / name
         target.parent.mkdir(parents=True, exist_ok=True)
         _pack(built, target)
     for old in target.parent.glob("kernels-*.tar.xz"):
-        if not old.name.startswith(kernel_cache.cache_dir().name + "."):
+        if not old.name.startswith(name + "."):
             old.unlink()
     print(f"shipped kernels: {target} ({target.stat().st_size / 2**20:.1f} MiB)", file=sys.stderr)
     return 0

@@ -68,9 +68,9 @@ _HOST: list[str] = []
 
 def _host() -> str:
     """What else Numba's cache is keyed by, so that a marker is ready exactly when the cache holds the compile: the
-    CPU it compiles for (kernel_cache makes that "generic" unless NUMBA_CPU_NAME says otherwise). Not where the
-    sources are: kernel_cache files each compile by its place in the package, and their content names its
-    directory."""
+    CPU it compiles for (kernel_cache's portable level where shipped kernels exist, else the host's or
+    NUMBA_CPU_NAME's). Not where the sources are: kernel_cache files each compile by its place in the package, and
+    their content names its directory."""
     if not _HOST:
         from llvmlite import binding
         from numba.core import config

@@ -118,16 +118,14 @@ def shipped_archive(cpu: str, path: Path | None = None) -> Path:
     return SHIPPED_DIR / f"{(path or cache_dir()).name}.{platform_tag(cpu)}.tar.xz"
 
 
-def unpack_shipped(path: Path, cpu: str) -> bool:
-    """Unpack the shipped kernels into ``path`` once (True when they are there now). Each file is written beside
+def unpack_shipped(path: Path, cpu: str) -> None:
+    """Unpack the shipped kernels into ``path`` once. Each file is written beside
     its place and renamed into it, so two processes starting at once write the same files whole; the marker goes
     last. A read-only directory or a damaged archive leaves the kernels to compile, as without one."""
     marker = path / f"shipped-{platform_tag(cpu)}"
-    if marker.exists():
-        return True
     archive = shipped_archive(cpu, path)
-    if not archive.exists() or not _writable(path):
-        return False
+    if marker.exists() or not archive.exists() or not _writable(path):
+        return
     try:
         with tarfile.open(archive, "r:xz") as tar:
             for member in tar:
@@ -141,8 +139,7 @@ def unpack_shipped(path: Path, cpu: str) -> bool:
                 os.replace(tmp, target)
         marker.write_text(archive.name)
     except (OSError, tarfile.TarError, EOFError):
-        return False
-    return True
+        pass
 
 
 def shipped_here() -> bool:
