@@ -103,7 +103,7 @@ class Scenario:
 class SimResult:
     scenario: Scenario
     requests: pd.DataFrame  # one row per request, latencies included
-    steps: pd.DataFrame  # one row per forward pass (per replica)
+    steps: pd.DataFrame | None  # one row per forward pass (per replica); None: not built (simulate(steps=False))
     itl_hist: np.ndarray  # (classes, bins) counts of inter-token gaps
     itl_edges: np.ndarray  # bin edges, seconds
     class_names: tuple[str, ...]
@@ -137,11 +137,12 @@ def summarize(res: SimResult) -> dict:
         s.update(dg.summary_parts(res, sc.disagg))
     else:
         kv_blocks = spec_kv_blocks(sc.policy, dep)
-        s.update(node_summary(res.steps, wall, sc.replicas, sc.policy.batch_cap,
-                              dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps, kv_blocks))
+        if res.steps is not None:  # without the step table: no node figures (busy, gpu_util, ...)
+            s.update(node_summary(res.steps, wall, sc.replicas, sc.policy.batch_cap,
+                                  dep.node.gpu.peak_flops(dep.precision), dep.node.gpu.hbm_bw_Bps, kv_blocks))
+            if sc.policy.spec_decode != "off":
+                s.update(spec_summary(res.steps))
         s["kv_capacity_tokens"] = kv_blocks * KV_BLOCK_TOKENS
-        if sc.policy.spec_decode != "off":
-            s.update(spec_summary(res.steps))
         s["offered_req_s"], s["queue_growth_req_s"] = queue_growth(req)
     if getattr(sc.workload, "concurrency", None) is not None and not res.saturated:  # closed-loop clients
         s["concurrency"], s["think_time_s"] = int(sc.workload.concurrency), float(sc.workload.think_time_s)
@@ -161,7 +162,7 @@ def summarize(res: SimResult) -> dict:
     if sc.disagg is not None:
         s["replicas"] = sc.disagg.prefill_instances + sc.disagg.decode_instances
         s["router"] = "disaggregated (prefill: least-outstanding, decode: most free KV)"
-    elif sc.replicas > 1:
+    elif sc.replicas > 1 and res.steps is not None:
         s["by_replica"] = replica_summary(req, res.steps, wall, sc.replicas, dep.node.replicas)
     return s
 
@@ -450,8 +451,11 @@ def check_size(scenario: Scenario, reqs: Requests) -> sizing.RunSize:
     return size
 
 
-def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
-    """Simulate a scenario. ``saturated`` makes every request arrive at t = 0 (capacity runs)."""
+def simulate(scenario: Scenario, saturated: bool = False, steps: bool = True) -> SimResult:
+    """Simulate a scenario. ``saturated`` makes every request arrive at t = 0 (capacity runs). ``steps=False``: no
+    per-step table (``SimResult.steps`` is None, and the summary has no node figures: busy, gpu_util, KV use,
+    speculation's step counts), for runs read only for their requests' latencies and the queue (a capacity
+    search's rates: building the table and its figures is ~15 % of such a run); a split's table is always built."""
     check = getattr(_BEFORE_RUN, "check", None)
     if check is not None:
         check()
@@ -478,11 +482,11 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     if client is not None:
         reqs = client.engine_requests(reqs)
     if scenario.disagg is not None:
-        requests, steps, hist = dg.frames(reqs, dep, scenario.disagg, scenario.policy, scenario.allreduce,
+        requests, table, hist = dg.frames(reqs, dep, scenario.disagg, scenario.policy, scenario.allreduce,
                                           int(getattr(scenario.workload, "seed", 0)), prof)
         if client is not None:
             requests = request_latencies(client.as_seen(requests, sent))
-        return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
+        return SimResult(scenario, requests, table, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
                          rejected)
     cm = cost_model(dep, scenario.allreduce, prof)
     outs = run_requests(reqs, dep, scenario.policy, cm, int(getattr(scenario.workload, "seed", 0)),
@@ -503,7 +507,8 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
         if out.req_spec_accepted is not None:
             spec_acc[idx] = out.req_spec_accepted
         hist += out.itl_hist
-        step_frames.append(steps_frame(out, rep, cm))
+        if steps:
+            step_frames.append(steps_frame(out, rep, cm))
     times = {"arrival_s": req_f[:, eng.R_ARRIVAL],  # a session turn's: its predecessor's release + think time
              "first_token_s": req_f[:, eng.R_FIRST_TOKEN], "finish_s": req_f[:, eng.R_FINISH],
              "release_s": req_f[:, eng.R_RELEASE]}
@@ -529,6 +534,6 @@ def simulate(scenario: Scenario, saturated: bool = False) -> SimResult:
     if scenario.policy.spec_decode != "off":
         requests["spec_accepted_tokens"] = spec_acc  # accepted draft tokens (speculative decoding)
     requests = request_latencies(requests)
-    steps = pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
-    return SimResult(scenario, requests, steps, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
+    table = None if not steps else pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
+    return SimResult(scenario, requests, table, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
                      rejected)

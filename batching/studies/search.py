@@ -60,7 +60,8 @@ from batching.sim.topology.fleet import MAX_NODES, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, PRESETS, BatchingPolicy, with_knobs
 from batching.sim.simulate import MAX_REQUESTS, Scenario, simulate
 from batching.sim.hardware.specs import GPU, GPUS, KV_BLOCK_TOKENS, PRECISIONS, Deployment, Node
-from batching.studies.capacity import SLO, binding_of, capacity, check_headroom, meets_slo, slo_point, sustained
+from batching.studies.capacity import (CEILING_REACH, MAX_ITER, REL_TOL, SLO, binding_of, bracket_and_bisect, capacity,
+                                       check_headroom, meets_slo, slo_point, sustained)
 from batching.studies.pricing import DEFAULT_HEADROOM, copies_needed, default_gpu_hour_usd, price
 
 TPS = (1, 2, 4, 8)
@@ -75,11 +76,6 @@ INT_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "max_batch_size")
 MAX_CONFIGS = 4096
 MAX_KNOB_VALUES = 64
 MAX_GPU_HOUR_USD = 1e6
-REL_TOL = 0.01  # the capacity search's default tolerance on the rate
-MAX_ITER = 20  # the capacity search's default most rates tried
-FLOOR = 64  # the capacity search gives up below ceiling / 64 (a rate that slow decodes every request alone)
-CEILING_REACH = 1.05 * 2 ** 8  # the highest rate / ceiling the capacity search can answer (its doubling stops)
-BRACKET = 1.15  # a warm start's first bracket: the estimate / and * this factor
 ROUTER_DEFAULT = "least-outstanding"  # search()'s router for the fleet check
 FLEET_TOP = 3  # configurations at the top of the ranking checked as a fleet
 FLEET_EXTRA_NODES = 3  # nodes a fleet check adds, one at a time, before it calls a configuration not verified
@@ -376,10 +372,9 @@ def _binding(points: list[dict], slo: SLO) -> tuple[str | None, str | None]:
 
 def warm_capacity(sc: Scenario, slo: SLO, ceiling: float, estimate: float, known: list[dict] | None = None,
                   rel_tol: float = REL_TOL, max_iter: int = MAX_ITER, run=None) -> list[dict]:
-    """The capacity search's bisection (``studies.capacity.capacity``) started from a bracket around ``estimate``
-    instead of [ceiling / 4, 1.05 × ceiling]: probe the estimate, widen by 1.15, 1.3, 1.7, 2.9... until the bracket
-    holds the boundary (down to ceiling / 64, up to the capacity search's own highest answer), then bisect to
-    ``rel_tol``. ``known``: points already simulated. Returns every point tried (``slo_point`` dicts)."""
+    """The capacity search (``studies.capacity.bracket_and_bisect``) started from ``estimate`` (a similar
+    configuration's answer) instead of the ceiling's FIRST_GUESS share. ``known``: points already simulated.
+    Returns every point tried (``slo_point`` dicts)."""
     points = list(known or [])
     wl = sc.workload
 
@@ -389,53 +384,7 @@ def warm_capacity(sc: Scenario, slo: SLO, ceiling: float, estimate: float, known
         points.append(p)
         return p
 
-    def meets(p: dict) -> bool:
-        return meets_slo(p, slo)
-
-    good = [p["rate_req_s"] for p in points if meets(p)]
-    bad = [p["rate_req_s"] for p in points if not meets(p)]
-    lo = max(good) if good else None
-    hi = min([r for r in bad if lo is None or r > lo], default=None)
-    floor, top = ceiling / FLOOR, ceiling * CEILING_REACH
-    estimate = min(max(estimate, floor), top)
-    tries = 0
-    if (lo is None or estimate > lo * (1 + rel_tol)) and (hi is None or estimate < hi * (1 - rel_tol)):
-        tries += 1  # the estimate first, unless the points already known bracket it closely
-        if meets(probe(estimate)):
-            lo = estimate
-        else:
-            hi = estimate
-    factor = BRACKET
-    while hi is None and tries < max_iter // 2:  # widen upwards
-        r = min(lo * factor, top)
-        tries += 1
-        if meets(probe(r)):
-            lo = r
-            if r >= top:
-                break
-        else:
-            hi = r
-        factor *= factor
-    factor = BRACKET
-    while lo is None and tries < max_iter // 2:  # widen downwards
-        r = max(hi / factor, floor)
-        tries += 1
-        if meets(probe(r)):
-            lo = r
-        else:
-            hi = r
-            if r <= floor:
-                break
-        factor *= factor
-    if lo is None or hi is None:
-        return points
-    while hi - lo > rel_tol * hi and tries < max_iter:
-        mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
-        tries += 1
-        if meets(probe(mid)):
-            lo = mid
-        else:
-            hi = mid
+    bracket_and_bisect(probe, lambda p: meets_slo(p, slo), ceiling, estimate, list(points), rel_tol, max_iter)
     return points
 
 

@@ -62,10 +62,12 @@ def _simulate(sc: Scenario, saturated: bool = False):
 
 
 def run_point(sc: Scenario, with_capacity: bool, slo: SLO | None = None, search: bool = True,
-              run=None) -> dict:
+              run=None, probe=None) -> dict:
     """One value's row (every summary metric; with ``slo`` also ``SLO_METRICS``, the capacity search when
     ``search``). ``run(scenario, saturated)`` stands in for ``simulate``: anything with ``summary()`` and what
-    ``capacity.slo_reading`` reads (the dashboard passes cached, reduced results); the row is the same."""
+    ``capacity.slo_reading`` reads (the dashboard passes cached, reduced results); the row is the same.
+    ``probe(scenario)``: the same for the capacity search's rates (default: ``run`` unsaturated, or, without
+    ``run``, a run without its step table)."""
     run = run or _simulate
     res = run(sc, False)
     s = res.summary()
@@ -79,7 +81,7 @@ def run_point(sc: Scenario, with_capacity: bool, slo: SLO | None = None, search:
         s["capacity_tpot_p99_s"] = sat["tpot_p99_s"]  # per-token latency with the batch full
         if slo is not None and search:
             cap = capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9),
-                           run=None if run is _simulate else (lambda x: run(x, False)))
+                           run=probe or (None if run is _simulate else (lambda x: run(x, False))))
             s["max_rate_req_s"], s["binding_slo"] = cap.max_rate_req_s, cap.binding_slo
     return s
 

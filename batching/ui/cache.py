@@ -443,6 +443,27 @@ def reading(scenario: Scenario, saturated: bool = False) -> Reading:
     return _cached(RESULTS, key, run, lambda r: r.nbytes, in_slot=False)
 
 
+def probe_reading(scenario: Scenario) -> Reading:
+    """A capacity search's run at one rate (unsaturated): the stored ``reading`` when there is one, else a run
+    without its step table (``simulate(steps=False)``: its summary has latencies and the queue, what the search
+    reads, and no node figures), kept under its own key so a page's reading of the same run is never the lean
+    one. Simulates without taking a slot, as ``reading``."""
+    token = scenario_token(scenario)
+    hit = RESULTS.get(("reading", token, False), _MISSING)
+    if hit is not _MISSING:
+        return hit
+    key = ("probe", token)
+    hit = RESULTS.get(key, _MISSING)
+    if hit is not _MISSING:
+        return hit
+
+    def run() -> Reading:
+        full = RESULTS.get(("result", token, False))
+        return Reading(full if full is not None else simulate(scenario, steps=False))
+
+    return _cached(RESULTS, key, run, lambda r: r.nbytes, in_slot=False)
+
+
 def small_cached(key: Hashable, compute: Callable[[], T], nbytes: int = 4096) -> T:
     """``compute()`` kept in the summaries' store under ``key`` (a small value: a sweep's row, a search's
     answer); no slot is taken (the caller holds one). Hand out copies of mutable values."""

@@ -135,7 +135,7 @@ POINT_RUNS = 22
 def _row(sc: Scenario, slo: SLO | None, search: bool) -> dict:
     """One value's sweep row from cached reduced runs (``cache.reading``): a new SLO re-reads the runs at the
     offered load and at capacity, and every rate its capacity search already tried."""
-    row = sweeps.run_point(sc, True, slo, search, run=cache.reading)
+    row = sweeps.run_point(sc, True, slo, search, run=cache.reading, probe=cache.probe_reading)
     metrics = sweeps.SWEEP_METRICS + (sweeps.SLO_METRICS if slo is not None else ())
     return {k: row[k] for k in metrics if k in row}
 
@@ -144,10 +144,9 @@ def _search(sc: Scenario, slo: SLO) -> CapacityResult:
     """A rate sweep's one capacity search (``sweeps.sweep`` runs the same), on cached reduced runs. Closed-loop
     clients: the highest concurrency within the SLOs (``capacity`` searches it; no saturated ceiling needed)."""
     if getattr(sc.workload, "concurrency", None) is not None:
-        return capacity(sc, slo, run=lambda x: cache.reading(x, False))
+        return capacity(sc, slo, run=cache.probe_reading)
     sat = cache.reading(sc, True).summary()
-    return capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9),
-                    run=lambda x: cache.reading(x, False))
+    return capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9), run=cache.probe_reading)
 
 
 def _frame_key(scenario: Scenario, knob: str, values: tuple[float, ...], slo: SLO | None) -> tuple:

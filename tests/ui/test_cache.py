@@ -24,9 +24,9 @@ def counted(monkeypatch):
     calls = []
     real = cache.simulate
 
-    def counting(scenario, saturated=False):
+    def counting(scenario, saturated=False, steps=True):
         calls.append((scenario, saturated))
-        return real(scenario, saturated=saturated)
+        return real(scenario, saturated=saturated, steps=steps)
 
     monkeypatch.setattr(cache, "simulate", counting)
     monkeypatch.setitem(cache._KERNEL, "ready", True)

@@ -309,9 +309,9 @@ def sims(monkeypatch):
     calls = []
     real = cache.simulate
 
-    def counted(sc, saturated=False):
+    def counted(sc, saturated=False, steps=True):
         calls.append((sc, saturated))
-        return real(sc, saturated=saturated)
+        return real(sc, saturated=saturated, steps=steps)
 
     monkeypatch.setattr(cache, "simulate", counted)
     monkeypatch.setitem(cache._KERNEL, "ready", True)
