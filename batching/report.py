@@ -33,7 +33,7 @@ from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
 from batching.studies import article as art
 from batching.studies import load_curve as lc
-from batching.studies.capacity import class_names, default_price, default_price_note
+from batching.studies.capacity import class_names, default_price, default_price_note, rate_unit
 from batching.studies.compare import Comparison, verdict, with_capacity
 from batching.studies.launch import launch
 from batching.studies.planning import CapacityPlan, SweepStudy
@@ -690,7 +690,7 @@ def price_source(plan: CapacityPlan) -> str:
 def capacity_bars(plan: CapacityPlan) -> go.Figure:
     """The page's and the export's capacity bars: the headroom and the SLOs printed with them."""
     return cp.capacity_bars(plan.results, plan.target_rate_req_s, plan.gpu_hour_usd, plan.headroom,
-                            plan.slo.describe(class_names(plan.scenario)))
+                            plan.slo.describe(class_names(plan.scenario)), rate_unit(plan.scenario))
 
 
 def _capacity_points(plan: CapacityPlan) -> pd.DataFrame:

@@ -14,8 +14,8 @@ from batching.charts.export import scenario_caption
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, class_names,
-                                       default_price, default_price_note, gpu_name)
-from batching.sim.hardware.specs import DEFAULT_GPU
+                                       default_price, default_price_note, gpu_name, rate_unit)
+from batching.sim.hardware.specs import DEFAULT_GPU, GPUS_PER_NODE
 from batching.studies.pricing import DEFAULT_HEADROOM, default_gpu_hour_usd
 from batching.studies import disagg_capacity as dc
 from batching.studies.planning import CapacityPlan, plan_capacity
@@ -211,10 +211,20 @@ def plan_view(base: Scenario) -> None:
 
 
 def _columns(plan: CapacityPlan) -> dict:
-    """COLUMNS, without the binding class when the workload has one class."""
+    """COLUMNS, without the binding class when the workload has one class; a replica over two nodes is what its rate
+    is per (its nodes still count 8-GPU nodes, two per replica)."""
     several = len(class_names(plan.scenario)) > 1
     closed = getattr(plan.scenario.workload, "concurrency", None) is not None  # the sidebar's closed-loop clients
-    return {k: v for k, v in COLUMNS.items() if (several or k != "binding_class") and (closed or k != "max_concurrency")}
+    cols = {k: v for k, v in COLUMNS.items() if (several or k != "binding_class") and (closed or k != "max_concurrency")}
+    unit = rate_unit(plan.scenario)
+    if unit != "node":
+        _, tip, fmt = cols["max_rate_req_s"]
+        cols["max_rate_req_s"] = (f"Rate per {unit} (req/s)", tip.replace("one node", f"one {unit}"), fmt)
+        _, tip, fmt = cols["nodes_needed"]
+        n = plan.scenario.deployment.node.physical_nodes
+        cols["nodes_needed"] = ("Nodes needed", f"{GPUS_PER_NODE}-GPU nodes to serve the target traffic: "
+                                f"⌈target × headroom / rate per replica⌉ replicas × {n} nodes.", fmt)
+    return cols
 
 
 def _frame(plan: CapacityPlan) -> pd.DataFrame:
@@ -313,9 +323,10 @@ def _results(plan: CapacityPlan) -> None:
     else:
         where = f" ({where[len('default: '):]})" if where.startswith("default: ") else " (the price entered)"
     mean_out = next(iter(plan.results.values())).mean_output_tokens
-    st.caption(f"One row per policy. Rate per node: the highest rate at which {slo.attainment * 100:.3g} % of "
-               f"each class's requests meet that class's SLOs; cost at ${usd:,.2f} per GPU-hour{plain(where)} × "
-               f"{base.deployment.node.num_gpus} GPUs, over {target:,.4g} req/s × {mean_out:,.1f} mean output tokens "
+    node = base.deployment.node
+    st.caption(f"One row per policy. Rate per {rate_unit(base)}: the highest rate at which "
+               f"{slo.attainment * 100:.3g} % of each class's requests meet that class's SLOs; cost at ${usd:,.2f} per "
+               f"GPU-hour{plain(where)} × {node.num_gpus // node.physical_nodes} GPUs per node × the nodes, over {target:,.4g} req/s × {mean_out:,.1f} mean output tokens "
                f"per request.{room} Hover a header for its definition.")
     per_class = class_frame(plan)
     if len(names) > 1:

@@ -17,7 +17,8 @@ from batching.sim.hardware.specs import GPUS, GPUS_PER_NODE, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.pricing import default_gpu_hour_usd, price_note
-from batching.studies.search import COST_NOTE, LATENCY_NOTE, SERVING, TPS, Grid, parse_knobs, router_note, search
+from batching.studies.search import (AGG_TPS, COST_NOTE, LATENCY_NOTE, SERVING, Grid, parse_knobs, router_note,
+                                     search)
 from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
@@ -163,10 +164,11 @@ def nodes_text(c: dict) -> str:
 
 
 def shape_text(c: dict) -> str:
-    """The table's TP cell: '4' (aggregated), '2×TP2 P + 1×TP4 D' (a prefill/decode split)."""
+    """The table's TP cell: '4' (aggregated), '16 over 2 nodes', '2×TP2 P + 1×TP4 D' (a prefill/decode split)."""
     sp = c.get("split")
     if sp is None:
-        return str(c["tp"])
+        npc = int(c.get("nodes_per_copy") or 1)
+        return str(c["tp"]) + (f" over {npc} nodes" if npc > 1 else "")
     return (f"{sp['prefill_instances']}×TP{sp['prefill_tp']} P + {sp['decode_instances']}×TP{sp['decode_tp']} D")
 
 
@@ -175,13 +177,16 @@ def _table(configs: list[dict], target: float) -> pd.DataFrame:
     for i, c in enumerate(configs):
         rows.append({
             "Rank": i + 1, "GPU": c["gpu"], "Precision": c["precision"].upper(), "TP": shape_text(c),
-            "Replicas per node": c["replicas_per_node"] if c.get("split") is None else c["copies_per_node"],
+            "Replicas per node": (c["copies_per_node"] if c.get("split") is not None else
+                                  1 / c["nodes_per_copy"] if (c.get("nodes_per_copy") or 1) > 1 else
+                                  c["replicas_per_node"]),
             "Policy": c["policy"],
             "Knobs": ", ".join(f"{k}={v:g}" for k, v in c["knobs"].items()) or "preset's",
             "Rate per copy (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": nodes_text(c),
             "$ per M output tokens": c["usd_per_million_output_tokens"], "P99 TTFT (s)": c["ttft_p99_s"],
             "P99 TPOT (ms)": c["tpot_p99_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
             "Pareto": "yes" if c["pareto"] else "",
+            "Calibrated": "yes" if c.get("calibrated", True) else "no",
         })
     return pd.DataFrame(rows)
 
@@ -211,8 +216,10 @@ def search_view(base: Scenario) -> None:
                   help="8 GPUs per node (the sidebar's node size).")
     precs = _multi("s_precs", "Precisions", list(PRECISIONS), fmt=str.upper, col=c[1],
                    help="FP8 halves the weights' bytes; the A100 has no FP8 (skipped, with why).")
-    tps = _multi("s_tps", "Tensor parallel", list(TPS), kind=int, col=c[2],
-                 help="GPUs per replica; 8 / TP replicas share a node's load.")
+    tps = _multi("s_tps", "Tensor parallel", list(AGG_TPS), kind=int, col=c[2],
+                 help="GPUs per replica; 8 / TP replicas share a node's load. 16: one replica over two nodes (a "
+                      "copy is two nodes; not calibrated: its cross-node all-reduce is composed, not measured). "
+                      "A prefill/decode split's instances stay within a node (TP 1 to 8).")
     pols = _multi("s_policies", "Policies", list(PRESETS), col=c[3], help="Batching policy presets.")
     serving = st.radio("Serving", list(SERVING), format_func=SERVING_LABELS.get, horizontal=True,
                        help="Aggregated: each node's GPUs as GPUs / TP replicas that prefill and decode. "
@@ -247,11 +254,12 @@ def search_view(base: Scenario) -> None:
                     serving if serving in SERVING else "both", min(base.deployment.node.num_gpus, GPUS_PER_NODE))
         grid.validate()
     except ValueError as exc:
-        st.error(f"**These knob values cannot be searched:** {plain(exc)}", icon=":material/error:")
+        st.error(f"**This grid cannot be searched:** {plain(exc)}", icon=":material/error:")
         return
-    if base.deployment.node.cross_node:
-        st.caption(f"The search covers one node of {GPUS_PER_NODE} GPUs (TP 1 to {GPUS_PER_NODE}); the sidebar's TP "
-                   f"{base.deployment.node.tp} over two nodes is not searched.")
+    if base.deployment.node.cross_node and base.deployment.node.tp not in tps:
+        st.caption(f"The sidebar's TP {base.deployment.node.tp} over two nodes is searched only with "
+                   f"{base.deployment.node.tp} among the Tensor parallel degrees above (nodes of {GPUS_PER_NODE} "
+                   "GPUs).")
     target = float(state.value("target"))
     prices = {g: float(state.value(f"usd_{g}")) for g in gpus}
     router = base.router  # the sidebar's: the fleet check of the top configurations runs behind it
@@ -319,6 +327,8 @@ def _results(res: dict, slo_text: str) -> None:
         else:
             st.caption("A prefill/decode split: set its split in the sidebar's disaggregation inputs to open it on "
                        "Explore.")
+        if not best.get("calibrated", True):
+            st.warning(f"**Not calibrated:** {plain(best['calibration_note'])}.", icon=":material/science:")
         launch_expander(best.get("launch"))
         cfg = {"Rate per copy (req/s)": st.column_config.NumberColumn(format="%.3g"),
                "$ per M output tokens": st.column_config.NumberColumn(format="$%.3f"),
@@ -337,6 +347,13 @@ def _results(res: dict, slo_text: str) -> None:
         notes = [f"{plain(c['label'])}: {plain(c['fleet_note'])}" for c in ok if c.get("fleet_note")]
         if notes:
             st.caption("Fleet check: " + "; ".join(notes) + ".")
+        uncal: dict[str, list[str]] = {}
+        for c in ok:
+            if not c.get("calibrated", True):
+                uncal.setdefault(c["calibration_note"], []).append(c["label"])
+        for why, labels in uncal.items():
+            st.caption(f"Not calibrated ({len(labels)} row{'s' if len(labels) != 1 else ''}: "
+                       f"{plain(', '.join(labels[:3]))}{', ...' if len(labels) > 3 else ''}): {plain(why)}.")
         widgets.chart(pareto_chart(res["configs"], pick), "Each point is a configuration at its highest rate "
                       "within the SLOs: lower is cheaper, further left is faster. Coloured points are the Pareto "
                       "front: none is beaten on cost, P99 TTFT and P99 TPOT at once.",

@@ -127,4 +127,5 @@ def test_cli_runs_tp16_and_says_it_is_not_calibrated(tmp_path):
     assert (f["num_gpus"], f["tp"], f["replicas"]) == (16, 16, 1)
     p = _cli("search", "--num-gpus", "16", "--slo-ttft-ms", "500", "--target-rate", "10")
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert "--num-gpus 16: the search covers one node; allowed 1 to 8" in p.stderr
+    assert "--num-gpus 16: the search's nodes have 1 to 8 GPUs; for TP 16 over two nodes give --num-gpus 8 --tp 16" \
+        in p.stderr

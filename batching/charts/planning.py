@@ -343,17 +343,19 @@ def _frontier_ranges(lat: np.ndarray, thr: np.ndarray) -> tuple[tuple[float, flo
 
 
 @functools.lru_cache(maxsize=16)
-def _capacity_layout(target: str, price: str, plan: str = "") -> go.Layout:
+def _capacity_layout(target: str, price: str, plan: str = "", unit: str = "node") -> go.Layout:
     # short subplot and axis titles: a third of the width each, and a rotated y title must stay within the
     # plot's height (longer ones ran into the subtitle); the headroom and the SLOs on the subtitle's own lines
     extra = 18 * plan.count("<br>")  # px per subtitle line
     fig = _figure("Capacity per policy within the SLOs", f"Zero or missing: no rate tried met the SLOs{price}{plan}",
                   440 + extra, rows=1, cols=3, horizontal_spacing=0.1,
-                  subplot_titles=("Sustainable rate per node", f"Nodes for {target}",
+                  subplot_titles=("Sustainable rate per node" if unit == "node" else f"Rate per {unit}",
+                                  f"Nodes for {target}",
                                   f"$ per M output tok. at {target}"))
     if extra:
         fig.update_layout(margin=dict(t=TOP_MARGIN_SUBPLOTS + extra))
-    fig.update_yaxes(title_text="Rate per node (req/s)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=f"Rate per {unit} (req/s)" if unit == "node" else "Rate per replica (req/s)",
+                     rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="Nodes (count)", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(title_text="$ per M output tokens ($)", rangemode="tozero", row=1, col=3)
     fig.update_xaxes(title_text="Policy")
@@ -373,10 +375,11 @@ def capacity_plan_text(headroom: float | None, slo_text: str | None) -> str:
 
 def capacity_bars(plans: Mapping[str, CapacityResult | Mapping], target_rate_req_s: float | None = None,
                   gpu_hour_usd: float | None = None, headroom: float | None = None,
-                  slo_text: str | None = None) -> go.Figure:
-    """Per policy: sustainable request rate per node, nodes needed for the target, $ per million output tokens at
-    the target traffic (``studies.pricing.price``). ``headroom`` and ``slo_text`` (``SLO.describe``): printed
-    under the title, as the nodes and the $ depend on them.
+                  slo_text: str | None = None, unit: str = "node") -> go.Figure:
+    """Per policy: sustainable request rate per node (``unit``: what the rate is per, ``capacity.rate_unit``: a TP 16
+    replica's two nodes), nodes needed for the target, $ per million output tokens at the target traffic
+    (``studies.pricing.price``). ``headroom`` and ``slo_text`` (``SLO.describe``): printed under the title, as the
+    nodes and the $ depend on them.
 
     ``plans``: name -> ``CapacityResult`` (as ``studies.planning.CapacityPlan.results`` holds them, priced) or
     its ``to_dict()``. Plain-dict bars on a layout built once per target, price, headroom and SLOs
@@ -386,20 +389,20 @@ def capacity_bars(plans: Mapping[str, CapacityResult | Mapping], target_rate_req
     plan = capacity_plan_text(headroom, slo_text)
     names = list(plans)
     if not names:
-        return _no_data(go.Figure(layout=_capacity_layout(target, price, plan)))
+        return _no_data(go.Figure(layout=_capacity_layout(target, price, plan, unit)))
     cmap = policy_colors(names)
     colors = [cmap[n] for n in names]
     series = (("max_rate_req_s", "req/s", ",.3g", 1), ("nodes_needed", "nodes", ",.0f", 2),
               ("usd_per_million_output_tokens", "$", ",.2f", 3))
     traces, axes = [], {}
-    for key, unit, fmt, col in series:
+    for key, sign, fmt, col in series:
         y = [_num(_field(plans[n], key)) for n in names]
-        text = [("n/a" if not math.isfinite(v) else (f"${v:{fmt}}" if unit == "$" else f"{v:{fmt}}")) for v in y]
+        text = [("n/a" if not math.isfinite(v) else (f"${v:{fmt}}" if sign == "$" else f"{v:{fmt}}")) for v in y]
         axis = "" if col == 1 else str(col)
         traces.append(dict(type="bar", x=names, y=[v if math.isfinite(v) else None for v in y],
                            marker=dict(color=colors), text=text, textposition="outside", cliponaxis=False,
                            showlegend=False, name=key, xaxis=f"x{axis}", yaxis=f"y{axis}",
-                           hovertemplate=f"%{{x}}: %{{y:{fmt}}} {unit}<extra></extra>"))
+                           hovertemplate=f"%{{x}}: %{{y:{fmt}}} {sign}<extra></extra>"))
         # room above the tallest bar for its label
         top = max([v for v in y if math.isfinite(v)], default=0.0)
         kw: dict = {}
@@ -409,7 +412,7 @@ def capacity_bars(plans: Mapping[str, CapacityResult | Mapping], target_rate_req
             kw["dtick"] = 1  # whole nodes
         if kw:
             axes[f"yaxis{axis}"] = kw
-    fig = go.Figure(data=traces, layout=_capacity_layout(target, price, plan))
+    fig = go.Figure(data=traces, layout=_capacity_layout(target, price, plan, unit))
     if axes:
         fig.update_layout(axes)
     return fig

@@ -12,6 +12,7 @@ from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add
 from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names,
                                        default_price, default_price_note)
 from batching.studies.pricing import DEFAULT_HEADROOM, MAX_GPU_HOUR_USD, PRICES_ENV
+from batching.sim.hardware.specs import GPUS_PER_NODE
 from batching.charts.formatting import shown
 from batching.studies.launch import launch
 
@@ -74,6 +75,10 @@ def cmd_capacity(args) -> int:
         print(f"# {split.describe()}, {split.gpus} GPUs on {sc.nodes} node{'s' if sc.nodes > 1 else ''}: the rate is "
               f"the whole split's; nodes_needed and $ count its {split.gpus} GPUs per copy")
         d |= {"disaggregated": split.describe(), "gpus": split.gpus, "nodes": sc.nodes}
+    elif sc.deployment.node.cross_node:
+        print(f"# one TP {sc.deployment.node.tp} replica over {sc.deployment.node.physical_nodes} nodes: the rate is "
+              f"the replica's; nodes_needed counts {GPUS_PER_NODE}-GPU nodes, {sc.deployment.node.physical_nodes} "
+              "per copy")
     elif sc.nodes > 1:
         print(f"# {sc.nodes} nodes, {sc.replicas} replicas, router {sc.router}: the rate is the whole fleet's; "
               f"nodes_needed counts copies of it in nodes")

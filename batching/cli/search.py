@@ -27,7 +27,8 @@ from batching.studies.capacity import HEADROOM_LIMITS, class_names
 from batching.studies.pricing import DEFAULT_HEADROOM, price_table
 from batching.studies.launch import with_launch
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
-                                     ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, Grid, parse_knobs, search)
+                                     ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, AGG_TPS, Grid, parse_knobs,
+                                     search)
 
 MAX_TARGET_RATE_REQ_S = 1e9
 CUSTOM_GPU = "custom"  # the grid's name for the GPU of --gpu-json
@@ -101,8 +102,10 @@ def add_parser(subparsers):
     g.add_argument("--precisions", "--precision", dest="precisions",
                    type=_list_arg("precisions", PRECISIONS, str, "bf16,fp8"), default=("bf16",),
                    help=f"precisions to try: {', '.join(PRECISIONS)} (default bf16)")
-    g.add_argument("--tp", dest="tps", type=_list_arg("TP degrees", TPS, int, "1,2,4,8"), default=TPS,
-                   help="tensor-parallel degrees to try, each dividing --num-gpus (default 1,2,4,8)")
+    g.add_argument("--tp", dest="tps", type=_list_arg("TP degrees", AGG_TPS, int, "1,2,4,8,16"), default=TPS,
+                   help=f"tensor-parallel degrees to try, each dividing --num-gpus (default 1,2,4,8), or "
+                        f"{TWO_NODE_GPUS}: one replica over two {GPUS_PER_NODE}-GPU nodes (a copy is two nodes; its "
+                        "rows say calibrated: false, the two-node all-reduce being composed, not measured)")
     g.add_argument("--policies", type=_list_arg("presets", tuple(PRESETS), str, "chunked,priority"),
                    default=("chunked",), help=f"policy presets to try: {', '.join(PRESETS)} (default chunked)")
     g.add_argument("--knobs", nargs="+", default=(), metavar="NAME=V1,V2",
@@ -213,12 +216,13 @@ def _ms(v) -> str:
 
 
 def search_gpus(args) -> int:
-    """--num-gpus for the search: one node of 1-8 GPUs (8 by default); two-node TP 16 is not searched."""
+    """--num-gpus for the search: nodes of 1-8 GPUs (8 by default; --tp 16 then spans two of them)."""
     if args.num_gpus is None:
         return GPUS_PER_NODE
     if args.num_gpus > GPUS_PER_NODE:
-        raise CliError(f"--num-gpus {args.num_gpus}: the search covers one node; allowed 1 to {GPUS_PER_NODE} (TP "
-                       f"{TWO_NODE_GPUS} over two nodes runs with run, compare and capacity)")
+        raise CliError(f"--num-gpus {args.num_gpus}: the search's nodes have 1 to {GPUS_PER_NODE} GPUs; for TP "
+                       f"{TWO_NODE_GPUS} over two nodes give --num-gpus {GPUS_PER_NODE} --tp {TWO_NODE_GPUS} (with "
+                       "any other TP degrees to compare)")
     return args.num_gpus
 
 
@@ -241,9 +245,14 @@ def cmd_search(args) -> int:
         raise CliError("--nodes: the search finds the nodes needed itself (from --target-rate); leave --nodes out")
     num_gpus = search_gpus(args)
     for tp in args.tps:
+        if tp == TWO_NODE_GPUS and num_gpus == GPUS_PER_NODE:
+            continue  # one replica over two of these nodes
         if tp > num_gpus or num_gpus % tp:
-            raise CliError(f"--tp: {tp} must divide --num-gpus {num_gpus}; allowed: "
-                           + ", ".join(str(t) for t in TPS if t <= num_gpus and num_gpus % t == 0))
+            ok = [t for t in TPS if t <= num_gpus and num_gpus % t == 0]
+            ok += [TWO_NODE_GPUS] if num_gpus == GPUS_PER_NODE else []
+            raise CliError(f"--tp: {tp} must divide --num-gpus {num_gpus}; allowed: " + ", ".join(map(str, ok))
+                           + ("" if tp != TWO_NODE_GPUS else f" ({TWO_NODE_GPUS} spans two {GPUS_PER_NODE}-GPU "
+                              f"nodes: give --num-gpus {GPUS_PER_NODE})"))
     try:
         knobs = parse_knobs(args.knobs)
     except ValueError as exc:
@@ -309,7 +318,14 @@ def _print(res: dict, slo_text: str) -> None:
         print(f"{i + 1:>3} {c['label'][:52]:52s} {c['max_rate_req_s']:>7,.3g} req/s "
               f"{c['nodes_needed']:>6} {'$' + format(c['usd_per_million_output_tokens'], ',.3f'):>12} "
               f"{_ms(c['ttft_p99_s']):>10} {_ms(c['tpot_p99_s']):>9}  {c['binding_slo'] or '-':7s}  "
-              f"{'*' if c['pareto'] else ' ':6s}  {fleet_text(c)}")
+              f"{'*' if c['pareto'] else ' ':6s}  {fleet_text(c)}"
+              + ("" if c.get("calibrated", True) else "  (not calibrated)"))
+    uncal: dict[str, list[str]] = {}
+    for c in res["configs"]:
+        if c["meets_slo"] and not c.get("calibrated", True):
+            uncal.setdefault(c["calibration_note"], []).append(c["label"])
+    for why, labels in uncal.items():
+        print(f"not calibrated: {', '.join(labels)}: {why}")
     for key, what in (("best_by_gpu", "gpu"), ("best_by_serving", "serving")):
         rows = res.get(key) or []
         if len(rows) < 2:

@@ -317,6 +317,15 @@ def scenario_gpus(scenario: Scenario) -> int:
     return scenario.nodes * scenario.deployment.node.num_gpus
 
 
+def rate_unit(scenario: Scenario) -> str:
+    """What the capacity's rate is per: 'node', or for a replica over two nodes 'TP 16 replica (two nodes)' (its
+    nodes_needed still counts 8-GPU nodes: two per copy)."""
+    node = scenario.deployment.node
+    if scenario.disagg is None and node.cross_node:
+        return f"TP {node.tp} replica ({node.physical_nodes} nodes)"
+    return "node"
+
+
 def gpu_name(scenario: Scenario) -> str | None:
     """The preset name of the scenario's GPU ('h100-sxm'), None for a custom GPU."""
     gpu = scenario.deployment.node.gpu
@@ -365,7 +374,9 @@ def plan_price(scenario: Scenario, rate_req_s: float, target_rate_req_s: float |
                                          "gpu_hour_usd": usd, "target_rate_req_s": target}
     if not rate_req_s > 0 or not mean_out > 0:
         return out
-    gpus, per_node = scenario_gpus(scenario), scenario.deployment.node.num_gpus
+    node = scenario.deployment.node
+    # whole 8-GPU servers: a TP 16 replica's copy is two of them (the rate stays the replica's)
+    gpus, per_node = scenario_gpus(scenario), node.num_gpus // node.physical_nodes
     if usd is not None:
         p = pricing.price(rate_req_s, gpus, per_node, target if target is not None else rate_req_s, usd, mean_out,
                           headroom)

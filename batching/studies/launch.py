@@ -51,6 +51,9 @@ def _cmd(head: str, flags: list[str], comments: list[str]) -> str:
 
 def _common_notes(sc: Scenario, dp: int) -> list[str]:
     notes = []
+    if sc.deployment.node.cross_node:
+        notes.append(f"one TP {sc.deployment.node.tp} replica over {sc.deployment.node.physical_nodes} nodes of "
+                     f"{sc.deployment.node.num_gpus // sc.deployment.node.physical_nodes} GPUs")
     if sc.nodes > 1:
         notes.append(f"on each of the {sc.nodes} nodes ({sc.nodes * dp} replicas in all) behind your load balancer "
                      f"(the simulation routes {sc.router})")
@@ -152,6 +155,10 @@ def vllm_command(sc: Scenario) -> str:
         return "\n".join(out)
     dp = dep.node.replicas
     flags, notes = _vllm_flags(sc, dep.node.tp, dp)
+    if dep.node.cross_node:  # vLLM's multi-node serving: a Ray cluster over the nodes, the command on its head
+        flags.append("--distributed-executor-backend ray")
+        notes.append("start a Ray cluster over the nodes first (`ray start --head` on one, `ray start --address "
+                     "HEAD_IP:6379` on the other), then run this on the head node")
     return _cmd(head, flags, [f"vLLM {VLLM_VERSION}: {dep.model.name} on {dep.node.num_gpus}x {dep.node.gpu.name}"]
                 + _common_notes(sc, dp) + notes)
 
@@ -227,6 +234,11 @@ def sglang_command(sc: Scenario) -> str:
         return "\n".join(out)
     dp = dep.node.replicas
     flags, notes = _sglang_flags(sc, dep.node.tp, dp)
+    if dep.node.cross_node:  # SGLang's multi-node deployment: the same command on every node, its rank set
+        n = dep.node.physical_nodes
+        flags += ["--dist-init-addr HEAD_IP:20000", f"--nnodes {n}", "--node-rank 0"]
+        notes.append(f"run it on each of the {n} nodes with --node-rank 0 to {n - 1} (HEAD_IP: the rank-0 node's "
+                     "address)")
     return _cmd(head, flags, [f"SGLang {SGLANG_VERSION}: {dep.model.name} on {dep.node.num_gpus}x "
                               f"{dep.node.gpu.name}"] + _common_notes(sc, dp) + notes)
 
@@ -254,7 +266,7 @@ def config_launch(base: Scenario, row: dict, custom_gpus=None) -> dict[str, str]
     else:
         cfg = Config(row["gpu"], row["precision"], int(row["tp"]), row["policy"], knobs)
     sc = config_scenario(base, cfg, custom_gpus)
-    nodes = int(row.get("nodes_needed") or 1)
+    nodes = int(row.get("nodes_needed") or 1) // int(row.get("nodes_per_copy") or 1)  # TP 16: copies of two nodes
     if nodes > 1 and not split:
         sc = replace(sc, nodes=nodes, router=row.get("router") or sc.router)
     return launch(sc)

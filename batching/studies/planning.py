@@ -19,7 +19,8 @@ from batching.sim.policy import KNOB_LIMITS, BatchingPolicy
 from batching.sim.simulate import Scenario
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 from batching.sim.workload.requests import MAX_RATE_REQ_S, SyntheticWorkload
-from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, class_names, default_slo, mean_output_tokens
+from batching.studies.capacity import (SLO, SLO_LABELS, CapacityResult, class_names, default_slo, mean_output_tokens,
+                                       rate_unit)
 from batching.studies.pricing import DEFAULT_HEADROOM
 from batching.studies.compare import Progress
 from batching.studies.knee import DEFAULT_SHARE, check_share, knee_basis, knee_series, knee_words, sweep_knee
@@ -759,7 +760,8 @@ class CapacityPlan:
             return ""
         best = max(ok, key=lambda n: ok[n].max_rate_req_s)
         b = ok[best]
-        text = f"'{best}' sustains the most traffic within the SLOs: {_rate(b.max_rate_req_s)} per node"
+        text = (f"'{best}' sustains the most traffic within the SLOs: {_rate(b.max_rate_req_s)} per "
+                f"{rate_unit(self.scenario)}")
         if b.nodes_needed is not None and self.target_rate_req_s is not None:
             text += (f", so {b.nodes_needed:,} node{'s' if b.nodes_needed != 1 else ''} serve "
                      f"{self.target_rate_req_s:,.4g} req/s")

@@ -2,8 +2,8 @@
 prefill/decode split P x T + D x U inside a node, batching policy and knob values) that serves a target traffic
 within the SLOs, and how many nodes it takes. Stages (each a small function or class below):
 
-1. **grid** (``Grid.configs``): GPUs x precisions x (``serving`` agg: TP degrees, the node's GPUs / TP replicas;
-   disagg: every split of the node kept by ``splits_of``, a split that leaves GPUs idle beside the same copies per
+1. **grid** (``Grid.configs``): GPUs x precisions x (``serving`` agg: TP degrees, the node's GPUs / TP replicas,
+   or TP 16: one replica over two 8-GPU nodes, a copy of two nodes; disagg: every split of the node kept by ``splits_of``, a split that leaves GPUs idle beside the same copies per
    node being dominated by the bigger one; both: the two) x policies (a split runs iteration-level policies only)
    x knob values;
 2. **fit** (``fitting``): the model must fit the GPU at that precision and TP, the longest request one replica's
@@ -59,12 +59,15 @@ from batching.sim.topology.disagg import Disagg
 from batching.sim.topology.fleet import MAX_NODES, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, PRESETS, BatchingPolicy, with_knobs
 from batching.sim.simulate import MAX_REQUESTS, Scenario, simulate
-from batching.sim.hardware.specs import GPU, GPUS, KV_BLOCK_TOKENS, PRECISIONS, Deployment, Node
+from batching.sim.hardware.kernel_tables import calibration_status
+from batching.sim.hardware.specs import (GPU, GPUS, GPUS_PER_NODE, KV_BLOCK_TOKENS, PRECISIONS, TWO_NODE_GPUS,
+                                         Deployment, Node)
 from batching.studies.capacity import (CEILING_REACH, MAX_ITER, REL_TOL, SLO, binding_of, bracket_and_bisect, capacity,
                                        check_headroom, meets_slo, slo_point, sustained)
 from batching.studies.pricing import DEFAULT_HEADROOM, copies_needed, default_gpu_hour_usd, price
 
-TPS = (1, 2, 4, 8)
+TPS = (1, 2, 4, 8)  # within a node: an aggregated replica's, a split's instances'
+AGG_TPS = (*TPS, TWO_NODE_GPUS)  # an aggregated replica may also span two 8-GPU nodes (TP 16)
 # the knobs a search may vary, by the mode that uses them (a knob a policy's mode ignores is not varied for it)
 SEARCH_KNOBS: dict[str, tuple[str, ...]] = {
     "max_num_seqs": ("continuous",),
@@ -78,12 +81,12 @@ MAX_KNOB_VALUES = 64
 MAX_GPU_HOUR_USD = 1e6
 ROUTER_DEFAULT = "least-outstanding"  # search()'s router for the fleet check
 FLEET_TOP = 3  # configurations at the top of the ranking checked as a fleet
-FLEET_EXTRA_NODES = 3  # nodes a fleet check adds, one at a time, before it calls a configuration not verified
+FLEET_EXTRA_NODES = 3  # nodes (TP 16: two-node copies) a fleet check adds one at a time before it calls a row not verified
 ROUTER_NOTE = ("Nodes needed: first ⌈target × headroom / rate per node⌉, which assumes perfect load balancing "
                "across nodes; the top configurations (marked fleet ✓) were then simulated as a fleet of that many "
-               "nodes behind the router at the target rate (× headroom), adding a node while the fleet missed the "
-               "SLOs (at most 3 more); their nodes and cost are the fleet's. The others keep the perfect-balance "
-               "estimate.")
+               "nodes behind the router at the target rate (× headroom), adding a node (TP 16: a two-node copy) "
+               "while the fleet missed the SLOs (at most 3 more); their nodes and cost are the fleet's. The others "
+               "keep the perfect-balance estimate.")
 
 
 NO_FLEET_NOTE = ("Nodes needed = ⌈target × headroom / rate per node⌉: this assumes perfect load balancing across "
@@ -134,9 +137,9 @@ class Config:
         return (self.gpu, self.precision, self.tp, self.policy, self.split)
 
     def gpus_per_copy(self, num_gpus: int) -> int:
-        """GPUs one copy runs on: the whole node (aggregated), or the split's P x T + D x U."""
+        """GPUs one copy runs on: the whole node (aggregated; TP 16: its two nodes), or the split's P x T + D x U."""
         if self.split is None:
-            return num_gpus
+            return max(num_gpus, self.tp)
         p, t, d, u = self.split
         return p * t + d * u
 
@@ -144,9 +147,13 @@ class Config:
         """Copies one node holds: 1 (aggregated: a node of replicas), or the splits that fit it side by side."""
         return 1 if self.split is None else num_gpus // self.gpus_per_copy(num_gpus)
 
+    def nodes_per_copy(self, num_gpus: int) -> int:
+        """Nodes one copy spans: 2 for a TP 16 replica over two 8-GPU nodes, else 1."""
+        return -(-self.gpus_per_copy(num_gpus) // num_gpus) if self.split is None else 1
+
     def shape(self) -> str:
         if self.split is None:
-            return f"tp{self.tp}"
+            return f"tp{self.tp}" + (" over two nodes" if self.tp > GPUS_PER_NODE else "")
         p, t, d, u = self.split
         return f"{p}xTP{t} prefill + {d}xTP{u} decode"
 
@@ -162,7 +169,7 @@ class Config:
                 "tp": self.tp if self.split is None else None,
                 "replicas_per_node": (num_gpus // self.tp if self.tp <= num_gpus else 0) if self.split is None
                 else None, "split": split, "gpus_per_copy": self.gpus_per_copy(num_gpus),
-                "copies_per_node": self.copies_per_node(num_gpus),
+                "copies_per_node": self.copies_per_node(num_gpus), "nodes_per_copy": self.nodes_per_copy(num_gpus),
                 "policy": self.policy, "knobs": self.knob_dict()}
 
 
@@ -196,7 +203,7 @@ class Grid:
 
     gpus: tuple[str, ...]
     precisions: tuple[str, ...] = ("bf16",)
-    tps: tuple[int, ...] = TPS
+    tps: tuple[int, ...] = TPS  # aggregated replicas' TP degrees (AGG_TPS: 16 on 8-GPU nodes only)
     policies: tuple[str, ...] = ("chunked",)
     knobs: tuple[tuple[str, tuple[float, ...]], ...] = ()
     serving: str = "agg"
@@ -207,12 +214,15 @@ class Grid:
             raise ValueError(f"serving={self.serving!r} is not allowed; allowed: {', '.join(SERVING)}")
         known = set(GPUS) | set(custom_gpus or {})
         for name, values, allowed in (("gpus", self.gpus, known), ("precisions", self.precisions, PRECISIONS),
-                                      ("tp", self.tps, TPS), ("policies", self.policies, PRESETS)):
+                                      ("tp", self.tps, AGG_TPS), ("policies", self.policies, PRESETS)):
             if not values:
                 raise ValueError(f"{name} is empty; give at least one of {', '.join(map(str, allowed))}")
             for v in values:
                 if v not in allowed:
                     raise ValueError(f"{name}: {v!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+        if TWO_NODE_GPUS in self.tps and self.num_gpus != GPUS_PER_NODE:
+            raise ValueError(f"tp: {TWO_NODE_GPUS} runs one replica over two {GPUS_PER_NODE}-GPU nodes; these nodes "
+                             f"have {self.num_gpus} GPUs (allowed with num_gpus {GPUS_PER_NODE})")
         for name, values in self.knobs:
             if name not in SEARCH_KNOBS:
                 raise ValueError(f"knob {name!r} is not allowed; allowed: {', '.join(SEARCH_KNOBS)}")
@@ -322,7 +332,8 @@ def config_scenario(base: Scenario, cfg: Config, custom_gpus: Mapping[str, GPU] 
     """The base scenario (model, workload, GPUs per node, KV dtype and override, all-reduce, prefix caching) on
     this configuration; ValueError saying why it does not fit or cannot run."""
     dep0 = base.deployment
-    dep = Deployment(Node(gpu_spec(cfg.gpu, custom_gpus), dep0.node.num_gpus, cfg.tp), dep0.model, cfg.precision,
+    gpus = TWO_NODE_GPUS if cfg.split is None and cfg.tp == TWO_NODE_GPUS else min(dep0.node.num_gpus, GPUS_PER_NODE)
+    dep = Deployment(Node(gpu_spec(cfg.gpu, custom_gpus), gpus, cfg.tp), dep0.model, cfg.precision,
                      dep0.kv_dtype, dep0.gpu_memory_utilization, dep0.activation_reserve_bytes,
                      dep0.kv_cache_tokens)
     if dep.kv_cache_tokens is not None and dep.kv_cache_tokens > dep.kv_capacity_tokens_max > 0:
@@ -388,20 +399,21 @@ def warm_capacity(sc: Scenario, slo: SLO, ceiling: float, estimate: float, known
     return points
 
 
-def copies_at_target(rate_per_copy: float, target_rate_req_s: float, headroom: float, copies_per_node: int
-                     ) -> tuple[int, int]:
+def copies_at_target(rate_per_copy: float, target_rate_req_s: float, headroom: float, copies_per_node: int,
+                     nodes_per_copy: int = 1) -> tuple[int, int]:
     """(nodes, copies deployed) for the target: ⌈target x headroom / rate⌉ copies, in whole nodes of
-    ``copies_per_node``; every copy a whole node holds is deployed."""
+    ``copies_per_node`` (or, TP 16, ``nodes_per_copy`` nodes per copy); every copy a whole node holds is
+    deployed."""
     copies = copies_needed(target_rate_req_s, rate_per_copy, headroom)
-    nodes = math.ceil(copies / copies_per_node - 1e-9)
-    return nodes, nodes * copies_per_node
+    groups = math.ceil(copies / copies_per_node - 1e-9)
+    return groups * nodes_per_copy, groups * copies_per_node
 
 
 def at_target(sc: Scenario, slo: SLO, rate_per_copy: float, payload: dict) -> dict:
     """One copy at the rate it carries when the target traffic (no headroom) is spread evenly over the copies
     deployed for it: its P99 TTFT and TPOT and attainment there (what a user of that fleet sees)."""
     _, copies = copies_at_target(rate_per_copy, float(payload["target_rate_req_s"]), float(payload["headroom"]),
-                                 int(payload.get("copies_per_node", 1)))
+                                 int(payload.get("copies_per_node", 1)), int(payload.get("nodes_per_copy", 1)))
     rate = float(payload["target_rate_req_s"]) / copies
     p = slo_point(sc.with_workload(sc.workload.with_rate(rate)), slo)
     return {"rate_per_copy_req_s": rate, "copies": copies, "ttft_p99_s": float(p["ttft_p99_s"]),
@@ -490,10 +502,12 @@ def fleet_task(payload: dict) -> dict:
     """One configuration's fleet check on a worker: ``nodes`` nodes behind ``router`` at ``rate_req_s`` (target ×
     headroom) read against the SLOs with the capacity search's rule (``meets_slo``); while it fails, one node more,
     at most ``extra`` more (and ``MAX_NODES``). ``payload``: scenario (one node), slo, nodes, router, rate_req_s,
-    extra. Returns a plain dict: ``nodes`` (the first that met the SLOs, or None), ``tried`` (each run read)."""
+    extra, nodes_per_copy (2 for TP 16: the fleet grows a copy, two nodes, at a time). Returns a plain dict:
+    ``nodes`` (the first that met the SLOs, or None), ``tried`` (each run read); nodes count 8-GPU nodes."""
     sc: Scenario = payload["scenario"]
     slo: SLO = payload["slo"]
-    start = int(payload["nodes"])
+    npc = int(payload.get("nodes_per_copy", 1))
+    start = int(payload["nodes"]) // npc  # the scenario's nodes: copies of npc nodes
     last = min(start + int(payload.get("extra", FLEET_EXTRA_NODES)), MAX_NODES)
     router = fleet_router(payload["router"], sc.policy)
     started = time.perf_counter()
@@ -502,7 +516,7 @@ def fleet_task(payload: dict) -> dict:
         for n in range(start, last + 1):
             p = slo_point(fleet_scenario(sc, n, router, float(payload["rate_req_s"])), slo)
             ok = meets_slo(p, slo)
-            tried.append({"nodes": n, "meets_slo": ok, "attainment": float(p["attainment"]),
+            tried.append({"nodes": n * npc, "meets_slo": ok, "attainment": float(p["attainment"]),
                           "sustained": sustained(p), "ttft_p99_s": float(p["ttft_p99_s"]),
                           "tpot_p99_s": float(p["tpot_p99_s"])})
             if ok:
@@ -512,7 +526,8 @@ def fleet_task(payload: dict) -> dict:
                 "tried": tried, "seconds": time.perf_counter() - started}
     ok = bool(tried) and tried[-1]["meets_slo"]
     return {"status": "done", "simulations": len(tried), "router": router, "tried": tried,
-            "nodes": tried[-1]["nodes"] if ok else None, "last_nodes": tried[-1]["nodes"] if tried else start - 1,
+            "nodes": tried[-1]["nodes"] if ok else None,
+            "last_nodes": tried[-1]["nodes"] if tried else (start - 1) * npc,
             "seconds": time.perf_counter() - started}
 
 
@@ -561,7 +576,7 @@ class Setup:
 
     def nodes(self, cfg: Config, rate_per_copy: float) -> int:
         return copies_at_target(rate_per_copy, self.target_rate_req_s, self.headroom,
-                                cfg.copies_per_node(self.num_gpus))[0]
+                                cfg.copies_per_node(self.num_gpus), cfg.nodes_per_copy(self.num_gpus))[0]
 
     def price(self, cfg: Config, rate_per_copy: float, nodes: int | None = None):
         """``pricing.price`` of this configuration (nodes: the whole nodes its copies need, or those given)."""
@@ -614,7 +629,7 @@ def fitting(setup: Setup, ledger: Ledger, configs: Sequence[Config]) -> dict[Con
     out: dict[Config, Scenario] = {}
     for cfg in configs:
         try:
-            if cfg.tp > setup.num_gpus:
+            if cfg.tp > setup.num_gpus and not (cfg.tp == TWO_NODE_GPUS and setup.num_gpus == GPUS_PER_NODE):
                 raise ValueError(f"tp={cfg.tp} is more than the {setup.num_gpus} GPUs of a node")
             sc = config_scenario(setup.base, cfg, setup.custom_gpus)
         except ValueError as exc:
@@ -705,10 +720,12 @@ class CapacityStage:
         best = self.best.get(prune_group(cfg), math.inf)
         if not self.setup.prune or not math.isfinite(best):
             return None, None
-        one = self.setup.cost(cfg, 1)
-        n_max = math.floor(best / one * (1 + 1e-12))
+        npc = cfg.nodes_per_copy(self.setup.num_gpus)
+        one = self.setup.cost(cfg, npc)
+        n_max = math.floor(best / one * (1 + 1e-12))  # copies (TP 16) or nodes it can afford
         if n_max < 1:
-            return None, (f"one node costs ${one:,.4g} per million output tokens at the target, more than the best "
+            what = "one node" if npc == 1 else f"one copy ({npc} nodes)"
+            return None, (f"{what} costs ${one:,.4g} per million output tokens at the target, more than the best "
                           f"{cfg.gpu} {cfg.serving} configuration found (${best:,.4g})")
         rate = self.setup.target_rate_req_s * self.setup.headroom / (n_max * cfg.copies_per_node(self.setup.num_gpus))
         if rate > self.ceilings[cfg] * CEILING_REACH:
@@ -733,7 +750,7 @@ class CapacityStage:
             payload = {"scenario": self.scenarios[cfg], "slo": s.slo, "ceiling": self.ceilings[cfg],
                        "estimate": None if ratio is None else self.ceilings[cfg] * ratio, "prune_rate": rate,
                        "rel_tol": s.rel_tol, "target_rate_req_s": s.target_rate_req_s, "headroom": s.headroom,
-                       "copies_per_node": cfg.copies_per_node(s.num_gpus)}
+                       "copies_per_node": cfg.copies_per_node(s.num_gpus), "nodes_per_copy": cfg.nodes_per_copy(s.num_gpus)}
             return cfg, cfg.label(), search_task, payload
 
     def settle(self, cfg: Config, ratio: float | None) -> None:
@@ -764,7 +781,7 @@ class CapacityStage:
         if rate > 0:
             for key in (("family",) + cfg.family(), ("policy", cfg.policy, cfg.serving), ("any",)):
                 self.ratios.setdefault(key, []).append(rate / ceiling)
-        row = capacity_row(self.setup, cfg, ceiling, out)
+        row = capacity_row(self.setup, cfg, ceiling, out, self.scenarios[cfg])
         self.rows[cfg] = row
         self.settle(cfg, rate / ceiling if rate > 0 else None)
         if rate > 0:
@@ -785,10 +802,12 @@ class CapacityStage:
         return self.rows
 
 
-def capacity_row(setup: Setup, cfg: Config, ceiling: float, out: dict) -> dict:
-    """One searched configuration as a row: its capacity per copy, nodes and price (``pricing.price``), and its
-    P99 TTFT and TPOT at the target traffic (each copy carrying target / copies deployed)."""
+def capacity_row(setup: Setup, cfg: Config, ceiling: float, out: dict, sc: Scenario) -> dict:
+    """One searched configuration as a row: its capacity per copy, nodes and price (``pricing.price``), its
+    P99 TTFT and TPOT at the target traffic (each copy carrying target / copies deployed), and whether every
+    term its cost model needs is measured (``calibrated``, ``calibration_note``: why not)."""
     rate = out["max_rate_req_s"]
+    calibrated, note = calibration_status(sc)
     b = out["best"] or {}
     t = out.get("at_target") or {}
     p = setup.price(cfg, rate)
@@ -804,7 +823,7 @@ def capacity_row(setup: Setup, cfg: Config, ceiling: float, out: dict) -> dict:
         "throughput_output_tok_s": b.get("throughput_output_tok_s"),
         "binding_slo": out["binding_slo"], "binding_class": out["binding_class"],
         "meets_slo": rate > 0, "ceiling_req_s": ceiling, "simulations": out["simulations"] + 1,
-        "warm_start": bool(out.get("warm"))}
+        "warm_start": bool(out.get("warm")), "calibrated": calibrated, "calibration_note": note}
 
 
 # ---------------------------------------------------------------- stage 4: the fleet check
@@ -834,12 +853,13 @@ class FleetStage:
         for cfg in todo:
             attempted.add(cfg)
             n0 = self.rows[cfg]["nodes_needed"]
+            npc = cfg.nodes_per_copy(self.setup.num_gpus)
             if cfg.split is not None:
                 self.rows[cfg]["fleet_note"] = ("not simulated as a fleet: a prefill/decode split's copies are "
                                                 "counted with perfect load balancing")
-            elif n0 > MAX_NODES:
-                self.rows[cfg]["fleet_note"] = (f"not simulated as a fleet: {n0} nodes, more than the {MAX_NODES} "
-                                                "a fleet simulation holds")
+            elif n0 // npc > MAX_NODES:
+                self.rows[cfg]["fleet_note"] = (f"not simulated as a fleet: {n0 // npc} copies, more than the "
+                                                f"{MAX_NODES} a fleet simulation holds")
         return todo
 
     def got(self, cfg: Config, out: dict) -> None:
@@ -860,7 +880,7 @@ class FleetStage:
             self.reprice(cfg, n)
             self.ledger.tick(f"{cfg.label()}: {n} node(s) behind {r['router']} meet the SLOs")
         else:
-            n = int(out["last_nodes"]) + 1  # a lower bound: the last tried missed the SLOs
+            n = int(out["last_nodes"]) + cfg.nodes_per_copy(self.setup.num_gpus)  # a lower bound: the last missed
             r.update(fleet_verified=False,
                      fleet_note=f"not verified: {out['last_nodes']} nodes behind {r['router']} still miss the SLOs "
                                 f"(attainment {last['attainment'] * 100:.1f} %"
@@ -897,7 +917,8 @@ class FleetStage:
                 cfg = queue.pop(0)
                 payload = {"scenario": self.scenarios[cfg], "slo": self.setup.slo,
                            "nodes": self.rows[cfg]["nodes_needed"], "router": self.setup.router,
-                           "rate_req_s": rate_all, "extra": FLEET_EXTRA_NODES}
+                           "rate_req_s": rate_all, "extra": FLEET_EXTRA_NODES,
+                           "nodes_per_copy": cfg.nodes_per_copy(self.setup.num_gpus)}
                 return cfg, f"{cfg.label()} (fleet)", fleet_task, payload
 
             run_tasks(backend, next_task, on_result=self.got, on_failure=self.failed)
@@ -1011,7 +1032,7 @@ def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Map
         raise ValueError(f"router={router!r} is not allowed; allowed: {', '.join(ROUTERS)}")
     if isinstance(fleet_top, bool) or not isinstance(fleet_top, int) or not 0 <= fleet_top <= MAX_CONFIGS:
         raise ValueError(f"fleet_top={fleet_top!r} is out of range; allowed a whole number from 0 to {MAX_CONFIGS}")
-    num_gpus = base.deployment.node.num_gpus
+    num_gpus = min(base.deployment.node.num_gpus, GPUS_PER_NODE)  # a TP 16 scenario's nodes: 8 GPUs each
     if grid.num_gpus != num_gpus:
         grid = replace(grid, num_gpus=num_gpus)
     grid.validate(custom_gpus)

@@ -54,7 +54,7 @@ def test_search_ranks_marks_and_links():
     df = at.dataframe[0].value
     assert list(df.columns) == ["Rank", "GPU", "Precision", "TP", "Replicas per node", "Policy", "Knobs",
                                 "Rate per copy (req/s)", "Nodes for 20 req/s", "$ per M output tokens",
-                                "P99 TTFT (s)", "P99 TPOT (ms)", "Binding SLO", "Pareto"]
+                                "P99 TTFT (s)", "P99 TPOT (ms)", "Binding SLO", "Pareto", "Calibrated"]
     costs = list(df["$ per M output tokens"])
     assert costs == sorted(costs) and len(df) >= 2
     assert df.iloc[0]["GPU"] == "h100-sxm" and df.iloc[0]["Precision"] == "FP8"

@@ -49,9 +49,15 @@ def test_capacity_prices_two_nodes_of_gpus():
     assert _scenario(at).deployment.node.num_gpus == 16
     helps = [n.help or "" for n in at.number_input]
     assert any("a TP 16 replica spans two nodes, 16 of them" in h for h in helps)
+    df = at.dataframe[0].value  # the rate is the replica's; its nodes are 8-GPU nodes, two per replica
+    assert "Rate per TP 16 replica (2 nodes) (req/s)" in df.columns
+    nodes = [int(v) for v in df["Nodes needed"] if v != "–"]
+    assert nodes and all(n % 2 == 0 for n in nodes)
 
 
-def test_the_search_page_covers_one_node_when_the_sidebar_spans_two():
+def test_the_search_page_says_how_to_search_the_sidebars_two_nodes():
     at = run_page("pages/find_a_deployment.py", workload="sharegpt", n="80", tp="16")
     assert_clean(at)
-    assert any("the sidebar's TP 16 over two nodes is not searched" in c.value for c in at.caption)
+    assert any("The sidebar's TP 16 over two nodes is searched only with 16 among the Tensor parallel degrees"
+               in c.value for c in at.caption)
+    assert "16" in at.multiselect(key="wid:s_tps").options
