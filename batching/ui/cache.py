@@ -430,7 +430,11 @@ READING_COLUMNS = ("priority", "arrival_s", "release_s", "ttft_s", "tpot_s", "e2
 
 def reading(scenario: Scenario, saturated: bool = False) -> Reading:
     """The run's ``Reading``, kept beside the results (same byte budget; a whole stored result serves it
-    too). Simulates without taking a slot: for code that already holds one (``batching.ui.planning``'s pool)."""
+    too). Simulates without taking a slot: for code that already holds one (``batching.ui.planning``'s pool). A
+    saturated run is read as ``capacity_scenario``'s (one run for every arrival rate: a Tune move of the request
+    rate re-runs each value's offered load, not its capacity run)."""
+    if saturated:
+        scenario = capacity_scenario(scenario)
     key = ("reading", scenario_token(scenario), bool(saturated))
     hit = RESULTS.get(key, _MISSING)
     if hit is not _MISSING:

@@ -353,6 +353,29 @@ def test_sweep_points_are_cached_one_by_one_and_equal_the_library_sweep(sims):
         pd.testing.assert_frame_equal(df, sp.with_readings(sweep(sc, knob, vals, slo=tight), sc, knob))
 
 
+def test_a_move_of_the_fixed_request_rate_reruns_only_each_values_offered_load(sims):
+    """The capacity run (every request at t = 0) and the capacity search's rates do not depend on the sidebar's
+    rate: moving it re-runs one run per value (before: the capacity runs too, keyed by the rate they ignore)."""
+    from batching.ui import planning
+
+    slo = default_slo(2)
+
+    def jobs(rate):
+        base = Scenario(workload=workload_preset("mixed", rate, 200, 0))
+        return [("chunked", base.with_policy(PRESETS["chunked"]), "max_num_seqs", [16.0, 64.0], slo)]
+
+    first = planning.sweeps_cached(jobs(3.0), "Sweeping")
+    sims.clear()
+    moved = planning.sweeps_cached(jobs(3.3), "Sweeping")
+    assert len(sims) == 2 and not any(sat for _, sat in sims)
+    assert {sc.workload.rate_req_s for sc, _ in sims} == {3.3}
+    for col in ("capacity_output_tok_s", "max_rate_req_s"):  # the same capacity, read from the cached runs
+        assert list(moved[0][col]) == list(first[0][col])
+    sc = jobs(3.3)[0][1]
+    pd.testing.assert_frame_equal(moved[0], sp.with_readings(sweep(sc, "max_num_seqs", [16.0, 64.0], slo=slo), sc,
+                                                             "max_num_seqs"), check_exact=False, rtol=1e-12)
+
+
 def test_one_more_point_on_the_page_runs_only_the_new_value(sims):
     """Issue 25 item 3: Points + 1 from the knob's default count keeps the points simulated and runs one new value
     per preset on the frontier (before: log spacing moved every interior value and the whole sweep ran again)."""
