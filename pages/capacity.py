@@ -178,7 +178,7 @@ def plan_view(base: Scenario) -> None:
     chosen = _chosen()
     st.session_state[state.widget_key(POLICIES)] = chosen
     st.multiselect("Policies", list(PRESETS), key=state.widget_key(POLICIES), on_change=_policies_changed,
-                   help="The presets to plan with; each one's search runs about 10 simulations.")
+                   help="The presets to plan with; each one's search runs about 7 simulations.")
     state.publish([*sps, *ps, *vps])
     # a disaggregated scenario runs iteration-level batching only: the others are skipped, with one caption
     chosen = list(cache.runnable_policies(base, {n: PRESETS[n] for n in chosen}))

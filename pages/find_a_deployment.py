@@ -267,7 +267,7 @@ def search_view(base: Scenario) -> None:
     size = grid.size()
     where = (f"on the Ray cluster ({plain(RAY_ADDRESS)})" if RAY_ADDRESS and size >= RAY_MIN_CONFIGS else
              "on this server")
-    st.caption(f"{size:,} configurations; each fitting one runs a capacity search (about 10 simulations, fewer "
+    st.caption(f"{size:,} configurations; each fitting one runs a capacity search (about 7 simulations, fewer "
                f"with warm starts and pruning) {where}; then the cheapest few run as a fleet behind the "
                f"sidebar's router ({plain(router)}) at the target.")
     key = ("deployment_search",) + inputs

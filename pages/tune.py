@@ -159,7 +159,7 @@ def tune(base: Scenario) -> None:
         st.number_input("Points", **rps[2].widget_range(), step=1,
                         help=f"Values between From and To (2 to {sp.MAX_POINTS}); each is two simulations, one "
                              "at the offered load and one for capacity, and a capacity search within the SLOs "
-                             "(about ten more). Evenly spaced, but on the knob's default range each point past "
+                             "(about seven more). Evenly spaced, but on the knob's default range each point past "
                              f"{rps[2].default} halves the widest gap (the leftmost first): one more point keeps the "
                              "points already simulated and runs only the new one.", **state.bind("points"))
     with cols[5]:

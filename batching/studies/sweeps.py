@@ -126,7 +126,7 @@ def sweep(scenario: Scenario, knob: str, values, policy: BatchingPolicy | None =
     kernel releases the GIL). Returns one row per value with every summary metric.
 
     With ``slo``, each row also holds ``SLO_METRICS``: the attainment and goodput at the offered load and
-    ``max_rate_req_s``, the value's capacity within the SLOs (a capacity search, about ten simulations, per
+    ``max_rate_req_s``, the value's capacity within the SLOs (a capacity search, about seven simulations, per
     value; one search for the request rate, which the search itself varies)."""
     import os
     from concurrent.futures import ThreadPoolExecutor, as_completed
