@@ -215,7 +215,8 @@ def _columns(plan: CapacityPlan) -> dict:
     is per (its nodes still count 8-GPU nodes, two per replica)."""
     several = len(class_names(plan.scenario)) > 1
     closed = getattr(plan.scenario.workload, "concurrency", None) is not None  # the sidebar's closed-loop clients
-    cols = {k: v for k, v in COLUMNS.items() if (several or k != "binding_class") and (closed or k != "max_concurrency")}
+    cols = {k: v for k, v in COLUMNS.items()
+            if (several or k != "binding_class") and (closed or k != "max_concurrency")}
     unit = rate_unit(plan.scenario)
     if unit != "node":
         _, tip, fmt = cols["max_rate_req_s"]
@@ -326,8 +327,9 @@ def _results(plan: CapacityPlan) -> None:
     node = base.deployment.node
     st.caption(f"One row per policy. Rate per {rate_unit(base)}: the highest rate at which "
                f"{slo.attainment * 100:.3g} % of each class's requests meet that class's SLOs; cost at ${usd:,.2f} per "
-               f"GPU-hour{plain(where)} × {node.num_gpus // node.physical_nodes} GPUs per node × the nodes, over {target:,.4g} req/s × {mean_out:,.1f} mean output tokens "
-               f"per request.{room} Hover a header for its definition.")
+               f"GPU-hour{plain(where)} × {node.num_gpus // node.physical_nodes} GPUs per node × the nodes, over "
+               f"{target:,.4g} req/s × {mean_out:,.1f} mean output tokens per request.{room} Hover a header for its "
+               "definition.")
     per_class = class_frame(plan)
     if len(names) > 1:
         st.markdown("**Per class at each policy's rate**")

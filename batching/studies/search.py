@@ -3,8 +3,9 @@ prefill/decode split P x T + D x U inside a node, batching policy and knob value
 within the SLOs, and how many nodes it takes. Stages (each a small function or class below):
 
 1. **grid** (``Grid.configs``): GPUs x precisions x (``serving`` agg: TP degrees, the node's GPUs / TP replicas,
-   or TP 16: one replica over two 8-GPU nodes, a copy of two nodes; disagg: every split of the node kept by ``splits_of``, a split that leaves GPUs idle beside the same copies per
-   node being dominated by the bigger one; both: the two) x policies (a split runs iteration-level policies only)
+   or TP 16: one replica over two 8-GPU nodes, a copy of two nodes; disagg: every split of the node kept by
+   ``splits_of``, a split that leaves GPUs idle beside the same copies per node being dominated by the bigger one;
+   both: the two) x policies (a split runs iteration-level policies only)
    x knob values;
 2. **fit** (``fitting``): the model must fit the GPU at that precision and TP, the longest request one replica's
    (a split: a decode instance's) KV cache, the longest prompt a prefill instance's and, without chunked prefill,
@@ -81,7 +82,7 @@ MAX_KNOB_VALUES = 64
 MAX_GPU_HOUR_USD = 1e6
 ROUTER_DEFAULT = "least-outstanding"  # search()'s router for the fleet check
 FLEET_TOP = 3  # configurations at the top of the ranking checked as a fleet
-FLEET_EXTRA_NODES = 3  # nodes (TP 16: two-node copies) a fleet check adds one at a time before it calls a row not verified
+FLEET_EXTRA_NODES = 3  # nodes (TP 16: two-node copies) a fleet check adds one at a time before a row is not verified
 ROUTER_NOTE = ("Nodes needed: first ⌈target × headroom / rate per node⌉, which assumes perfect load balancing "
                "across nodes; the top configurations (marked fleet ✓) were then simulated as a fleet of that many "
                "nodes behind the router at the target rate (× headroom), adding a node (TP 16: a two-node copy) "
@@ -750,7 +751,8 @@ class CapacityStage:
             payload = {"scenario": self.scenarios[cfg], "slo": s.slo, "ceiling": self.ceilings[cfg],
                        "estimate": None if ratio is None else self.ceilings[cfg] * ratio, "prune_rate": rate,
                        "rel_tol": s.rel_tol, "target_rate_req_s": s.target_rate_req_s, "headroom": s.headroom,
-                       "copies_per_node": cfg.copies_per_node(s.num_gpus), "nodes_per_copy": cfg.nodes_per_copy(s.num_gpus)}
+                       "copies_per_node": cfg.copies_per_node(s.num_gpus),
+                       "nodes_per_copy": cfg.nodes_per_copy(s.num_gpus)}
             return cfg, cfg.label(), search_task, payload
 
     def settle(self, cfg: Config, ratio: float | None) -> None:
