@@ -428,23 +428,27 @@ class Reading:
 READING_COLUMNS = ("priority", "arrival_s", "release_s", "ttft_s", "tpot_s", "e2e_s")
 
 
+def _read(scenario: Scenario, token, saturated: bool, key: tuple, steps: bool = True) -> Reading:
+    """The ``Reading`` stored under ``key``, or one made from a stored whole result or a run (``steps``: with its
+    step table), without taking a slot."""
+
+    def run() -> Reading:
+        full = RESULTS.get(("result", token, saturated))
+        return Reading(full if full is not None else simulate(scenario, saturated=saturated, steps=steps))
+
+    return _cached(RESULTS, key, run, lambda r: r.nbytes, in_slot=False)
+
+
 def reading(scenario: Scenario, saturated: bool = False) -> Reading:
     """The run's ``Reading``, kept beside the results (same byte budget; a whole stored result serves it
     too). Simulates without taking a slot: for code that already holds one (``batching.ui.planning``'s pool). A
     saturated run is read as ``capacity_scenario``'s (one run for every arrival rate: a Tune move of the request
     rate re-runs each value's offered load, not its capacity run)."""
+    saturated = bool(saturated)
     if saturated:
         scenario = capacity_scenario(scenario)
-    key = ("reading", scenario_token(scenario), bool(saturated))
-    hit = RESULTS.get(key, _MISSING)
-    if hit is not _MISSING:
-        return hit
-
-    def run() -> Reading:
-        full = RESULTS.get(("result", scenario_token(scenario), bool(saturated)))
-        return Reading(full if full is not None else simulate(scenario, saturated=bool(saturated)))
-
-    return _cached(RESULTS, key, run, lambda r: r.nbytes, in_slot=False)
+    token = scenario_token(scenario)
+    return _read(scenario, token, saturated, ("reading", token, saturated))
 
 
 def probe_reading(scenario: Scenario) -> Reading:
@@ -454,18 +458,7 @@ def probe_reading(scenario: Scenario) -> Reading:
     one. Simulates without taking a slot, as ``reading``."""
     token = scenario_token(scenario)
     hit = RESULTS.get(("reading", token, False), _MISSING)
-    if hit is not _MISSING:
-        return hit
-    key = ("probe", token)
-    hit = RESULTS.get(key, _MISSING)
-    if hit is not _MISSING:
-        return hit
-
-    def run() -> Reading:
-        full = RESULTS.get(("result", token, False))
-        return Reading(full if full is not None else simulate(scenario, steps=False))
-
-    return _cached(RESULTS, key, run, lambda r: r.nbytes, in_slot=False)
+    return hit if hit is not _MISSING else _read(scenario, token, False, ("probe", token), steps=False)
 
 
 def small_cached(key: Hashable, compute: Callable[[], T], nbytes: int = 4096) -> T:
