@@ -454,6 +454,8 @@ def test_knee_sentence_within_the_slos():
     assert text == ("Peak at max_num_seqs = 64: past it capacity within the SLOs falls (15.8 req/s → at most "
                     "15.1 req/s per node, bound by TPOT).")
     assert "grows" not in text
+    assert sp.knee_sentence(falls, "max_num_seqs", 64.0, 0.05, "TP 16 replica (2 nodes)").endswith(
+        "15.1 req/s per TP 16 replica (2 nodes), bound by TPOT).")
     grows = df.assign(max_rate_req_s=[1.0, 2.0, 3.0, 4.0])
     assert sweep_knee(grows, "max_num_seqs") is None
     assert sp.knee_sentence(grows, "max_num_seqs", None, 0.05).startswith(

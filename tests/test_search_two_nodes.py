@@ -13,7 +13,7 @@ from batching.sim.workload.requests import workload_preset
 from batching.studies.capacity import capacity, default_slo
 from batching.studies.launch import with_launch
 from batching.studies.pricing import default_gpu_hour_usd
-from batching.studies.search import Config, Grid, config_scenario, copies_at_target, search
+from batching.studies.search import Config, Grid, config_scenario, copies_at_target, search, search_words
 
 TARGET = 10.0
 
@@ -35,6 +35,20 @@ def test_the_grid_takes_tp16_on_eight_gpu_nodes_only():
         Grid(("h100-sxm",), tps=(16,), num_gpus=4).validate()
     with pytest.raises(ValueError, match="tp: 32 is not allowed; allowed: 1, 2, 4, 8, 16"):
         Grid(("h100-sxm",), tps=(32,)).validate()
+
+
+def test_a_skip_names_the_search_s_tp16_not_the_run_flags():
+    """DeepSeek-V3 on H100 at TP 8 does not fit; the hint names how the search tries TP 16, not --num-gpus 16."""
+    base = _deepseek()
+    with pytest.raises(ValueError) as err:
+        config_scenario(base, Config("h100-sxm", "fp8", 8, "chunked"), {})
+    why = str(err.value)
+    assert "num_gpus=16" in why  # the run commands' words
+    assert search_words(why, {8}).count("TP 16 over two nodes (not searched: add 16 to the TP degrees, e.g. "
+                                        "--tp 8,16 or the page's Tensor parallel)") == 1
+    assert "num_gpus" not in search_words(why, {8})
+    assert "TP 16 over two nodes (searched: its own rows)" in search_words(why, {8, 16})
+    assert search_words("it needs 80 GiB", {8}) == "it needs 80 GiB"
 
 
 def test_a_tp16_copy_is_two_nodes():

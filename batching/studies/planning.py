@@ -565,11 +565,12 @@ def cards(df: pd.DataFrame, knob: str, scenario: Scenario, knee: float | None, s
             card_efficiency_low(df, knob, pol, configured)]
 
 
-def knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: float) -> str:
-    """One sentence on the knee: where it is, what the rest of the range adds and what it costs."""
+def knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: float, unit: str = "node") -> str:
+    """One sentence on the knee: where it is, what the rest of the range adds and what it costs (a capacity's rate
+    per ``unit``: ``capacity.rate_unit``)."""
     basis = knee_basis(df, knob)
     if basis is not None:
-        return _slo_knee_sentence(df, knob, knee, share, basis)
+        return _slo_knee_sentence(df, knob, knee, share, basis, unit)
     rate = knob == "rate_req_s"
     thr_key = "throughput_output_tok_s" if rate else "capacity_output_tok_s"
     what = "throughput at the offered load" if rate else "capacity"
@@ -589,7 +590,8 @@ def knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: float)
             f"from {_sec(float(at[worst]))} to {_sec(float(past[worst].max()))}.")
 
 
-def _slo_knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: float, basis: str) -> str:
+def _slo_knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: float, basis: str,
+                       unit: str = "node") -> str:
     rate = knob == "rate_req_s"
     what = "goodput within the SLOs" if rate else "capacity within the SLOs"
     y = knee_series(df, knob)
@@ -612,7 +614,7 @@ def _slo_knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: f
         return text + ")."
     binding = df["binding_slo"].iloc[i] if "binding_slo" in df.columns else None
     limit = f", bound by {SLO_LABELS.get(binding, binding)}" if isinstance(binding, str) else ""
-    return text + f" per node{limit})."
+    return text + f" per {unit}{limit})."
 
 
 # ---------------------------------------------------------------- a sweep study, read
@@ -650,7 +652,7 @@ class SweepStudy:
         return [c for c in self.cards if c.fired]
 
     def knee_sentence(self) -> str:
-        return knee_sentence(self.frame, self.knob, self.knee, self.share)
+        return knee_sentence(self.frame, self.knob, self.knee, self.share, rate_unit(self.scenario))
 
     def points(self) -> pd.DataFrame:
         """Every policy's rows, a ``policy`` column first."""

@@ -625,16 +625,32 @@ class Ledger:
 # ---------------------------------------------------------------- stage 1: the grid, what fits
 
 
+# how a deployment's error names a TP 16 replica over two nodes (specs.Deployment: the run command's flags)
+_TWO_NODE_HINT = f"tp={TWO_NODE_GPUS} over two nodes (num_gpus={TWO_NODE_GPUS})"
+
+
+def search_words(why: str, searched_tps: set[int]) -> str:
+    """A deployment's error in the search's words: its hint that the model fits a TP 16 replica over two nodes
+    names the run command's --num-gpus; the search tries TP 16 only when 16 is among its TP degrees."""
+    if _TWO_NODE_HINT not in why:
+        return why
+    words = (f"TP {TWO_NODE_GPUS} over two nodes (searched: its own rows)" if TWO_NODE_GPUS in searched_tps else
+             f"TP {TWO_NODE_GPUS} over two nodes (not searched: add {TWO_NODE_GPUS} to the TP degrees, e.g. "
+             f"--tp {GPUS_PER_NODE},{TWO_NODE_GPUS} or the page's Tensor parallel)")
+    return why.replace(_TWO_NODE_HINT, words)
+
+
 def fitting(setup: Setup, ledger: Ledger, configs: Sequence[Config]) -> dict[Config, Scenario]:
     """Each configuration's scenario, or skipped with why it does not fit (no simulation)."""
     out: dict[Config, Scenario] = {}
+    tps = {cfg.tp for cfg in configs}
     for cfg in configs:
         try:
             if cfg.tp > setup.num_gpus and not (cfg.tp == TWO_NODE_GPUS and setup.num_gpus == GPUS_PER_NODE):
                 raise ValueError(f"tp={cfg.tp} is more than the {setup.num_gpus} GPUs of a node")
             sc = config_scenario(setup.base, cfg, setup.custom_gpus)
         except ValueError as exc:
-            ledger.skip(cfg, str(exc))
+            ledger.skip(cfg, search_words(str(exc), tps))
             continue
         why = fit_problem(sc, setup.longest_request, setup.longest_prompt)
         if why:
