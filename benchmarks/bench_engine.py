@@ -102,6 +102,16 @@ def main() -> None:
                    "eagle K=3": lambda: engine_seconds(Scenario(workload=mixed, policy=eagle))}, args.requests)
     print(f"speculation keeps {rates['eagle K=3'] / rates['plain']:.0%} of the requests/s of plain "
           f"continuous (target >= 50 %)")
+    # closed-loop clients: the same requests sent by 64 clients, each its next when its previous one ends (the
+    # engine holds a client's next request until then: engine.state.Later)
+    print(f"\nclosed-loop clients, continuous, {args.requests:,} requests of the default scenario's lengths, "
+          "kernel only:")
+    clients = mixed.with_concurrency(64)
+    rates = _race({"plain": lambda: engine_seconds(Scenario(workload=mixed, policy=PRESETS["continuous"])),
+                   "64 clients": lambda: engine_seconds(Scenario(workload=clients, policy=PRESETS["continuous"]))},
+                  args.requests)
+    print(f"closed loop keeps {rates['64 clients'] / rates['plain']:.0%} of the requests/s of the open loop "
+          f"(target >= 50 %)")
     # disaggregation (1 prefill TP 4 + 1 decode TP 4) and a fleet behind a state-reading router, beside plain
     # continuous on the same requests (best of 3, the Python set-up of their runs included)
     print(f"\ndisaggregation and fleets, continuous, {args.requests:,} requests of the default scenario:")
