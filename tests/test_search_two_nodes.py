@@ -64,7 +64,7 @@ def test_a_tp16_copy_is_two_nodes():
 def test_deepseek_on_h100_runs_over_two_nodes_and_says_it_is_not_calibrated(found):
     rows = {r["label"]: r for r in found["configs"]}
     skipped = {s["label"]: s for s in found["skipped"]}
-    assert "fits with tp=16 over two nodes" in skipped["h100-sxm fp8 tp8 chunked"]["why"]
+    assert "fits with TP 16 over two nodes (searched: its own rows)" in skipped["h100-sxm fp8 tp8 chunked"]["why"]
     two = rows["h100-sxm fp8 tp16 over two nodes chunked"]
     assert two["meets_slo"] and two["gpus_per_copy"] == 16 and two["nodes_per_copy"] == 2
     assert two["nodes_needed"] % 2 == 0 and two["nodes_needed"] >= 2
