@@ -962,6 +962,7 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
     out = {k: summary[k] for k in keys + split_keys if k in summary}
     out["by_priority"] = {lvl: {k: v[k] for k in keys if k in v} | {"class_name": v["class_name"]}
                           for lvl, v in summary["by_priority"].items()}
+    out.update({k: summary[k] for k in ("engine", "engine_label") if k in summary})  # the profile it ran with
     if "concurrency" in summary:  # closed-loop clients: the load is N, not a rate
         out.update({k: summary[k] for k in ("concurrency", "think_time_s")})
     if summary.get("calibrated") is False:  # no measurement behind a term of this model/GPU/precision: say why

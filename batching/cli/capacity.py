@@ -70,7 +70,8 @@ def cmd_capacity(args) -> int:
     res = capacity(sc, slo, target_rate_req_s=args.target_rate, gpu_hour_usd=usd, progress=progress,
                    headroom=args.headroom)
     split = sc.disagg
-    d = res.to_dict()
+    d = res.to_dict() | {"engine": sc.profile.name, "engine_label": sc.profile.label}
+    print(f"# engine: {sc.profile.describe()}")
     if split is not None:
         print(f"# {split.describe()}, {split.gpus} GPUs on {sc.nodes} node{'s' if sc.nodes > 1 else ''}: the rate is "
               f"the whole split's; nodes_needed and $ count its {split.gpus} GPUs per copy")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
-                               check_output_file, float_arg, fmt, progress, slo_from_args, values_arg, write_json)
+from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, arrivals_text,
+                               build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, values_arg,
+                               write_json)
 from batching.sim.policy import KNOB_LIMITS
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 from batching.sim.workload.requests import MAX_RATE_REQ_S
@@ -66,6 +67,11 @@ def cmd_sweep(args) -> int:
     study = read_sweeps(sc, args.knob, args.values, {args.preset: with_readings(df, sc, args.knob)}, args.knee_share,
                         slo=slo, slo_is_default=is_default)
     knee = study.knee
+    print(f"# engine: {sc.profile.describe()}")
+    closed = getattr(sc.workload, "concurrency", None) is not None
+    if arrivals_text(sc.workload):
+        load = "" if closed else f", mean {sc.workload.rate_req_s:g} req/s"
+        print(f"# arrivals: {arrivals_text(sc.workload)}{load}")
     print(study.slo_text() + (" Set --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-s to change them." if is_default else ""))
     print(df[[args.knob, *COLUMNS]].to_string(index=False, float_format=lambda v: fmt(float(v))))
     basis = ("goodput within the SLOs" if knee_basis(df, args.knob) == "goodput_req_s" else
@@ -77,5 +83,8 @@ def cmd_sweep(args) -> int:
     print(study.checks_text())
     write_json(args.json, {"knob": args.knob, "knee": knee, "knee_basis": knee_basis(df, args.knob),
                            "slo": slo.to_dict(), "slo_default": is_default,
-                           "points": df.to_dict(orient="records")})
+                           "engine": sc.profile.name, "engine_label": sc.profile.label}
+               | ({"concurrency": int(sc.workload.concurrency), "think_time_s": float(sc.workload.think_time_s)}
+                  if closed else {})
+               | {"points": df.to_dict(orient="records")})
     return 0

@@ -445,12 +445,31 @@ def _trace_caption(wl: TraceWorkload) -> str:
     return text
 
 
+# the command line's names a link may use for a sidebar value: (link key, the value it also sets, or None)
+CLI_LINK_NAMES = {"concurrency": ("conc", ("load", "clients")), "think_time_s": ("think_s", None)}
+
+
+def _cli_link_names() -> None:
+    """A link written with the command line's names (``?concurrency=16``, as ``--concurrency 16``) opens what the
+    sidebar's own keys would (``?load=clients&conc=16``); the link is rewritten to those keys."""
+    qp = st.query_params
+    for cli, (key, also) in CLI_LINK_NAMES.items():
+        if cli in qp:
+            raw = qp[cli]
+            del qp[cli]
+            if key not in qp:
+                qp[key] = raw
+                if also is not None and also[0] not in qp:
+                    qp[also[0]] = also[1]
+
+
 def scenario_sidebar(page_id: str = "") -> Scenario | None:
     """Draw the sidebar; return the scenario to show (the last valid one after an error, or None)."""
     if st.session_state.get("_notices_page") != page_id:  # a link's corrections belong to the page it opened
         state.clear_notices()
         st.session_state["_notices_page"] = page_id
     ps = params()
+    _cli_link_names()
     state.load(ps)
     with st.sidebar:
         nav()

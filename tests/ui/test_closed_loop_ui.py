@@ -30,6 +30,22 @@ def test_link_opens_closed_loop_clients_on_explore():
     assert reqs.clients == 6 and list(reqs.after[:7]) == [-1] * 6 + [0]
 
 
+def test_a_link_with_the_command_line_s_names_opens_the_clients():
+    """?concurrency=6&think_time_s=0.5, as --concurrency 6 --think-time-s 0.5: the closed loop, the link rewritten
+    to the sidebar's keys."""
+    at = run_page(EXPLORE, workload="sharegpt", n="120", concurrency="6", think_time_s="0.5")
+    assert_clean(at)
+    assert at.radio(key="wid:load").value == "clients"
+    wl = _scenario(at).workload
+    assert (wl.concurrency, wl.think_time_s) == (6, 0.5)
+    assert (at.query_params["load"], at.query_params["conc"], at.query_params["think_s"]) == ("clients", "6", "0.5")
+    assert "concurrency" not in at.query_params and "think_time_s" not in at.query_params
+    # the sidebar's own key wins where a link has both
+    at = run_page(EXPLORE, workload="sharegpt", n="120", concurrency="6", load="clients", conc="3")
+    assert_clean(at)
+    assert _scenario(at).workload.concurrency == 3
+
+
 def test_the_choice_writes_the_link_and_back():
     at = run_page(EXPLORE, workload="sharegpt", n="120")
     assert_clean(at)
