@@ -134,6 +134,17 @@ def test_cli_engine_and_profile(tmp_path):
     assert r.stderr.strip().count("\n") == 0 and "seq_s=5 is out of range; allowed 0 to 0.01" in r.stderr
     r = _cli(*base, "--profile", str(tmp_path / "none.json"))
     assert r.returncode != 0 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.count("--profile") == 1  # named once
+    # every command's JSON names the profile it ran with
+    out = tmp_path / "cap.json"
+    r = _cli("capacity", *base[1:], "--engine", "trtllm", "--slo-tpot-ms", "100", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "# engine: TensorRT-LLM 1.0 profile (trtllm)" in r.stdout
+    assert (json.loads(out.read_text())["engine"], json.loads(out.read_text())["engine_label"]) == (
+        "trtllm", "TensorRT-LLM 1.0")
+    r = _cli(*base, "--engine", "sglang", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["engine"] == "sglang"
 
 
 def test_committed_trtllm_table_rows_are_current():

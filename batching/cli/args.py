@@ -349,8 +349,9 @@ def engine_from_args(args) -> str | EngineProfile:
     path = getattr(args, "profile", None)
     if path is None:
         return getattr(args, "engine", None) or DEFAULT_ENGINE
+    data = _input_file("--profile", path)  # its errors name the flag and the file already
     try:
-        return parse_profile(_input_file("--profile", path))
+        return parse_profile(data)
     except ValueError as exc:
         raise CliError(f"--profile {shown(path)}: {exc}") from None
 
