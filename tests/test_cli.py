@@ -24,7 +24,9 @@ def test_run_writes_json_and_csv(tmp_path, capsys):
     # reports them)
     engine = "prefix_hit_rate" in (ROOT / "batching" / "sim" / "metrics.py").read_text()
     base = KEYS[:-1] + (["prefix_hit_rate", "cached_prompt_tokens"] if engine else []) + ["by_priority"]
+    base += ["engine", "engine_label"]  # the profile it ran with
     assert list(s) == base + [k for k in COMPARE_JSON_KEYS if k not in base]  # capacity, load, overload as compare
+    assert (s["engine"], s["engine_label"]) == ("vllm", "vLLM 0.11")
     assert s["num_requests"] == 120
     assert set(s["by_priority"]) == {"0", "1"}
     assert s["by_priority"]["0"]["class_name"] == "interactive chat"
@@ -352,6 +354,8 @@ def test_capacity_takes_an_slo_per_class(tmp_path):
     assert by["0"]["goodput_req_s"] + by["1"]["goodput_req_s"] == pytest.approx(c["goodput_req_s"])
     assert by["1"]["ttft_p99_s"] > by["0"]["ttft_p99_s"]  # priority: the batch class waits, within its 30 s
     lines = p.stdout.splitlines()
+    assert lines[0] == "# engine: vLLM 0.11 profile (vllm)"
+    lines = lines[1:]
     assert lines[0].split(None, 1)[1] == ("TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; TPOT ≤ "
                                           "100 ms for 99 % of each class's requests")
     assert "per class, at the rate found (each against its own SLOs at 99 %):" in lines
@@ -378,7 +382,8 @@ def test_sweep_takes_slo_flags(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["slo"] == {"ttft_s": 2.0, "tpot_s": 0.1, "e2e_s": None, "attainment": 0.99}
     assert doc["slo_default"] is False and doc["knee_basis"] == "max_rate_req_s"
-    assert p.stdout.splitlines()[0] == "SLOs: TTFT ≤ 2,000 ms; TPOT ≤ 100 ms for 99 % of each class's requests."
+    assert p.stdout.splitlines()[0] == "# engine: vLLM 0.11 profile (vllm)"
+    assert p.stdout.splitlines()[1] == "SLOs: TTFT ≤ 2,000 ms; TPOT ≤ 100 ms for 99 % of each class's requests."
     rates = [pt["max_rate_req_s"] for pt in doc["points"]]
     assert rates[1] > rates[0] > 0
     from batching.studies.knee import capacity_knee

@@ -174,6 +174,7 @@ def test_cli_sweep_prints_the_guided_checks_after_its_table(tmp_path):
     assert run.returncode == 0, run.stderr
     table, checks = run.stdout.split("\nGuided checks:\n")
     lines = table.splitlines()
+    assert lines.pop(0) == "# engine: vLLM 0.11 profile (vllm)"
     assert lines[0] == ("SLOs: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch analysis; TPOT ≤ 100 ms for 99 % "
                         "of each class's requests (the default SLOs: none were given). Set --slo-ttft-ms, --slo-tpot-ms or "
                         "--slo-e2e-s to change them.")
@@ -186,7 +187,7 @@ def test_cli_sweep_prints_the_guided_checks_after_its_table(tmp_path):
     assert study.checks_text().split("Guided checks:\n")[1] == checks.rstrip("\n")
     assert checks.splitlines()[2] == "2 · Batch cap too small (max_num_seqs / max_batch_size): FIRED"
     doc = json.loads(out.read_text())
-    assert set(doc) == {"knob", "knee", "knee_basis", "slo", "slo_default", "points"}
+    assert set(doc) == {"knob", "knee", "knee_basis", "slo", "slo_default", "engine", "engine_label", "points"}
     assert doc["knee"] is None and doc["knee_basis"] == "max_rate_req_s" and doc["slo_default"] is True
     assert doc["slo"] == {"ttft_s": [1.0, 30.0], "tpot_s": 0.1, "e2e_s": None, "attainment": 0.99}
     assert [p["max_rate_req_s"] for p in doc["points"]] == pytest.approx(study.frame["max_rate_req_s"].tolist())

@@ -129,3 +129,21 @@ def test_cli_runs_tp16_and_says_it_is_not_calibrated(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "--num-gpus 16: the search's nodes have 1 to 8 GPUs; for TP 16 over two nodes give --num-gpus 8 --tp 16" \
         in p.stderr
+
+
+def test_a_fleet_of_tp16_replicas_names_its_servers():
+    """--tp 16 --nodes 2: two replicas over four 8-GPU servers, each replica on its own pair."""
+    from batching.cli.args import fleet_lines, pick
+
+    from dataclasses import replace
+
+    base = Scenario(workload=workload_preset("chat", 2.0, 40, 0))
+    s = simulate(replace(base, deployment=deployment("h100-sxm", "deepseek-v3", 16, 16, "fp8"), nodes=2)).summary()
+    assert (s["nodes"], s["replicas"], s["physical_nodes"]) == (2, 2, 4)
+    out = pick(s)
+    assert out["physical_nodes"] == 4
+    lines = fleet_lines(out)
+    assert lines[0] == "# fleet: 2 replicas over 4 nodes (2 each), router round-robin"
+    assert lines[1].startswith("replica 0 (nodes 0-1): ") and lines[2].startswith("replica 1 (nodes 2-3): ")
+    one = simulate(replace(base, nodes=2)).summary()
+    assert "physical_nodes" not in one and fleet_lines(pick(one))[0].startswith("# fleet: 2 nodes, 2 replicas")

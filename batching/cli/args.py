@@ -492,7 +492,8 @@ def add_spec_decode_args(g) -> None:
     g.add_argument("--spec-acceptance", type=float_arg(low, high), default=None, metavar="A",
                    help="per-token acceptance probability; a verification emits (1 - A^(K+1)) / (1 - A) tokens on "
                         "average (default 0.8)")
-    g.add_argument("--spec-acceptance-length", type=float_arg(*KNOB_LIMITS["spec_acceptance_length"]), default=None,
+    g.add_argument("--spec-acceptance-length", type=float_arg(1.0, KNOB_LIMITS["spec_acceptance_length"][1]),
+                   default=None,
                    metavar="L", help="acceptance as vLLM and SGLang report it: mean tokens per verification step, the "
                                      "bonus token included (1 to K + 1); replaces --spec-acceptance by the A with "
                                      "(1 - A^(K+1)) / (1 - A) = L")
@@ -973,7 +974,8 @@ def pick(summary: dict, prefix_caching: bool = False, spec_decode: bool = False)
     if split:
         out.update({k: summary[k] for k in ("disaggregated", "gpus", "nodes", "replicas", "router")})
     elif summary.get("replicas", 1) > 1:  # a fleet: its shape and each replica's share
-        out.update({k: summary[k] for k in ("nodes", "replicas", "router", "by_replica")})
+        out.update({k: summary[k] for k in ("nodes", "physical_nodes", "replicas", "router", "by_replica")
+                    if k in summary})
     return out
 
 
@@ -997,10 +999,16 @@ def fleet_lines(summary: dict, most: int = 16) -> list[str]:
     prefill/decode split (``disagg_line``)."""
     if summary.get("replicas", 1) <= 1 or "by_replica" not in summary:
         return []
-    lines = [f"# fleet: {summary['nodes']} node{'s' if summary['nodes'] > 1 else ''}, {summary['replicas']} replicas, "
-             f"router {summary['router']}"]
+    each = summary.get("physical_nodes", summary["nodes"]) // summary["nodes"]  # servers per node unit (TP 16: 2)
+    if each > 1:
+        lines = [f"# fleet: {summary['replicas']} replicas over {summary['physical_nodes']} nodes ({each} each), "
+                 f"router {summary['router']}"]
+    else:
+        lines = [f"# fleet: {summary['nodes']} node{'s' if summary['nodes'] > 1 else ''}, {summary['replicas']} "
+                 f"replicas, router {summary['router']}"]
     for rep, v in list(summary["by_replica"].items())[:most]:
-        lines.append(f"replica {rep} (node {v['node']}): {v['num_requests']} requests, "
+        where = f"node {v['node']}" if each == 1 else f"nodes {v['node'] * each}-{v['node'] * each + each - 1}"
+        lines.append(f"replica {rep} ({where}): {v['num_requests']} requests, "
                      f"{v['throughput_output_tok_s']:,.1f} output tok/s, TTFT P99 {v['ttft_p99_s']:.3f} s, "
                      f"busy {100 * v['busy']:.1f} %, peak waiting {v['peak_waiting']}")
     if summary["replicas"] > most:

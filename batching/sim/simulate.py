@@ -158,6 +158,8 @@ def summarize(res: SimResult) -> dict:
         by[str(level)] = cls
     s["by_priority"] = by
     s["nodes"], s["replicas"], s["router"] = sc.nodes, sc.replicas, sc.router
+    if dep.node.cross_node and sc.disagg is None:  # a "node" here is one replica over two 8-GPU servers
+        s["physical_nodes"] = sc.nodes * dep.node.physical_nodes
     s["calibrated"], s["calibration_note"] = calibration_status(sc)
     if sc.disagg is not None:
         s["replicas"] = sc.disagg.prefill_instances + sc.disagg.decode_instances
