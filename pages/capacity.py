@@ -62,7 +62,8 @@ COLUMNS = {  # CapacityResult field -> (header with unit, tooltip, format)
 scenario = page.setup(
     nav.CAPACITY,
     "How much traffic one node serves within your SLOs, per batching policy, on the sidebar's model, hardware and "
-    "workload (its request rate is what the search varies): nodes needed for a target and cost per token.")
+    "workload (its request rate, or with closed-loop clients their number, is what the search varies): nodes "
+    "needed for a target and cost per token.")
 
 
 USD_GPU = "capacity_usd_gpu"  # session: the GPU whose price the price input holds

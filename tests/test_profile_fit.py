@@ -105,6 +105,8 @@ def test_cli_fit_writes_a_profile_every_command_reads(tmp_path, capsys):
                  "--fit", "--fit-evals", "12", "--fit-out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "before the fit:" in text and "after the fit:" in text and f"wrote {out}" in text
+    # mean lengths only: E2E is left out of the fit, and the printout says so
+    assert "# not fitted: E2E (e2e_median_s): the file gives mean output lengths only" in text
     prof = json.loads(out.read_text())
     assert prof["name"] == "vllm-fit" and prof["label"].endswith("fitted to sglang.jsonl")
     assert main(["run", "--model", "llama-3.1-70b", "--tp", "4", "--requests", "60", "--profile", str(out)]) == 0

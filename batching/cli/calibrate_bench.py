@@ -123,6 +123,11 @@ def _fit(args, b: bf.BenchFile, sc) -> int:
     print("after the fit:")
     for line in bench_table(r.after):
         print(line)
+    left = [m for m in b.metrics if m.startswith("e2e_") and m not in r.metrics_used]
+    if left and not b.output_lens:
+        print("# not fitted: E2E (" + ", ".join(left) + "): the file gives mean output lengths only, so the simulated "
+              "E2E is that of equal-length outputs, not the file's mix (docs/CALIBRATION.md, 'Your own benchmark'); "
+              "its error above may grow")
     write_files("--fit-out", out.parent, {out.name: (r.profile.to_json() + "\n").encode()})
     print(f"wrote {out} (use it with --profile {out.name}, or upload it on the dashboard's Model and hardware page)")
     write_json(args.json, {"file": b.name, "profile": r.profile.to_dict(), "evaluations": r.evaluations,
