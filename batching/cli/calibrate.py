@@ -21,7 +21,7 @@ from batching.sim.hardware import calibration as cal
 from batching.studies import deepseek_check
 from batching.studies import end_to_end as e2e_check
 from batching.studies import published
-from batching.studies import spec_check
+from batching.studies import spec_check, spec_examples
 from batching.studies import trtllm_table
 from batching.studies import two_node_check
 from batching.studies import markdown
@@ -373,7 +373,8 @@ def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str |
         return f"\n![{alt}]({figures_dir}/{name})\n" if figures_dir else ""
 
     wl = WORKLOAD_PRESETS["sharegpt"][0]
-    spec_md = cal.spec_markdown(speculative.DRAFT_PASS_FIXED_S, spec_check.markdown_table())
+    spec_md = cal.spec_markdown(speculative.DRAFT_PASS_FIXED_S, spec_check.markdown_table(),
+                                spec_examples.mtp_example())
     ar_rows = _allreduce_rows(ar_frames["vllm_graph"])
     return f"""# Cost model calibration
 
@@ -540,7 +541,7 @@ blocks per step; nothing was tuned to close it.
 Llama-3.1-405B needs ~96 GiB per GPU in BF16 at TP 8: it does not fit on 8×H100 (a clear
 error that says FP8 would) and fits on 8×H200; in FP8 it fits on both.
 
-{published.markdown()}{cal.mla_markdown(deepseek)}{two_node_check.markdown()}{spec_md}{cal.disagg_markdown()}## Custom models and GPUs
+{published.markdown()}{cal.mla_markdown(deepseek)}{two_node_check.markdown()}{spec_md}{cal.disagg_markdown(spec_examples.eagle_split_example())}## Custom models and GPUs
 
 Command line: `--model-json FILE` (Model's fields, or a Hugging Face `config.json`: its
 `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`, `head_dim`,

@@ -680,11 +680,24 @@ attention projections' and shared expert's FP8 block-scaled GEMMs at decode size
 """
 
 
-def spec_markdown(draft_pass_fixed_s: float, checks: str = "") -> str:
+def _mtp_sentence(mtp: dict | None) -> str:
+    """The MTP example's figures (batching.studies.spec_examples.mtp_example), or a note that it was not run."""
+    if not mtp:
+        return "(the example was not run: `python -m batching calibrate --report` runs it)"
+    return (f"TPOT P50 {mtp['split_off_s'] * 1e3:.2f} → {mtp['split_on_s'] * 1e3:.2f} ms "
+            f"({mtp['split_off_s'] / mtp['split_on_s']:.2f}×) on 1 prefill TP 8 + 1 decode TP 8 (two nodes), "
+            f"{mtp['agg_off_s'] * 1e3:.2f} → {mtp['agg_on_s'] * 1e3:.2f} ms ({mtp['agg_off_s'] / mtp['agg_on_s']:.2f}×) "
+            f"aggregated on TP 8 (policy continuous, the vllm engine profile; "
+            f"`batching/studies/spec_examples.py`)")
+
+
+def spec_markdown(draft_pass_fixed_s: float, checks: str = "", mtp: dict | None = None) -> str:
     """The "Speculative decoding" section of docs/CALIBRATION.md: where its formulas and costs come from, and
     what the simulator does not model (batching/sim/engine/speculative.py). ``draft_pass_fixed_s``:
     speculative.DRAFT_PASS_FIXED_S; ``checks``: the published points' table (batching/studies/spec_check.py). The
-    CLI passes both: the engine layer sits above this module."""
+    CLI passes both: the engine layer sits above this module. ``mtp``: the MTP example's figures
+    (batching.studies.spec_examples.mtp_example)."""
+    share = f"{mtp['split_draft_share']:.0%}" if mtp else "a share"
     return f"""## Speculative decoding
 
 Sources: Leviathan et al., ICML 2023, "Fast Inference from Transformers via Speculative Decoding" (expected
@@ -741,11 +754,11 @@ documentation's "Speculative Decoding" page; sgl-project/sglang PR #4247; vllm-p
 - On a prefill/decode split (see "Prefill/decode disaggregation") the decode instances speculate with the Spec
   of their own deployment (their TP; their KV cache less the proposer's share) and the prefill instances run only
   the proposer's pass over the prompt, whose KV moves with the target's. DeepSeek-V3 FP8 on H200, MTP K = 1,
-  A = 0.85 (1.85 tokens per verification), chat traffic at 0.5 req/s, 200 requests: TPOT P50 5.26 → 3.78 ms
-  (1.39×) on 1 prefill TP 8 + 1 decode TP 8 (two nodes), 5.53 → 3.84 ms (1.44×) aggregated on TP 8. The
+  A = 0.85 (1.85 tokens per verification), chat traffic at 0.5 req/s, 200 requests: {_mtp_sentence(mtp)}. The
   DeepSeek-V3 report's 1.8× tokens per second (§5.4.3) names no batch, parallelism or engine, so it is not held
-  against these figures; the gap to 1.85 tokens per verification is the MTP pass (0.91 ms fixed + its MoE
-  layer: 15 % of the decode steps' time on the split) and the second verified token reading more experts.
+  against these figures; the gap to 1.85 tokens per verification is the MTP pass ({draft_pass_fixed_s * 1e3:.2f} ms
+  fixed + its MoE layer: {share} of the decode steps' time on the split) and the second verified token reading
+  more experts.
 - Not modelled: vLLM V0's scoring without a multi-query kernel; the draft's catch-up while speculation is
   switched off by `speculative_disable_by_batch_size`.
   The high-load slow-downs of the vLLM blog (draft 1.4×, n-gram 1.8× slower) are not held against the model
@@ -754,9 +767,21 @@ documentation's "Speculative Decoding" page; sgl-project/sglang PR #4247; vllm-p
 """
 
 
-def disagg_markdown() -> str:
+def _eagle_split_sentence(ex: dict | None) -> str:
+    """The EAGLE-on-a-split example's figures (batching.studies.spec_examples.eagle_split_example)."""
+    if not ex:
+        return "(the example was not run: `python -m batching calibrate --report` runs it)"
+    return (f"TPOT P50 {ex['tpot_off_s'] * 1e3:.2f} → {ex['tpot_on_s'] * 1e3:.2f} ms "
+            f"({ex['tpot_off_s'] / ex['tpot_on_s']:.2f}×), TTFT P50 {ex['ttft_off_s'] * 1e3:.1f} → "
+            f"{ex['ttft_on_s'] * 1e3:.1f} ms (the head's pass over the prompt), KV per instance "
+            f"{ex['kv_off_tokens']:,} → {ex['kv_on_tokens']:,} tokens (policy continuous, 200 requests, the vllm "
+            "engine profile)")
+
+
+def disagg_markdown(eagle: dict | None = None) -> str:
     """The "Prefill/decode disaggregation" section of docs/CALIBRATION.md: its sources and link speeds, and what
-    the simulator does not model (batching/sim/topology/disagg.py)."""
+    the simulator does not model (batching/sim/topology/disagg.py). ``eagle``: the EAGLE-on-a-split example's
+    figures (batching.studies.spec_examples.eagle_split_example)."""
     return """## Prefill/decode disaggregation
 
 Sources: DistServe (Zhong et al., OSDI 2024, "DistServe: Disaggregating Prefill and Decoding for Goodput-optimized
@@ -806,8 +831,7 @@ network: `CROSS_NODE_GBPS`).
   transfer moves the proposer's KV bytes per token with the target's (DeepSeek-V3's MTP module: 1 +
   `head_layers`/61 of the latent's 70,272 B). The decode instance's first step runs the proposer over its one
   recomputed token. Llama-3.1-8B on H100, 1 prefill TP 1 + 1 decode TP 1, EAGLE K = 3, A = 0.7, chat at
-  0.5 req/s: TPOT P50 8.78 → 5.31 ms (1.65×), TTFT P50 43.2 → 47.0 ms (the head's pass over the prompt),
-  KV per instance 448,304 → 428,992 tokens. No published PD + speculation measurement with its settings was
+  0.5 req/s: """ + _eagle_split_sentence(eagle) + """. No published PD + speculation measurement with its settings was
   found to hold these against; the decode side's speed-up is the aggregated model's (table above).
 - The prefill instance keeps a request's KV blocks from its handoff until a decode instance has taken the
   request in: through the transfer and any wait for room on the decode side (vLLM's decode side reads the KV

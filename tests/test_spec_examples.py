@@ -1,0 +1,27 @@
+"""The speculative-decoding examples docs/CALIBRATION.md quotes are simulated when the report is written: their
+figures hold the invariants the text states, and the text is formatted from them."""
+from batching.sim.hardware.calibration import disagg_markdown, spec_markdown
+from batching.sim.engine.speculative import DRAFT_PASS_FIXED_S
+from batching.studies.spec_examples import eagle_split_example, mtp_example
+
+
+def test_mtp_pays_less_than_its_tokens_per_verification_and_the_doc_says_so():
+    ex = mtp_example()
+    for off, on in (("agg_off_s", "agg_on_s"), ("split_off_s", "split_on_s")):
+        # 1.85 tokens per verification at most; the MTP pass and the wider verification take some of it back
+        assert 1.2 < ex[off] / ex[on] < 1.85
+    assert 0 < ex["split_draft_share"] < 0.5
+    text = spec_markdown(DRAFT_PASS_FIXED_S, "", ex)
+    assert (f"TPOT P50 {ex['split_off_s'] * 1e3:.2f} → {ex['split_on_s'] * 1e3:.2f} ms "
+            f"({ex['split_off_s'] / ex['split_on_s']:.2f}×) on 1 prefill TP 8 + 1 decode TP 8") in text
+    assert f"{ex['split_draft_share']:.0%} of the decode steps' time on the split" in text
+    assert "not run" in spec_markdown(DRAFT_PASS_FIXED_S, "", None)
+
+
+def test_an_eagle_head_on_a_split_speeds_decode_and_costs_the_prompt_pass():
+    ex = eagle_split_example()
+    assert ex["tpot_on_s"] < ex["tpot_off_s"]
+    assert ex["ttft_on_s"] > ex["ttft_off_s"]  # the head runs over the prompt on the prefill instance
+    assert ex["kv_on_tokens"] < ex["kv_off_tokens"]  # the head's weights and KV come out of the cache
+    text = disagg_markdown(ex)
+    assert f"KV per instance {ex['kv_off_tokens']:,} → {ex['kv_on_tokens']:,} tokens" in text
