@@ -66,7 +66,8 @@ def deepseek_frame(clients: tuple[int, ...] = tuple(PUBLISHED)) -> pd.DataFrame:
                      "tpot_error_before": BEFORE[n][0] / tpot - 1, "tpot_error": s["tpot_p50_s"] / tpot - 1,
                      "aiconfigurator_error": AIC_SGLANG_TPOT[n] / tpot - 1,
                      "published_output_tok_s": out, "output_tok_s": s["throughput_output_tok_s"],
-                     "output_error_before": BEFORE[n][1] / out - 1, "output_error": s["throughput_output_tok_s"] / out - 1,
+                     "output_error_before": BEFORE[n][1] / out - 1,
+                     "output_error": s["throughput_output_tok_s"] / out - 1,
                      # a closed-loop client's rate is its output over TTFT + output x TPOT: the throughput error
                      # the TPOT error alone makes
                      "output_error_from_tpot": tpot / s["tpot_p50_s"] - 1,

@@ -686,7 +686,8 @@ def _mtp_sentence(mtp: dict | None) -> str:
         return "(the example was not run: `python -m batching calibrate --report` runs it)"
     return (f"TPOT P50 {mtp['split_off_s'] * 1e3:.2f} → {mtp['split_on_s'] * 1e3:.2f} ms "
             f"({mtp['split_off_s'] / mtp['split_on_s']:.2f}×) on 1 prefill TP 8 + 1 decode TP 8 (two nodes), "
-            f"{mtp['agg_off_s'] * 1e3:.2f} → {mtp['agg_on_s'] * 1e3:.2f} ms ({mtp['agg_off_s'] / mtp['agg_on_s']:.2f}×) "
+            f"{mtp['agg_off_s'] * 1e3:.2f} → {mtp['agg_on_s'] * 1e3:.2f} ms "
+            f"({mtp['agg_off_s'] / mtp['agg_on_s']:.2f}×) "
             f"aggregated on TP 8 (policy continuous, the vllm engine profile; "
             f"`batching/studies/spec_examples.py`)")
 
