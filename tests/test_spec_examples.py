@@ -25,3 +25,19 @@ def test_an_eagle_head_on_a_split_speeds_decode_and_costs_the_prompt_pass():
     assert ex["kv_on_tokens"] < ex["kv_off_tokens"]  # the head's weights and KV come out of the cache
     text = disagg_markdown(ex)
     assert f"KV per instance {ex['kv_off_tokens']:,} → {ex['kv_on_tokens']:,} tokens" in text
+
+
+def test_the_disaggregated_checks_are_quoted_from_the_published_errors():
+    errors = {"vllm-pr18242-pd-ttft-mean": -0.22, "vllm-pr18242-pd-ttft-median": -0.189,
+              "vllm-pr18242-pd-ttft-p95": -0.314, "vllm-pr18242-pd-tpot-mean": 0.13,
+              "vllm-pr18242-pd-tpot-median": 0.144,
+              "vllm-pr18242-pd-tpot-p95": 0.057, "dynamo402-70b-pd-ttft-mean": -0.191,
+              "dynamo402-70b-pd-ttft-p90": -0.558, "dynamo402-70b-pd-ttft-p99": -0.255,
+              "dynamo402-70b-pd-itl-mean": -0.314, "dynamo402-70b-pd-tput": 0.453}
+    text = disagg_markdown(None, errors)
+    assert "TTFT mean -22.0 %, median -18.9 %, P95 -31.4 %, TPOT +5.7 to +14.4 %;" in text
+    assert "TTFT mean -19.1 %, P90 -55.8 %, P99 -25.5 %, ITL -31.4 %, output throughput +45.3 %" in text
+    # |TTFT| errors -22.0, -18.9, -31.4, -19.1, -55.8, -25.5: median 23.8 %; TPOT/ITL 13.0, 14.4, 5.7, 31.4: 13.7 %
+    assert ("Median |error| over the TTFT figures 24%, over TPOT/ITL 14%: within the issue's 30 % as medians, not "
+            "every figure") in " ".join(text.split())
+    assert "not run" in disagg_markdown(None, None)

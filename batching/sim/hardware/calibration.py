@@ -779,10 +779,38 @@ def _eagle_split_sentence(ex: dict | None) -> str:
             "engine profile)")
 
 
-def disagg_markdown(eagle: dict | None = None) -> str:
+_PD_CHECKS = {  # the disaggregated published points (batching/data/published_points.csv) the section quotes
+    "vllm": ("vllm-pr18242-pd-", (("TTFT mean", "ttft-mean"), ("median", "ttft-median"), ("P95", "ttft-p95"))),
+    "dynamo": ("dynamo402-70b-pd-", (("TTFT mean", "ttft-mean"), ("P90", "ttft-p90"), ("P99", "ttft-p99"),
+                                     ("ITL", "itl-mean"), ("output throughput", "tput"))),
+}
+
+
+def _pd_checks_text(errors: dict | None) -> tuple[str, str, str]:
+    """(vLLM PR #18242's errors, Dynamo #402's errors, the medians sentence) from the published points' errors
+    (``errors``: id -> simulated / measured - 1), or texts saying they were not run."""
+    if not errors:
+        missing = "(not run: `python -m batching calibrate --report` runs them)"
+        return missing, missing, "Medians: not run"
+    def part(key: str) -> str:
+        prefix, items = _PD_CHECKS[key]
+        return ", ".join(f"{name} {errors[prefix + i] * 100:+.1f} %" for name, i in items)
+    tpot = [v for k, v in errors.items() if k.startswith("vllm-pr18242-pd-tpot")]
+    ttft = [abs(v) for k, v in errors.items() if "-pd-ttft" in k]
+    inter = [abs(v) for k, v in errors.items() if "-pd-tpot" in k or "-pd-itl" in k]
+    vllm = part("vllm") + f", TPOT {min(tpot) * 100:+.1f} to {max(tpot) * 100:+.1f} %"
+    medians = (f"Median |error| over the TTFT figures {np.median(ttft):.0%}, over TPOT/ITL {np.median(inter):.0%}: "
+               f"{'within' if max(np.median(ttft), np.median(inter)) <= 0.30 else 'not within'} the issue's 30 % as "
+               f"medians{', not every figure' if max(ttft + inter) > 0.30 else ''}")
+    return vllm, part("dynamo"), medians
+
+
+def disagg_markdown(eagle: dict | None = None, errors: dict | None = None) -> str:
     """The "Prefill/decode disaggregation" section of docs/CALIBRATION.md: its sources and link speeds, and what
     the simulator does not model (batching/sim/topology/disagg.py). ``eagle``: the EAGLE-on-a-split example's
-    figures (batching.studies.spec_examples.eagle_split_example)."""
+    figures (batching.studies.spec_examples.eagle_split_example); ``errors``: the published points' errors by id
+    (batching.studies.published.published_errors)."""
+    pd_vllm, pd_dynamo, pd_medians = _pd_checks_text(errors)
     return """## Prefill/decode disaggregation
 
 Sources: DistServe (Zhong et al., OSDI 2024, "DistServe: Disaggregating Prefill and Decoding for Goodput-optimized
@@ -849,11 +877,9 @@ network: `CROSS_NODE_GBPS`).
 - Closed-loop clients and sessions run on a split: a client sends its next request a think time after the decode
   instance streamed its last token (the published disaggregated runs are mostly fixed-concurrency: genai-perf,
   aiperf, `vllm bench serve --max-concurrency`). Held against two published runs kept aside ("Published points",
-  group `disaggregation`): vLLM PR #18242's 1P1D Llama-3.1-8B (8,000 / 200 tokens at 3.6 req/s): TTFT mean
-  −23.0 %, median −20.0 %, P95 −32.2 %, TPOT +5.7 to +14.4 %; Dynamo issue #402's 4×TP 1 prefill + 1×TP 4
-  decode Llama-70B FP8 with 32 clients (3,000 / 150 tokens): TTFT mean −19.1 %, P90 −55.8 %, P99 −25.5 %, ITL
-  −31.4 %, output throughput +45.3 % (32 clients send faster when each request is quicker). Median |error| over
-  the TTFT figures 24 %, over TPOT/ITL 14 %: within the issue's 30 % as medians, not every figure. Where the
+  group `disaggregation`): vLLM PR #18242's 1P1D Llama-3.1-8B (8,000 / 200 tokens at 3.6 req/s): """ + pd_vllm + """;
+  Dynamo issue #402's 4×TP 1 prefill + 1×TP 4 decode Llama-70B FP8 with 32 clients (3,000 / 150 tokens):
+  """ + pd_dynamo + """ (32 clients send faster when each request is quicker). """ + pd_medians + """. Where the
   rest goes: the simulated TTFT lacks a handover term the sources measure (the vLLM thread above: ~110 ms of
   its 197 ms handover is orchestration; PR #18242's comment reports ~30 ms of connector overhead for 10,000
   tokens against the model's 9.6 ms; Dynamo's minimum TTFT is 538 ms against the simulated 400 ms), fixed
