@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from batching.cli.main import main
@@ -79,3 +80,16 @@ def test_a_disaggregated_point_runs_its_split_budget_and_clients():
     e = pub.published_errors(groups=("disaggregation",))
     assert len(e) == 11 and e["error"].notna().all() and e["error_before"].isna().all()
     assert "| n/a |" in pub.markdown(e)
+
+
+def test_the_closed_loop_note_is_the_jitter_check_s_arithmetic():
+    jitter = pd.DataFrame([{"clients": 5, "measured_s": 0.5467, "fixed_s": 0.854, "jittered_s": 0.51,
+                            "jittered_queue_s": 0.06},
+                           {"clients": 50, "measured_s": 0.8345, "fixed_s": 2.99, "jittered_s": 2.15,
+                            "jittered_queue_s": 1.61}])
+    text = pub.jitter_text(jitter)
+    assert text.startswith("The closed-loop TTFT at 5 clients and more is off by 1.6-3.6x in part")
+    assert "0.51 s at 5 clients (measured 0.55 s, fixed lengths 0.85 s)" in text
+    assert "Lockstep explains the gap at 5 clients (within 15 %)." in text
+    assert "up to 2.6x the measured (50 clients), most of it a wait for the scheduler (1.61 s mean)" in text
+    assert "not made" in pub.jitter_text(None)
