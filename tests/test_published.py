@@ -84,12 +84,14 @@ def test_a_disaggregated_point_runs_its_split_budget_and_clients():
 
 def test_the_closed_loop_note_is_the_jitter_check_s_arithmetic():
     jitter = pd.DataFrame([{"clients": 5, "measured_s": 0.5467, "fixed_s": 0.854, "jittered_s": 0.51,
-                            "jittered_queue_s": 0.06},
+                            "jittered_queue_s": 0.06, "first_wave_s": 1.2, "jittered_rest_s": 0.41},
                            {"clients": 50, "measured_s": 0.8345, "fixed_s": 2.99, "jittered_s": 2.15,
-                            "jittered_queue_s": 1.61}])
+                            "jittered_queue_s": 1.61, "first_wave_s": 10.3, "jittered_rest_s": 0.52}])
     text = pub.jitter_text(jitter)
     assert text.startswith("The closed-loop TTFT at 5 clients and more is off by 1.6-3.6x in part")
     assert "0.51 s at 5 clients (measured 0.55 s, fixed lengths 0.85 s)" in text
     assert "Lockstep explains the gap at 5 clients (within 15 %)." in text
     assert "up to 2.6x the measured (50 clients), most of it a wait for the scheduler (1.61 s mean)" in text
+    assert "their mean TTFT 10.3 s at 50 clients" in text
+    assert "the drifting runs give 0.41 s at 5, 0.52 s at 50 clients, -25%, -38% against the measured" in text
     assert "not made" in pub.jitter_text(None)
