@@ -147,6 +147,7 @@ def sweep(scenario: Scenario, knob: str, values, policy: BatchingPolicy | None =
             rows[i] = fut.result()
             done += 1
             if progress:
-                progress(done, len(values), f"{knob} = {values[i]}")
+                shown = f"{int(values[i]):,}" if knob in INT_KNOBS else f"{values[i]:g}"
+                progress(done, len(values), f"{knob} = {shown}")
         cap = shared.result() if shared is not None else None
     return sweep_frame(knob, values, rows, slo, cap)
