@@ -374,7 +374,8 @@ def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str |
 
     wl = WORKLOAD_PRESETS["sharegpt"][0]
     pub = published.published_errors()
-    disagg_md = cal.disagg_markdown(spec_examples.eagle_split_example(), dict(zip(pub["id"], pub["error"])))
+    disagg_md = cal.disagg_markdown(spec_examples.eagle_split_example(), dict(zip(pub["id"], pub["error"])),
+                                    published.dynamo_drift())
     spec_md = cal.spec_markdown(speculative.DRAFT_PASS_FIXED_S, spec_check.markdown_table(),
                                 spec_examples.mtp_example())
     ar_rows = _allreduce_rows(ar_frames["vllm_graph"])

@@ -144,6 +144,22 @@ JITTER_IDS = ("nim-70b-c5-ttft", "nim-70b-c25-ttft", "nim-70b-c50-ttft")  # clos
 JITTER = 0.2  # outputs drawn uniformly within +-20 % of the published length
 
 
+def drifting(sc: Scenario, out: float) -> Scenario:
+    """``sc`` with every output drawn uniformly within JITTER of ``out`` tokens: closed-loop clients drift apart."""
+    lengths = LengthDist("uniform", mean=out, low=int(out * (1 - JITTER)), high=int(out * (1 + JITTER)))
+    return replace(sc, workload=replace(sc.workload, classes=tuple(replace(c, output=lengths)
+                                                                   for c in sc.workload.classes)))
+
+
+def dynamo_drift(seed: int = 0) -> dict:
+    """Dynamo #402's disaggregated run (32 clients) with fixed and with drifting output lengths: P90 TTFT (s) of
+    each, and the published one."""
+    row = points().set_index("id", drop=False).loc["dynamo402-70b-pd-ttft-p90"]
+    sc = scenario_of(row, seed)
+    return {"measured_p90_s": float(row.value), "fixed_p90_s": simulate(sc).summary()["ttft_p90_s"],
+            "drift_p90_s": simulate(drifting(sc, float(row.output_tokens))).summary()["ttft_p90_s"]}
+
+
 def jitter_check(seed: int = 0) -> pd.DataFrame:
     """The closed-loop NIM runs' TTFT with every output drawn from 0.8-1.2x the published length (clients drift
     apart as real ones do) beside the published setting's (fixed lengths: clients in lockstep): clients, measured,
@@ -154,11 +170,8 @@ def jitter_check(seed: int = 0) -> pd.DataFrame:
     for pid in JITTER_IDS:
         row = pts.loc[pid]
         sc = scenario_of(row, seed)
-        out = float(row.output_tokens)
-        lengths = LengthDist("uniform", mean=out, low=int(out * (1 - JITTER)), high=int(out * (1 + JITTER)))
-        wl = replace(sc.workload, classes=tuple(replace(c, output=lengths) for c in sc.workload.classes))
         fixed = simulate(sc).summary()
-        drift = simulate(replace(sc, workload=wl))
+        drift = simulate(drifting(sc, float(row.output_tokens)))
         req = drift.requests
         first = req["arrival_s"].to_numpy() <= 0.0  # every client's first request, sent at once
         rows.append({"clients": int(row.concurrency), "measured_s": float(row.value), "fixed_s": fixed["ttft_mean_s"],

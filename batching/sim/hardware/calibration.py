@@ -805,11 +805,23 @@ def _pd_checks_text(errors: dict | None) -> tuple[str, str, str]:
     return vllm, part("dynamo"), medians
 
 
-def disagg_markdown(eagle: dict | None = None, errors: dict | None = None) -> str:
+def _drift_text(drift: dict | None) -> str:
+    """What fixed output lengths do to Dynamo's P90 TTFT (batching.studies.published.dynamo_drift's figures)."""
+    head = ("fixed lengths keep the 32 simulated clients in lockstep (P90 ≈ mean, where real clients drift apart: "
+            "see the closed-loop note under \"Published points\")")
+    if not drift:
+        return head
+    return (head + f", though drifting clients (outputs of 0.8-1.2x) only move the simulated P90 from "
+            f"{drift['fixed_p90_s'] * 1e3:,.0f} to {drift['drift_p90_s'] * 1e3:,.0f} ms against the published "
+            f"{drift['measured_p90_s'] * 1e3:,.0f} ms: most of the P90's gap is not lockstep and is not explained "
+            "here")
+
+
+def disagg_markdown(eagle: dict | None = None, errors: dict | None = None, drift: dict | None = None) -> str:
     """The "Prefill/decode disaggregation" section of docs/CALIBRATION.md: its sources and link speeds, and what
     the simulator does not model (batching/sim/topology/disagg.py). ``eagle``: the EAGLE-on-a-split example's
     figures (batching.studies.spec_examples.eagle_split_example); ``errors``: the published points' errors by id
-    (batching.studies.published.published_errors)."""
+    (batching.studies.published.published_errors); ``drift``: batching.studies.published.dynamo_drift's figures."""
     pd_vllm, pd_dynamo, pd_medians = _pd_checks_text(errors)
     return """## Prefill/decode disaggregation
 
@@ -882,9 +894,8 @@ network: `CROSS_NODE_GBPS`).
   """ + pd_dynamo + """ (32 clients send faster when each request is quicker). """ + pd_medians + """. Where the
   rest goes: the simulated TTFT lacks a handover term the sources measure (the vLLM thread above: ~110 ms of
   its 197 ms handover is orchestration; PR #18242's comment reports ~30 ms of connector overhead for 10,000
-  tokens against the model's 9.6 ms; Dynamo's minimum TTFT is 538 ms against the simulated 400 ms), fixed
-  lengths keep the 32 simulated clients in lockstep (P90 ≈ mean, where real clients drift apart: see the
-  closed-loop note under "Published points"), and Dynamo's decode steps ran ~19 ms against the simulated 13 ms
+  tokens against the model's 9.6 ms; Dynamo's minimum TTFT is 538 ms against the simulated 400 ms), """ + \
+        _drift_text(drift) + """, and Dynamo's decode steps ran ~19 ms against the simulated 13 ms
   (its vLLM 0.7 V0 engine; a candidate named by vLLM PR #35264 is the connector posting reads inside the
   decode step). Nothing was fitted to these runs.
 - The pull starts when the decode instance's scheduler next runs: vLLM's decode engine takes the request in at a
