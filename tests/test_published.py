@@ -95,3 +95,15 @@ def test_the_closed_loop_note_is_the_jitter_check_s_arithmetic():
     assert "their mean TTFT 10.3 s at 50 clients" in text
     assert "the drifting runs give 0.41 s at 5, 0.52 s at 50 clients, -25%, -38% against the measured" in text
     assert "not made" in pub.jitter_text(None)
+
+
+def test_the_drift_checks_take_the_fixed_runs_from_the_published_errors():
+    """jitter_check and dynamo_drift read the fixed-length runs from published_errors' frame (not run twice)."""
+    e = pub.published_errors(groups=("closed-loop", "disaggregation"))
+    j = pub.jitter_check(e)
+    sim = e.set_index("id")["simulated"]
+    assert list(j.fixed_s) == [sim[i] for i in pub.JITTER_IDS]
+    assert (j.jittered_s < j.fixed_s).all()  # clients that drift apart queue less behind each other
+    assert (j.jittered_rest_s < j.first_wave_s).all()
+    d = pub.dynamo_drift(e)
+    assert d["fixed_p90_s"] == sim["dynamo402-70b-pd-ttft-p90"] and d["drift_p90_s"] > d["fixed_p90_s"]

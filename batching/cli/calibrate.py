@@ -375,7 +375,7 @@ def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str |
     wl = WORKLOAD_PRESETS["sharegpt"][0]
     pub = published.published_errors()
     disagg_md = cal.disagg_markdown(spec_examples.eagle_split_example(), dict(zip(pub["id"], pub["error"])),
-                                    published.dynamo_drift())
+                                    published.dynamo_drift(pub))
     spec_md = cal.spec_markdown(speculative.DRAFT_PASS_FIXED_S, spec_check.markdown_table(),
                                 spec_examples.mtp_example())
     ar_rows = _allreduce_rows(ar_frames["vllm_graph"])
@@ -544,7 +544,7 @@ blocks per step; nothing was tuned to close it.
 Llama-3.1-405B needs ~96 GiB per GPU in BF16 at TP 8: it does not fit on 8×H100 (a clear
 error that says FP8 would) and fits on 8×H200; in FP8 it fits on both.
 
-{published.markdown(pub, published.jitter_check())}{cal.mla_markdown(deepseek)}{two_node_check.markdown()}{spec_md}{disagg_md}## Custom models and GPUs
+{published.markdown(pub, published.jitter_check(pub))}{cal.mla_markdown(deepseek)}{two_node_check.markdown()}{spec_md}{disagg_md}## Custom models and GPUs
 
 Command line: `--model-json FILE` (Model's fields, or a Hugging Face `config.json`: its
 `num_hidden_layers`, `hidden_size`, `num_attention_heads`, `num_key_value_heads`, `head_dim`,

@@ -151,30 +151,32 @@ def drifting(sc: Scenario, out: float) -> Scenario:
                                                                    for c in sc.workload.classes)))
 
 
-def dynamo_drift(seed: int = 0) -> dict:
+def dynamo_drift(errors: pd.DataFrame, seed: int = 0) -> dict:
     """Dynamo #402's disaggregated run (32 clients) with fixed and with drifting output lengths: P90 TTFT (s) of
-    each, and the published one."""
-    row = points().set_index("id", drop=False).loc["dynamo402-70b-pd-ttft-p90"]
-    sc = scenario_of(row, seed)
-    return {"measured_p90_s": float(row.value), "fixed_p90_s": simulate(sc).summary()["ttft_p90_s"],
-            "drift_p90_s": simulate(drifting(sc, float(row.output_tokens))).summary()["ttft_p90_s"]}
+    each, and the published one (``errors``: ``published_errors``' frame, whose run is the fixed one)."""
+    pid = "dynamo402-70b-pd-ttft-p90"
+    row = points().set_index("id", drop=False).loc[pid]
+    fixed = errors.set_index("id").loc[pid]
+    drift = simulate(drifting(scenario_of(row, seed), float(row.output_tokens)))
+    return {"measured_p90_s": float(row.value), "fixed_p90_s": float(fixed.simulated),
+            "drift_p90_s": drift.summary()["ttft_p90_s"]}
 
 
-def jitter_check(seed: int = 0) -> pd.DataFrame:
+def jitter_check(errors: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """The closed-loop NIM runs' TTFT with every output drawn from 0.8-1.2x the published length (clients drift
     apart as real ones do) beside the published setting's (fixed lengths: clients in lockstep): clients, measured,
     fixed and jittered mean TTFT (s), the jittered run's mean wait for the scheduler (s), and its mean TTFT of the
-    first wave (every client's first request, sent at once) and of the rest (s)."""
+    first wave (every client's first request, sent at once) and of the rest (s). ``errors``: ``published_errors``'
+    frame, whose runs are the fixed-length ones."""
     pts = points().set_index("id", drop=False)
+    simulated = errors.set_index("id")["simulated"]
     rows = []
     for pid in JITTER_IDS:
         row = pts.loc[pid]
-        sc = scenario_of(row, seed)
-        fixed = simulate(sc).summary()
-        drift = simulate(drifting(sc, float(row.output_tokens)))
+        drift = simulate(drifting(scenario_of(row, seed), float(row.output_tokens)))
         req = drift.requests
         first = req["arrival_s"].to_numpy() <= 0.0  # every client's first request, sent at once
-        rows.append({"clients": int(row.concurrency), "measured_s": float(row.value), "fixed_s": fixed["ttft_mean_s"],
+        rows.append({"clients": int(row.concurrency), "measured_s": float(row.value), "fixed_s": float(simulated[pid]),
                      "jittered_s": drift.summary()["ttft_mean_s"],
                      "jittered_queue_s": float(req["queue_delay_s"].mean()),
                      "first_wave_s": float(req["ttft_s"][first].mean()),

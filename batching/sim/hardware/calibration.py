@@ -796,10 +796,11 @@ def _pd_checks_text(errors: dict | None) -> tuple[str, str, str]:
     if not errors:
         missing = "(not run: `python -m batching calibrate --report` runs them)"
         return missing, missing, "Medians: not run"
+
     def part(key: str) -> str:
         prefix, items = _PD_CHECKS[key]
         return ", ".join(f"{name} {errors[prefix + i] * 100:+.1f} %" for name, i in items)
-    tpot = [v for k, v in errors.items() if k.startswith("vllm-pr18242-pd-tpot")]
+    tpot = [v for k, v in errors.items() if k.startswith(_PD_CHECKS["vllm"][0] + "tpot")]
     ttft = [abs(v) for k, v in errors.items() if "-pd-ttft" in k]
     inter = [abs(v) for k, v in errors.items() if "-pd-tpot" in k or "-pd-itl" in k]
     vllm = part("vllm") + f", TPOT {min(tpot) * 100:+.1f} to {max(tpot) * 100:+.1f} %"
