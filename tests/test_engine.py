@@ -22,13 +22,14 @@ def const_cost(step_s=1.0, swap_tokens_per_s=32.0):
 
 def run(arrival, prompt, output, prio=None, *, mode=eng.MODE_CONTINUOUS, max_batch=32, max_wait_s=0.0,
         max_seqs=256, budget=8192, chunked=False, use_prio=False, preempt=eng.PREEMPT_RECOMPUTE,
-        swap_cap=10**9, watermark=0, kv_blocks=10**6, n_classes=None):
+        swap_cap=10**9, watermark=0, kv_blocks=10**6, n_classes=None, prefill_only=False, wait_preempt=False):
     prio = np.zeros(len(arrival), np.int64) if prio is None else np.asarray(prio)
     n_classes = int(prio.max()) + 1 if n_classes is None else n_classes
     coef, x, y = const_cost()
     knobs = eng.Knobs(mode=mode, n_classes=n_classes, max_batch=max_batch, max_wait_s=max_wait_s, max_seqs=max_seqs,
                       budget=budget, chunked=chunked, use_prio=use_prio, preempt=preempt, swap_cap_tokens=swap_cap,
-                      watermark_blocks=watermark, kv_blocks=kv_blocks)
+                      watermark_blocks=watermark, kv_blocks=kv_blocks, prefill_only=prefill_only,
+                      wait_preempt=wait_preempt)
     return eng.run(eng.inputs(np.asarray(arrival, float), np.asarray(prompt), np.asarray(output), prio), knobs,
                    eng.Cost(coef, x, y))
 
@@ -62,7 +63,8 @@ def test_dynamic_launches_on_timeout_then_on_full_batch():
 
 
 def test_continuous_without_chunking_runs_prefill_only_steps():
-    out = run([0.0, 0.5, 1.0], [4, 8, 2], [3, 1, 2])
+    """The prefill-only rule (vLLM V0, SGLang without mixed chunks)."""
+    out = run([0.0, 0.5, 1.0], [4, 8, 2], [3, 1, 2], prefill_only=True)
     assert col(out, eng.R_FIRST_TOKEN) == [1.0, 2.0, 2.0]
     assert col(out, eng.R_FINISH) == [4.0, 2.0, 3.0]
     assert col(out, eng.R_RELEASE) == [4.0, 2.0, 3.0]
@@ -85,7 +87,8 @@ def test_chunked_prefill_mixes_decodes_with_chunks_under_the_budget():
 
 
 def test_priority_preempts_a_lower_class_and_recomputes_it():
-    out = run([0.0, 0.5], [2, 2], [4, 2], prio=[1, 0], use_prio=True, max_seqs=1)
+    """The waiting-side rule (vLLM V0's _schedule_priority_preemption), on when the policy names it."""
+    out = run([0.0, 0.5], [2, 2], [4, 2], prio=[1, 0], use_prio=True, max_seqs=1, wait_preempt=True)
     si = out.steps_i
     # t=1: request 1 (class 0) finds no slot and evicts request 0 (class 1); that pass admits no
     # one (vLLM), so it runs nothing and costs the fixed overhead; request 1 is admitted at t=2
@@ -102,7 +105,8 @@ def test_priority_preempts_a_lower_class_and_recomputes_it():
 def test_priority_victim_swapped_out_waits_for_the_higher_class():
     """The evicted class-1 request, in host memory, comes back only after the class-0 request it
     made room for was admitted (else it would be swapped in and out again, forever)."""
-    out = run([0.0, 0.5], [2, 2], [4, 2], prio=[1, 0], use_prio=True, max_seqs=1, preempt=eng.PREEMPT_SWAP)
+    out = run([0.0, 0.5], [2, 2], [4, 2], prio=[1, 0], use_prio=True, max_seqs=1, preempt=eng.PREEMPT_SWAP,
+              wait_preempt=True)
     si, f = out.steps_i, out.steps_f
     assert si[:, eng.S_PREEMPTED].tolist() == [0, 1, 0, 0, 0, 0, 0]
     assert si[:, eng.S_ADMITTED].tolist() == [1, 0, 1, 0, 0, 0, 0]
@@ -157,24 +161,61 @@ def test_chunked_recompute_victim_is_not_readmitted_in_the_step_that_evicted_it(
     assert col(out, eng.R_FINISH) == [6.0, 8.0]
 
 
-def test_swapped_in_sequence_decodes_before_prefill_chunks():
-    """Request 2 is swapped out at t=4 while request 3's 40-token prompt is being chunked; it comes
-    back at t=5.125 and decodes in that step and each after it, ahead of the chunks (the old engine
-    put it behind the prompt, whose chunk then took the whole budget: 8.5 s between two tokens)."""
+def test_fcfs_victim_is_the_last_admitted_and_comes_back_first():
+    """vLLM V1 first come first served: the request that cannot get a block preempts the running list's last
+    (self.running.pop()), here a prompt still being chunked, even when a decoding request arrived with it.
+    t=3: request 1 finishes its prompt (2 tokens), 2 (4 tokens) and 3 (first 2 of 40) are admitted, KV 3 of 3
+    blocks. t=4: request 1's 17th token needs a second block: request 3 (admitted last) is swapped out (2 tokens
+    at 32 tokens/s: +1/16 s); the step preempted, so nobody comes back or is admitted. t=5.0625: request 1 has
+    finished, request 3 comes back (its 2 tokens copied in again) and takes the 7 tokens the decode left."""
     out = run([0.0, 1.0, 3.0, 3.0], [4, 16, 4, 40], [3, 2, 4, 2], chunked=True, budget=8, max_seqs=8, kv_blocks=3,
               preempt=eng.PREEMPT_SWAP)
     si = out.steps_i
-    assert si[:, eng.S_PREFILL].tolist() == [4, 7, 7, 8, 7, 7, 7, 7, 8, 2, 0]
-    assert si[:, eng.S_DECODE].tolist() == [0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 1]
-    assert si[:, eng.S_SWAP_TOKENS].tolist() == [0, 0, 0, 0, 4, 4, 0, 0, 0, 0, 0]
-    assert si[:, eng.S_STALLED].sum() == 0
-    assert out.req_preemptions.tolist() == [0, 0, 1, 0]
-    assert col(out, eng.R_FINISH) == [3.0, 5.125, 8.25, 11.25]
-    assert col(out, eng.R_MAX_ITL)[2] == 2.25  # tokens at 4, 6.25, 7.25, 8.25
+    assert si[:5, eng.S_PREFILL].tolist() == [4, 7, 7, 8, 0]
+    assert si[:5, eng.S_DECODE].tolist() == [0, 1, 1, 0, 2]
+    assert si[:6, eng.S_SWAP_TOKENS].tolist() == [0, 0, 0, 0, 2, 2]
+    assert si[:6, eng.S_ADMITTED].tolist() == [1, 1, 0, 2, 0, 0]
+    assert si[5, eng.S_PREFILL] == 7 and si[5, eng.S_DECODE] == 1
+    assert out.req_preemptions.tolist() == [0, 0, 0, 1]
+    assert out.steps_f[:6, eng.F_START].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0625]
+    assert si[:, eng.S_KV_BLOCKS].max() <= 3
+    # every prompt token prefilled once (swap, not recompute) and every output token decoded
+    assert si[:, eng.S_PREFILL].sum() == 4 + 16 + 4 + 40
+    assert si[:, eng.S_PREFILL].sum() + si[:, eng.S_DECODE].sum() == 64 + (3 + 2 + 4 + 2) - 4
+
+
+def test_priority_victim_is_the_lowest_class_even_when_it_is_the_requester():
+    """vLLM V1 with priority: the victim is max(running, key=(priority, arrival)) over the whole running list.
+    Request 0 (class 1, 14 tokens) is admitted at t=0, request 1 (class 0, 14 tokens) at t=1: one block each, KV
+    full (2 blocks). t=3: request 0's 17th token needs a second block; the victim is request 0 itself (class 1),
+    not request 1 behind it (the old rule looked behind the requester first and evicted the class-0 request).
+    Having preempted itself, V1 leaves its running loop: request 1 gets no token in that step."""
+    out = run([0.0, 0.5], [14, 14], [4, 4], prio=[1, 0], use_prio=True, kv_blocks=2, chunked=True, budget=64)
+    si = out.steps_i
+    assert si[:4, eng.S_PREFILL].tolist() == [14, 14, 0, 0]
+    assert si[:4, eng.S_DECODE].tolist() == [0, 1, 2, 0]
+    assert si[:4, eng.S_PREEMPTED].tolist() == [0, 0, 0, 1]
+    assert out.req_preemptions.tolist() == [1, 0]
+    assert si[:, eng.S_KV_BLOCKS].max() <= 2
+
+
+def test_priority_victim_ahead_in_the_list_gives_its_token_back():
+    """Requests 0 (class 0, 15 tokens), 1 (class 1, 10 tokens) and 2 (class 0, 15 tokens) are admitted at t=0,
+    one block each of 4. t=2: 0's 17th token takes the last block, 1 decodes its 12th (no new block), 2's 17th
+    needs one: V1 preempts max(running, (priority, arrival)) = request 1, ahead of 2 in the list and already
+    scheduled in this step: its token goes back out of the step, and 2 decodes in its block."""
+    out = run([0.0, 0.0, 0.0], [15, 10, 15], [4, 4, 4], prio=[0, 1, 0], use_prio=True, kv_blocks=4, chunked=True,
+              budget=64)
+    si = out.steps_i
+    assert si[:3, eng.S_PREFILL].tolist() == [40, 0, 0]
+    assert si[:3, eng.S_DECODE].tolist() == [0, 3, 2]
+    assert si[:3, eng.S_PREEMPTED].tolist() == [0, 0, 1]
+    assert out.req_preemptions.tolist() == [0, 1, 0]
+    assert si[:, eng.S_KV_BLOCKS].max() <= 4
 
 
 def test_prefill_only_steps_stall_the_decodes_without_chunking():
-    out = run([0.0, 0.0, 2.0], [4, 4, 8], [4, 4, 2])
+    out = run([0.0, 0.0, 2.0], [4, 4, 8], [4, 4, 2], prefill_only=True)
     si = out.steps_i
     assert si[:, eng.S_PREFILL].tolist() == [8, 0, 8, 0, 0]
     assert si[:, eng.S_DECODE].tolist() == [0, 2, 0, 3, 2]
@@ -221,3 +262,28 @@ def test_out_of_step_room_retries_with_more():
                   step_room=7)
     assert len(out.steps_i) == 5000
     assert col(out, eng.R_FINISH) == [5000.0]
+
+
+def test_recompute_victim_finds_its_own_surviving_blocks_without_shared_prompts():
+    """Prefix caching on, no prompt shared: vLLM V1's block pool still names every full block (a request's own
+    too), and a freed block keeps its hash until it is allocated again (block_pool.py, BlockPool.free_blocks /
+    get_new_blocks). Two 32-token prompts fill the 4 blocks; at t=1 request 0's 33rd token needs a block and
+    request 1 (admitted last) is preempted; its 2 blocks join the free queue last block first, so request 0 takes
+    request 1's second block and its first survives. Re-admitted at t=3 (request 0 done), request 1 finds those 16
+    tokens and computes the other 17 (prompt + its one generated token), not all 33."""
+    def go(pool):
+        coef, x, y = const_cost()
+        knobs = eng.Knobs(mode=eng.MODE_CONTINUOUS, n_classes=1, max_batch=1, max_wait_s=0.0, max_seqs=8, budget=64,
+                          chunked=True, use_prio=False, preempt=eng.PREEMPT_RECOMPUTE, swap_cap_tokens=0,
+                          watermark_blocks=0, kv_blocks=4)
+        inp = eng.inputs(np.zeros(2), np.array([32, 32]), np.array([3, 3]), np.zeros(2, np.int64))
+        return eng.run(inp, knobs, eng.Cost(coef, x, y), prefix_caching=pool)
+
+    with_pool, without = go(True), go(False)
+    for out in (with_pool, without):
+        assert out.req_preemptions.tolist() == [0, 1]
+        assert out.steps_i[:, eng.S_KV_BLOCKS].max() <= 4
+    assert with_pool.steps_i[:, eng.S_CACHED_TOKENS].tolist()[3] == 16
+    assert with_pool.steps_i[:, eng.S_PREFILL].tolist()[:4] == [64, 0, 0, 17]
+    assert without.steps_i[:, eng.S_CACHED_TOKENS].sum() == 0
+    assert without.steps_i[:, eng.S_PREFILL].tolist()[:4] == [64, 0, 0, 33]

@@ -54,7 +54,18 @@ class BatchingPolicy:
     priority: bool = False  # order the waiting queue by (class, arrival)
     preemption: str = "recompute"  # off | recompute | swap
     swap_space_gib: float = 4.0  # host swap space per GPU (vLLM default 4 GiB)
-    watermark: float = 0.01  # share of KV blocks kept free when admitting (vLLM default)
+    # share of KV blocks kept free when admitting: vLLM V0's BlockSpaceManager kept 1 % (watermark=0.01); V1's
+    # KVCacheManager.allocate_slots keeps none (vllm/v1/core/kv_cache_manager.py)
+    watermark: float = 0.0
+    # engine rules that are not vLLM V1's, each named for the schedulers that have it:
+    # without chunked prefill, a step that admits prompts is prefill-only and its decodes stall: vLLM V0
+    # (vllm/core/scheduler.py, Scheduler._schedule_default) and SGLang without --enable-mixed-chunk (a prefill batch
+    # and a decode batch run apart); V1 mixes whole prompts with the decodes in the step's budget
+    prefill_only_steps: bool = False
+    # vLLM V0 with priority: running requests of lower classes are preempted so a waiting one can be admitted
+    # (vllm/core/scheduler.py, Scheduler._schedule_priority_preemption); V1 preempts only when a running request
+    # needs blocks
+    preempt_for_waiting: bool = False
     # automatic prefix caching (vLLM V1, SGLang RadixAttention): prompt blocks already in the KV cache are not
     # computed again. Iteration-level engines only: the request-level batchers modelled (FasterTransformer,
     # Triton's dynamic batcher) have no prefix cache.
@@ -137,7 +148,8 @@ class BatchingPolicy:
                      max_seqs=int(self.max_num_seqs), budget=int(self.max_num_batched_tokens),
                      chunked=bool(self.chunked_prefill if chunked is None else chunked), use_prio=bool(self.priority),
                      preempt=PREEMPTION_CODE[self.preemption], swap_cap_tokens=int(swap_cap_tokens),
-                     watermark_blocks=int(self.watermark * kv_blocks), kv_blocks=int(kv_blocks))
+                     watermark_blocks=int(self.watermark * kv_blocks), kv_blocks=int(kv_blocks),
+                     prefill_only=bool(self.prefill_only_steps), wait_preempt=bool(self.preempt_for_waiting))
 
     @property
     def batch_cap(self) -> int:
@@ -178,10 +190,10 @@ PRESETS: dict[str, BatchingPolicy] = {
     # Triton dynamic batcher: up to 64, the oldest waits at most 100 ms
     "dynamic": BatchingPolicy(mode="dynamic", max_batch_size=64, max_wait_s=0.1),
     # vLLM V0 defaults: 256 sequences, whole-prompt prefill steps in a budget of max(max_model_len, 2048) tokens,
-    # recompute preemption (prefix caching on in every iteration-level preset, as vLLM V1 and SGLang default to; it
-    # changes nothing without shared prefixes: the engine then runs without the cache, kernel._new_prefix)
+    # recompute preemption (prefix caching on in every iteration-level preset, as vLLM V1 and SGLang default to: with
+    # no shared prefixes its block pool still gives a recompute victim back the blocks it computed that survive)
     "continuous": BatchingPolicy(mode="continuous", max_num_batched_tokens=V0_MIN_BUDGET, prefix_caching=True,
-                                 budget_from_context=True),
+                                 budget_from_context=True, prefill_only_steps=True, watermark=0.01),
     # vLLM V1 / Sarathi-Serve: mixed steps with a 2,048-token budget
     "chunked": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048,
                               prefix_caching=True),

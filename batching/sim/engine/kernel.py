@@ -59,13 +59,11 @@ def new_later(after: np.ndarray) -> Later | None:
 
 
 def _new_prefix(inp: Inputs, on: bool, kv_blocks: int) -> Prefix | None:
-    """The prefix cache over the blocks the requests name (Inputs.n_ids) on a GPU cache of kv_blocks blocks; None
-    when off or when no request has a chain. Without chains nothing is shared, and the run is compiled without the
-    cache: naming every block costs the kernel 2.4 to 5 times its time (10,000 ``mixed`` requests, continuous:
-    0.07 s CPU without, 0.17 s naming every block in an LRU list, 0.38 s in V1's free queue, where nearly every
-    allocation evicts), so a recompute victim there recomputes all its tokens where vLLM V1 would find the blocks
-    it computed that are still queued."""
-    if not on or len(inp.chain_ids) == 0:
+    """vLLM V1's block pool over the blocks the requests name (Inputs.n_ids: shared chains, then each request's own
+    blocks) on a GPU cache of kv_blocks blocks; None when prefix caching is off. It runs whether or not any prompt
+    is shared, as V1's does (vllm/v1/core/block_pool.py, BlockPool.free_blocks keeps a freed block's hash until it
+    is allocated again): a recompute victim then finds the blocks it computed that were not evicted since."""
+    if not on:
         return None
     return prefix_tables(inp.n_ids, kv_blocks)
 
@@ -293,8 +291,9 @@ def end_holds_nb(t, hand, inp, seqs, b, pc, req_pre):
 @njit(cache=True, nogil=True)
 def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
     """One scheduler pass and one forward pass per step, in vLLM's order: the running sequences
-    (decodes, then prefill chunks under way), the swapped ones, then the waiting queue; without
-    chunked prefill (vLLM V0) waiting prompts go first and a step that admits them is
+    (decodes, then prefill chunks under way), the swapped ones, then the waiting queue. Without
+    chunked prefill vLLM V1 admits whole prompts only, each into what the step's budget has left beside the
+    decodes; under the prefill-only rule (``Knobs.prefill_only``: vLLM V0, SGLang) waiting prompts go first and a step that admits them is
     prefill-only. A step that preempted brings nobody back from host memory and admits nobody.
     ``spec``: speculative decoding (engine.state.Spec), or None (off; its code is then compiled out).
 
@@ -349,8 +348,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             spec.steps_i[step, SP_ACCEPTED] = 0
             spec.steps_f[step, SPF_CTX] = 0.0
             spec.steps_f[step, SPF_DRAFT_S] = 0.0
-        prefills = False  # whether this step is prefill-only (no chunked prefill)
-        if not knobs.chunked:
+        prefills = False  # whether this step is prefill-only (vLLM V0 without chunked prefill)
+        if knobs.prefill_only and not knobs.chunked:
             # vLLM V0: whole waiting prompts first; a step that prefills is prefill-only. A sequence longer than the
             # budget (a recompute victim's prompt + generated tokens) is prefilled in pieces: its next piece first
             # (prefills under way end the running list, so the last one tells; see continue_prefills_nb)
@@ -382,10 +381,14 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                 # tokens count in the token budget when its decode is scheduled (vLLM V1), so the two differ only
                 # in a step that also admits, swaps in or preempts.
                 spec_on = b.n[B_RUNNING] < spec.disable_at
+            halted = False  # a running request preempted itself: V1 schedules no further running one
             while short != 0:
                 nd, short = schedule_decodes_nb(nd, inp, seqs, b, pc, knobs, out, step, spec, spec_on)
                 if short > 0:
-                    make_room_nb(nd, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+                    nd = make_room_nb(nd, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+                    if nd < 0:
+                        halted = True
+                        short = 0
                 elif pc is not None:
                     if short < 0:  # it scheduled r, which has blocks to name
                         r = -1 - short
@@ -393,13 +396,16 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             # (1b) swapped sequences back in, decoding with the others
             if si[step, S_PREEMPTED] == 0 and b.n[B_SWAPPED] > 0:
                 nd = schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec)
-            if knobs.chunked:
-                # (2) the next chunk of the prefills under way; when KV runs out, preempt and go on
+            if not halted:
+                # (2) the next chunk of the prefills under way (without chunked prefill only a sequence longer
+                # than the budget is ever under way: schedule_waiting_nb); when KV runs out, preempt and go on
                 i, short = nd, 1
                 while short != 0:
                     i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec)
                     if short > 0:
-                        make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+                        i = make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+                        if i < 0:
+                            short = 0
                     elif pc is not None:
                         if short < 0:
                             r = -1 - short
@@ -410,10 +416,11 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                     if pc is not None:
                         if b.n[B_EVICTABLE] + pc.ends[5] > b.n[B_FREE]:
                             pc_trim_nb(pc, b.n)  # the new blocks above came from the free queue's head
+                    whole = not knobs.chunked
                     if pc is None:
-                        h, need = schedule_waiting_nb(t, False, inp, seqs, q, b, pc, knobs, out, step, spec)
+                        h, need = schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec)
                     else:
-                        h, need = schedule_waiting_pc_nb(t, False, inp, seqs, q, b, pc, knobs, out, step, spec)
+                        h, need = schedule_waiting_pc_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec)
                     if h >= 0:
                         evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec)
         # tokens computed: prompt chunks, decodes, and with speculation the rejected draft tokens (S_PADDED)
@@ -576,7 +583,7 @@ def _arr(a, dtype) -> np.ndarray:
 
 
 # Knobs' field types, in order (numba compiles one version per combination of argument types)
-KNOB_KINDS = (int, int, int, float, int, int, bool, bool, int, int, int, int)
+KNOB_KINDS = (int, int, int, float, int, int, bool, bool, int, int, int, int, bool, bool)
 
 
 def kernel_cost(cm: CostModel) -> Cost:

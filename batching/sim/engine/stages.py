@@ -102,6 +102,29 @@ def q_push_front_nb(q, k, x):
     q.len[k] += 1
 
 
+@njit(cache=True, nogil=True)
+def q_insert_by_arrival_nb(q, k, x, arrival):
+    """``x`` into class k's queue in arrival order (vLLM V1's priority queue is a heap on (priority,
+    arrival_time): vllm/v1/core/sched/request_queue.py, PriorityRequestQueue.prepend_request adds a preempted
+    request as any other, so it waits behind requests of its class that arrived before it)."""
+    q_push_front_nb(q, k, x)
+    p = 0
+    while p + 1 < q.len[k]:
+        j0 = q.head[k] + p
+        if j0 >= q.cap[k]:
+            j0 -= q.cap[k]
+        j1 = j0 + 1
+        if j1 >= q.cap[k]:
+            j1 -= q.cap[k]
+        y = q.buf[q.off[k] + j1]
+        if arrival[y] < arrival[x]:
+            q.buf[q.off[k] + j0] = y
+            q.buf[q.off[k] + j1] = x
+            p += 1
+        else:
+            p = q.len[k]
+
+
 @njit(cache=True, nogil=True, inline="always")
 def q_first_class_nb(q):
     """The highest class with a waiting request; -1 if none."""
@@ -724,11 +747,28 @@ def trim_nb(pc, cnt):
 
 # --- preemption (rare: called by the engine loop, between stages) -------------------------
 @njit(cache=True, nogil=True)
-def pick_victim_nb(run, lo, hi, cls, arrival, above):
-    """Index in run[lo:hi] of the lowest-class, latest-arrived sequence of class > ``above``
-    (any class when above < 0); -1 if none."""
+def pick_victim_nb(run, nr, cls, arrival, use_prio):
+    """vLLM V1's victim when a running request cannot get blocks (vllm/v1/core/sched/scheduler.py,
+    Scheduler.schedule): with priority the running request with the largest (priority, arrival time) in the
+    whole running list, already scheduled in this step or not; first come first served pops the running list's
+    last (its latest admitted)."""
+    if not use_prio:
+        return nr - 1
+    best = 0
+    for i in range(1, nr):
+        r = run[i]
+        rb = run[best]
+        if cls[r] > cls[rb] or (cls[r] == cls[rb] and arrival[r] > arrival[rb]):
+            best = i
+    return best
+
+
+@njit(cache=True, nogil=True)
+def lowest_below_nb(run, nr, cls, arrival, above):
+    """Index in run[:nr] of the lowest-class, latest-arrived sequence of a class below ``above``; -1 if none
+    (the waiting-side rule, ``evict_for_nb``)."""
     best = -1
-    for i in range(lo, hi):
+    for i in range(nr):
         r = run[i]
         c = cls[r]
         if c <= above:
@@ -771,7 +811,10 @@ def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec):
     else:
         seqs.kv[r] = 0
         seqs.target[r] = inp.prompt[r] + seqs.gen[r]
-        q_push_front_nb(q, seqs.cls[r], r)
+        if knobs.use_prio:
+            q_insert_by_arrival_nb(q, seqs.cls[r], r, inp.arrival)
+        else:
+            q_push_front_nb(q, seqs.cls[r], r)  # V1's FCFS queue: prepend_request, the front
         cnt[B_WAITING] += 1
 
 
@@ -806,14 +849,18 @@ def unschedule_nb(r, seqs, out, step, spec):
 
 @njit(cache=True, nogil=True)
 def make_room_nb(i, need, inp, seqs, q, b, pc, knobs, out, step, spec):
-    """KV ran out for run[i]'s next tokens: preempt the sequences behind it (lowest class, latest
-    arrival first) until ``need`` blocks are free, or run[i] itself when none is left behind it."""
+    """KV ran out for run[i]'s next tokens: preempt vLLM V1's victims (``pick_victim_nb``) until ``need`` blocks
+    are free. Returns the index run[i] has now (a victim before it shifts it), or -1 when run[i] itself was
+    preempted: V1 then schedules no further running request in this step (Scheduler.schedule leaves its running
+    loop), and, having preempted, admits nobody."""
     while need > b.n[B_FREE]:
-        v = pick_victim_nb(b.run, i + 1, b.n[B_RUNNING], seqs.cls, inp.arrival, -1)
-        if v < 0:
-            preempt_nb(i, inp, seqs, q, b, pc, knobs, out, step, spec)
-            return
+        v = pick_victim_nb(b.run, b.n[B_RUNNING], seqs.cls, inp.arrival, knobs.use_prio)
         preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec)
+        if v == i:
+            return -1
+        if v < i:
+            i -= 1
+    return i
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -825,10 +872,11 @@ def fits_nb(need, cnt, knobs):
 
 @njit(cache=True, nogil=True)
 def evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec):
-    """Priority: preempt running sequences of a class below waiting request ``h``'s (lowest class,
-    latest arrival first) until a slot and ``need`` blocks would be free for it, or none is left."""
+    """Priority with the waiting-side rule (``Knobs.wait_preempt``; vLLM V0's scheduler, not V1's): preempt running
+    sequences of a class below waiting request ``h``'s (lowest class, latest arrival first) until a slot and
+    ``need`` blocks would be free for it, or none is left."""
     while not fits_nb(need, b.n, knobs):
-        v = pick_victim_nb(b.run, 0, b.n[B_RUNNING], seqs.cls, inp.arrival, seqs.cls[h])
+        v = lowest_below_nb(b.run, b.n[B_RUNNING], seqs.cls, inp.arrival, seqs.cls[h])
         if v < 0:
             return
         preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec)
@@ -1119,7 +1167,7 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
             going = False  # the budget is spent
         elif not fits_nb(need, cnt, knobs):
             going = False
-            if knobs.use_prio and knobs.preempt != PREEMPT_OFF and si[step, S_ADMITTED] == 0:
+            if knobs.wait_preempt and knobs.use_prio and knobs.preempt != PREEMPT_OFF and si[step, S_ADMITTED] == 0:
                 evict_for = h
                 evict_need = need
         else:
@@ -1175,7 +1223,9 @@ def continue_prefills_nb(inp, seqs, q, b, pc, knobs, out, step, spec):
     while short != 0:
         i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec)
         if short > 0:
-            make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+            i = make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
+            if i < 0:
+                short = 0
         elif pc is not None:
             if short < 0:
                 r = -1 - short

@@ -136,8 +136,10 @@ class Knobs(NamedTuple):
     use_prio: bool
     preempt: int  # PREEMPT_*
     swap_cap_tokens: int  # host swap space, in KV tokens
-    watermark_blocks: int  # blocks kept free when admitting
+    watermark_blocks: int  # blocks kept free when admitting (vLLM V0's watermark; V1 keeps none)
     kv_blocks: int  # GPU KV capacity
+    prefill_only: bool = False  # without chunked prefill, a step that admits prompts is prefill-only (vLLM V0, SGLang)
+    wait_preempt: bool = False  # vLLM V0's rule with priority: preempt lower classes so a waiting request can be admitted
 
 
 class Cost(NamedTuple):

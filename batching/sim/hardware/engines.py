@@ -64,7 +64,8 @@ FIELD_LIMITS: dict[str, tuple[float, float]] = {
     "kv_eff": (0.05, 20.0),
 }
 ALLREDUCES = ("vllm_graph", "vllm_eager", "nccl", "trtllm", "vidur_nccl")  # costmodel.ALLREDUCE_IMPLS
-_POLICY_KEYS = ("mode", "max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "preemption", "prefix_caching")
+_POLICY_KEYS = ("mode", "max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "preemption", "prefix_caching",
+                "prefill_only_steps")
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ VLLM_POLICY = BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_ba
 # pool and req_to_token_pool (at most 4,096); schedule_policy "fcfs"; RadixAttention prefix cache on. Modelled as
 # prefill-only steps of 16,384 tokens (prompts longer than that are refused here, where SGLang chunks them).
 SGLANG_POLICY = BatchingPolicy(mode="continuous", chunked_prefill=False, max_num_batched_tokens=16384,
-                               max_num_seqs=4096, prefix_caching=True, preemption="recompute")
+                               max_num_seqs=4096, prefix_caching=True, preemption="recompute",
+                               prefill_only_steps=True)
 # TensorRT-LLM 1.0 (PyTorch backend, LLM API / trtllm-serve): max_batch_size 2,048, max_num_tokens 8,192
 # (tensorrt_llm/llmapi/llm_args.py, BaseLlmArgs); in-flight batching puts context and generation requests in one
 # step; capacity scheduler GUARANTEED_NO_EVICT (its up-front KV reservation is not modelled: recompute preemption

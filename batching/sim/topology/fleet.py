@@ -203,10 +203,9 @@ def stacked_outputs(n: int, instances: int, room: int, classes: int, arrival) ->
 
 
 def stacked_prefix(instances: int, inp, kv_blocks: int) -> Prefix | None:
-    """One prefix cache per instance (a GPU cache of kv_blocks blocks each) over the blocks the requests name
-    (Inputs.n_ids; _pc_of gives instance i's), or None without chains (kernel._new_prefix says why)."""
-    if len(inp.chain_ids) == 0:
-        return None
+    """One block pool per instance (a GPU cache of kv_blocks blocks each) over the blocks the requests name
+    (Inputs.n_ids: shared chains and each request's own blocks; _pc_of gives instance i's), as kernel._new_prefix
+    builds one."""
     return prefix_tables(inp.n_ids, kv_blocks, instances)
 
 
@@ -231,7 +230,7 @@ def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks
     while True:
         out = stacked_outputs(n, replicas, room, len(reqs.class_names), inp.arrival)
         req_f = out.req_f
-        pcs = stacked_prefix(replicas, inp, kv_blocks) if pc_off is not None else None
+        pcs = stacked_prefix(replicas, inp, kv_blocks) if policy.prefix_caching else None
         lats = None
         one = eng.new_later(inp.after)
         if one is not None:
