@@ -114,21 +114,20 @@ class Step:
 
 class WaitingQueue:
     """request_queue.FCFSRequestQueue (a deque: add_request appends, prepend_request puts a preempted request
-    first) or PriorityRequestQueue (a heap on (priority, arrival_time): prepend_request is add_request, so a
-    preempted request takes its place by arrival among its class)."""
+    first) or PriorityRequestQueue (a heap of requests ordered by Request.__lt__: priority, arrival_time, then
+    request_id; prepend_request is add_request, so a preempted request takes its place by arrival among its
+    class). Request ids here are the request indices, in arrival order."""
 
     def __init__(self, priority: bool) -> None:
         self.priority = priority
         self._items: list = []
-        self._n = 0
 
     def __len__(self) -> int:
         return len(self._items)
 
     def add(self, req: Request) -> None:
         if self.priority:
-            self._n += 1
-            heapq.heappush(self._items, (req.priority, req.arrival_time, self._n, req))
+            heapq.heappush(self._items, (req.priority, req.arrival_time, req.rid, req))
         else:
             self._items.append(req)
 
