@@ -34,6 +34,7 @@ class Request:
         self.num_computed_tokens = 0
         self.gen = 0  # output tokens so far
         self.spec = 0  # draft tokens proposed for its next step
+        self.spec_scheduled = 0  # of the tokens scheduled in this step, draft tokens to verify
         self.target = prompt  # tokens to prefill before it decodes (prompt, + generated ones after a recompute)
         self.num_preemptions = 0
         self.first_cached = None  # tokens its first admission found in the cache
