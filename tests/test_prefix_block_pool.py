@@ -1,7 +1,7 @@
-"""The engine's prefix cache is vLLM V1's block pool (issue 23, item 6): on random traces (shared system prompts,
-families, multi-turn sessions whose next turn reuses the previous prompt and answer, caches small enough to evict
-and to preempt) it serves the same hit tokens as a plain-Python reference of V1's algorithm
-(tests/prefix_reference.py), request by request and step by step."""
+"""The engine's prefix cache is vLLM V1's block pool (issue 23, item 6; issue 36): on random traces (shared system
+prompts, families, multi-turn sessions whose next turn reuses the previous prompt and answer, caches small enough to
+evict and to preempt) it serves the same hit tokens as the oracle written from vLLM V1's own code (tests/oracle/:
+block pool, KV-cache manager and scheduler), request by request and step by step."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,34 +9,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batching.sim.engine import kernel as eng
-from tests.prefix_reference import BLOCK, serve
-from tests.test_engine import const_cost
-from tests.test_engine_prefix_sessions import EXAMPLES, chains
+from tests.oracle import harness
+from tests.oracle.kv_manager import BLOCK
+from tests.test_engine_prefix_sessions import EXAMPLES
 from tests.test_prefix_tables import _hashed
 
 
-def _engine(arrival, prompt, output, chain, *, kv_blocks, budget, max_seqs):
-    n = len(arrival)
-    off, ids = chains(chain)
-    inp = eng.inputs(np.asarray(arrival, float), np.asarray(prompt), np.asarray(output), np.zeros(n, np.int64),
-                     chain_off=off, chain_ids=ids)
-    knobs = eng.Knobs(mode=eng.MODE_CONTINUOUS, n_classes=1, max_batch=1, max_wait_s=0.0, max_seqs=max_seqs,
-                      budget=budget, chunked=True, use_prio=False, preempt=eng.PREEMPT_RECOMPUTE, swap_cap_tokens=0,
-                      watermark_blocks=0, kv_blocks=kv_blocks)
-    return eng.run(inp, knobs, eng.Cost(*const_cost()), prefix_caching=True)
-
-
 def _agree(arrival, prompt, output, chain, hashed=False, **kw):
-    out = (_hashed(lambda: _engine(arrival, prompt, output, chain, **kw)) if hashed
-           else _engine(arrival, prompt, output, chain, **kw))
-    ref = serve(arrival, prompt, output, chain, **kw)
-    si = out.steps_i
-    assert (out.steps_f[:, eng.F_DURATION] == 1.0).all()  # the reference's clock
-    assert out.req_cached.tolist() == ref.first_hit
-    assert si[:, eng.S_CACHED_TOKENS].tolist() == ref.step_hits
-    assert si[:, eng.S_CACHE_BLOCKS].tolist() == ref.step_evictable
-    assert out.req_preemptions.tolist() == ref.preemptions
-    return out, ref
+    """The engine and the oracle on one trace under V1's chunked prefill and recompute preemption: every step's
+    hit tokens, evictable cached blocks, blocks in use, tokens and preemptions agree, and every request's first
+    hit and preemption count (harness.compare)."""
+    sc = harness.chunked_v1(arrival, prompt, output, chain, **kw)
+    o = _hashed(lambda: harness.compare(sc)) if hashed else harness.compare(sc)
+    assert o.mismatch is None, o.mismatch
+    out = o.engine
+    assert (out.steps_f[:, eng.F_DURATION] == 1.0).all()  # the clock the oracle reads
+    return out, o
 
 
 @st.composite
@@ -99,10 +87,10 @@ def test_some_random_traces_hit_evict_and_preempt():
         output = rng.integers(1, 60, n)
         chain = [[int(f) * 100 + j for j in range(int(p) // BLOCK)] for f, p in zip(rng.integers(0, 3, n), prompt)]
         need = int(((prompt + output + BLOCK - 1) // BLOCK).max())
-        out, ref = _agree(np.zeros(n), prompt, output, chain, kv_blocks=need + 4, budget=128, max_seqs=6)
+        out, o = _agree(np.zeros(n), prompt, output, chain, kv_blocks=need + 4, budget=128, max_seqs=6)
         hits += out.req_cached.sum()
         preempted += out.req_preemptions.sum()
-        victims_hit += sum(ref.step_hits) - out.req_cached.sum()
+        victims_hit += o.victim_hits
     assert hits > 0 and preempted > 0 and victims_hit > 0
 
 
@@ -117,7 +105,7 @@ def test_three_families_served_one_at_a_time_on_a_64_block_cache_hit_nothing():
     output = np.full(n, 8)
     chain = [[(r % 3) * 100 + j for j in range(16)] for r in range(n)]
     arrival = 100.0 * np.arange(n)  # each one alone: it finishes long before the next arrives
-    out, ref = _agree(arrival, prompt, output, chain, kv_blocks=64, budget=2048, max_seqs=256)
+    out, _ = _agree(arrival, prompt, output, chain, kv_blocks=64, budget=2048, max_seqs=256)
     assert out.req_cached.tolist() == [0] * n
     # with room for the three families' blocks the prefixes survive: every later request hits its 16 blocks
     out, _ = _agree(arrival, prompt, output, chain, kv_blocks=3 * 42, budget=2048, max_seqs=256)
@@ -129,7 +117,7 @@ def test_a_recompute_victim_finds_its_own_prompt_and_output_blocks():
     # request 0 needs a 7th block and request 1 (the later one) is preempted with 6 named blocks, 64 prompt and 32
     # generated tokens. They join the free queue last first; request 0 takes the 6th. Readmitted once request 0 is
     # done (target 97 tokens), request 1 finds its first 5 blocks: 80 tokens, 16 of them tokens it generated
-    out, ref = _agree([0.0, 0.0], [64, 64], [40, 60], [[0], [100]], kv_blocks=12, budget=512, max_seqs=8)
+    out, o = _agree([0.0, 0.0], [64, 64], [40, 60], [[0], [100]], kv_blocks=12, budget=512, max_seqs=8)
     assert out.req_preemptions.tolist() == [0, 1]
     assert out.req_cached.tolist() == [0, 0]  # first admissions
-    assert sum(ref.step_hits) == out.steps_i[:, eng.S_CACHED_TOKENS].sum() == 80
+    assert o.cached == out.steps_i[:, eng.S_CACHED_TOKENS].sum() == o.victim_hits == 80
