@@ -6,7 +6,7 @@ on the tokens prefilled and decoded, the requests running, preempted, admitted a
 the prefix cache and the KV blocks in use; and per request on its preemptions and its first admission's cache hit.
 
 The rules the engine models on purpose from another engine (vLLM V0, SGLang) are the policy's named fields
-(``v0_prefill_steps``, ``preempt_for_waiting``, ``watermark``): the oracle reads them and runs them too."""
+(``prefill_only_steps``, ``preempt_for_waiting``, ``watermark``): the oracle reads them and runs them too."""
 from __future__ import annotations
 
 import pytest
@@ -111,6 +111,6 @@ def test_a_hit_leaves_one_token_to_compute_and_freed_blocks_are_evicted_tail_fir
 def test_the_oracle_reads_the_named_non_v1_rules_with_v1_defaults():
     p = BatchingPolicy(mode="continuous", watermark=0.0)
     r = Rules.from_policy(p, 100, 0)
-    assert (r.v0_prefill_steps, r.preempt_for_waiting, r.watermark_blocks) == (
-        getattr(p, "v0_prefill_steps", False), getattr(p, "preempt_for_waiting", False), 0)
+    assert (r.prefill_only_steps, r.preempt_for_waiting, r.watermark_blocks) == (
+        getattr(p, "prefill_only_steps", False), getattr(p, "preempt_for_waiting", False), 0)
     assert Rules.from_policy(BatchingPolicy(mode="continuous", watermark=0.1), 100, 0).watermark_blocks == 10

@@ -28,10 +28,10 @@ CLASSES = {
     "sessions": dict(chunked_prefill=True, prefix_caching=True),
     "spec": dict(chunked_prefill=True, spec_decode="ngram"),
     # an engine profile's named non-V1 rules (V0 / SGLang): run only once BatchingPolicy has the fields
-    "v0_rules": dict(chunked_prefill=False, priority=True, v0_prefill_steps=True, preempt_for_waiting=True,
+    "v0_rules": dict(chunked_prefill=False, priority=True, prefill_only_steps=True, preempt_for_waiting=True,
                      watermark=0.1),
 }
-V0_FIELDS = ("v0_prefill_steps", "preempt_for_waiting")
+V0_FIELDS = ("prefill_only_steps", "preempt_for_waiting")
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Written from vllm/v1/core/sched/scheduler.py (Scheduler.schedule, _preempt_request, update_from_output) and
 vllm/v1/core/sched/request_queue.py (FCFSRequestQueue, PriorityRequestQueue). The rules that are not V1's are
 switches read from the policy (``Rules.from_policy``), each named where the engine's profile names it and
-defaulting to V1: ``v0_prefill_steps``, ``preempt_for_waiting``, ``watermark``. Swap preemption (V1 has none) follows
+defaulting to V1: ``prefill_only_steps``, ``preempt_for_waiting``, ``watermark``. Swap preemption (V1 has none) follows
 vLLM V0's vllm/core/scheduler.py (Scheduler._schedule_running swaps a victim out when preemption_mode is SWAP;
 _schedule_swapped brings swapped groups back, oldest first, only in a step that preempted nobody, while the
 budget, max_num_seqs and free blocks allow, stopping at the first that does not fit), with the host space bound
@@ -70,7 +70,7 @@ class Rules:
     spec_k: int = 0  # draft tokens proposed per decode (0: no speculation)
     spec_accept: float = 1.0  # 1.0: every draft token accepted; 0.0: none
     watermark_blocks: int = 0
-    v0_prefill_steps: bool = False
+    prefill_only_steps: bool = False
     preempt_for_waiting: bool = False
 
     @classmethod
@@ -86,7 +86,7 @@ class Rules:
                    prefix_caching=bool(policy.prefix_caching), spec_k=spec_k,
                    spec_accept=float(policy.spec_acceptance),
                    watermark_blocks=int(getattr(policy, "watermark", 0.0) * kv_blocks),
-                   v0_prefill_steps=bool(getattr(policy, "v0_prefill_steps", False)),
+                   prefill_only_steps=bool(getattr(policy, "prefill_only_steps", False)),
                    preempt_for_waiting=bool(getattr(policy, "preempt_for_waiting", False)))
 
 
@@ -214,7 +214,7 @@ class Scheduler:
         self.step = st = Step()
         self.scheduled = {}
         budget = self.rules.budget
-        if self.rules.v0_prefill_steps:
+        if self.rules.prefill_only_steps:
             # V0 (vllm/core/scheduler.py, Scheduler._schedule_default): waiting prompts first, unless swapped
             # groups wait; a step that admits prompts is prefill-only. Otherwise decodes, then swapped back.
             budget = self._schedule_waiting(budget)

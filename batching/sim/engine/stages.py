@@ -106,7 +106,8 @@ def q_push_front_nb(q, k, x):
 def q_insert_by_arrival_nb(q, k, x, arrival):
     """``x`` into class k's queue in arrival order (vLLM V1's priority queue is a heap on (priority,
     arrival_time): vllm/v1/core/sched/request_queue.py, PriorityRequestQueue.prepend_request adds a preempted
-    request as any other, so it waits behind requests of its class that arrived before it)."""
+    request as any other, so it waits behind requests of its class that arrived before it). ``arrival``: when each
+    request arrived (Outputs.req_f's R_ARRIVAL column: a session turn's is known only once it arrives)."""
     q_push_front_nb(q, k, x)
     p = 0
     while p + 1 < q.len[k]:
@@ -117,7 +118,7 @@ def q_insert_by_arrival_nb(q, k, x, arrival):
         if j1 >= q.cap[k]:
             j1 -= q.cap[k]
         y = q.buf[q.off[k] + j1]
-        if arrival[y] < arrival[x]:
+        if arrival[y] < arrival[x] or (arrival[y] == arrival[x] and y < x):  # ties: the request id (Request.__lt__)
             q.buf[q.off[k] + j0] = y
             q.buf[q.off[k] + j1] = x
             p += 1
@@ -812,7 +813,7 @@ def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec):
         seqs.kv[r] = 0
         seqs.target[r] = inp.prompt[r] + seqs.gen[r]
         if knobs.use_prio:
-            q_insert_by_arrival_nb(q, seqs.cls[r], r, inp.arrival)
+            q_insert_by_arrival_nb(q, seqs.cls[r], r, out.req_f[:, R_ARRIVAL])
         else:
             q_push_front_nb(q, seqs.cls[r], r)  # V1's FCFS queue: prepend_request, the front
         cnt[B_WAITING] += 1
@@ -854,7 +855,7 @@ def make_room_nb(i, need, inp, seqs, q, b, pc, knobs, out, step, spec):
     preempted: V1 then schedules no further running request in this step (Scheduler.schedule leaves its running
     loop), and, having preempted, admits nobody."""
     while need > b.n[B_FREE]:
-        v = pick_victim_nb(b.run, b.n[B_RUNNING], seqs.cls, inp.arrival, knobs.use_prio)
+        v = pick_victim_nb(b.run, b.n[B_RUNNING], seqs.cls, out.req_f[:, R_ARRIVAL], knobs.use_prio)
         preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec)
         if v == i:
             return -1
@@ -876,7 +877,7 @@ def evict_for_nb(h, need, inp, seqs, q, b, pc, knobs, out, step, spec):
     sequences of a class below waiting request ``h``'s (lowest class, latest arrival first) until a slot and
     ``need`` blocks would be free for it, or none is left."""
     while not fits_nb(need, b.n, knobs):
-        v = lowest_below_nb(b.run, b.n[B_RUNNING], seqs.cls, inp.arrival, seqs.cls[h])
+        v = lowest_below_nb(b.run, b.n[B_RUNNING], seqs.cls, out.req_f[:, R_ARRIVAL], seqs.cls[h])
         if v < 0:
             return
         preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec)
@@ -1003,7 +1004,7 @@ def schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec):
         budget -= si[step, S_PADDED]
     going = True
     while going and cnt[B_SWAPPED] > 0 and cnt[B_RUNNING] < knobs.max_seqs:
-        j = best_swapped_nb(b, cls, inp.arrival)
+        j = best_swapped_nb(b, cls, out.req_f[:, R_ARRIVAL])
         s = swapped[j]
         decoding = kv[s] >= target[s]
         need = blocks_for_nb(kv[s] + 1)
