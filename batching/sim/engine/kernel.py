@@ -20,7 +20,7 @@ from batching.sim.engine import first_use
 from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb,
     count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, make_room_nb,
-    heap_pop_nb, next_arrival_nb, next_due_nb, pc_name_nb, pc_release_nb, pc_trim_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
+    heap_pop_nb, next_arrival_nb, next_due_nb, pc_name_nb, pc_release_nb, pc_trim_nb, room_left_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
     schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
 from batching.sim.engine.state import (
@@ -399,10 +399,12 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             if not halted:
                 # (2) the next chunk of the prefills under way (without chunked prefill only a sequence longer
                 # than the budget is ever under way: schedule_waiting_nb); when KV runs out, preempt and go on
-                i, short = nd, 1
+                i, short, cap = nd, 1, -1
                 while short != 0:
-                    i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec)
+                    i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec, cap)
+                    cap = -1
                     if short > 0:
+                        cap = room_left_nb(knobs, out, step, spec)  # what run[i] saw before the preemption
                         i = make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
                         if i < 0:
                             short = 0

@@ -865,6 +865,15 @@ def make_room_nb(i, need, inp, seqs, q, b, pc, knobs, out, step, spec):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def room_left_nb(knobs, out, step, spec):
+    """Tokens of the step's budget not yet scheduled (rejected draft tokens count, with speculation)."""
+    room = knobs.budget - out.steps_i[step, S_PREFILL] - out.steps_i[step, S_DECODE]
+    if spec is not None:
+        room -= out.steps_i[step, S_PADDED]
+    return room
+
+
+@njit(cache=True, nogil=True, inline="always")
 def fits_nb(need, cnt, knobs):
     """A sequence slot and ``need`` blocks are free, keeping the watermark once something runs."""
     nr = cnt[B_RUNNING]
@@ -1048,14 +1057,16 @@ def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
+def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec, cap):
     """(2) Prefills under way, from run[i] on: the next chunk of each, in order, from what the
     decodes left of the budget. A sequence past its prefill found here (none should be) counts
     as stalled.
 
     Returns 0, or, when run[i] needs more KV blocks than are free, (i, blocks it needs): the
     caller makes room (``make_room_nb``) and resumes; (i, -1 - r) when r has blocks to name (as
-    ``schedule_decodes_nb``)."""
+    ``schedule_decodes_nb``). ``cap`` (>= 0, on resuming after ``make_room_nb``): run[i]'s chunk is at most the
+    budget it saw before the preemption: vLLM V1 sizes a request's num_new_tokens before it allocates, so tokens a
+    victim gives back serve only the requests after it (Scheduler.schedule); -1: no cap."""
     run, cnt = b.run, b.n
     kv, target, blocks, sched = seqs.kv, seqs.target, seqs.blocks, seqs.sched
     si = out.steps_i
@@ -1069,11 +1080,15 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
     stalled = 0
     attn = 0.0
     short = 0
+    first = i
     going = True
     while going and i < nr:
         r = run[i]
         left = target[r] - kv[r]
         c = min(left, room - n_pre)
+        if cap >= 0:
+            if i == first:
+                c = min(c, cap)
         if left <= 0:
             stalled += 1
             i += 1
@@ -1220,10 +1235,12 @@ def continue_prefills_nb(inp, seqs, q, b, pc, knobs, out, step, spec):
     and prefilled in consecutive prefill-only steps of at most the budget. Its cost is the same tokens, split.
 
     A rare path, so not inlined: the engine loop stays as small as it was."""
-    i, short = 0, 1  # (from 0: the decodes before the prefills under way count as stalled)
+    i, short, cap = 0, 1, -1  # (from 0: the decodes before the prefills under way count as stalled)
     while short != 0:
-        i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec)
+        i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec, cap)
+        cap = -1
         if short > 0:
+            cap = room_left_nb(knobs, out, step, spec)
             i = make_room_nb(i, short, inp, seqs, q, b, pc, knobs, out, step, spec)
             if i < 0:
                 short = 0
