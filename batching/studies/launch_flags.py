@@ -13,13 +13,15 @@ import shlex
 import unicodedata
 
 from batching.sim.engine.speculative import acceptance_from_length
-from batching.sim.hardware.specs import MODELS, PUBLISHED_PRECISION, Deployment, Model
+from batching.sim.hardware.engines import ENGINES
+from batching.sim.hardware.specs import GIB, MODELS, PUBLISHED_PRECISION, Deployment, GPU, Model
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario
 
 VLLM_VERSION = "0.11"  # vllm serve, V1 engine (docs.vllm.ai/en/stable/cli/serve.html)
 SGLANG_VERSION = "0.5.3"  # python -m sglang.launch_server (sglang 0.5.3, python/sglang/srt/server_args.py)
 SGLANG_ROUTER_VERSION = "0.1.9"  # python -m sglang_router.launch_router (PD mode)
+TRTLLM_VERSION = "1.0"  # trtllm-serve, PyTorch backend (tensorrt_llm/commands/serve.py)
 # the preset models' HuggingFace ids (the config.json batching/sim/hardware/specs.py MODELS read), by Model.name
 HF_IDS = {
     "Qwen2.5-72B": "Qwen/Qwen2.5-72B-Instruct",
@@ -35,6 +37,10 @@ HF_IDS = {
 }
 EAGLE_HEAD = "PATH/TO/EAGLE_HEAD"  # an EAGLE draft head trained for the target: no preset names one
 SGLANG_KV_FP8 = "fp8_e4m3"  # SGLang's --kv-cache-dtype takes fp8_e5m2 or fp8_e4m3 (vLLM's fp8 is e4m3)
+# SGLang 0.5.3's chunked_prefill_size when none is given, by the GPU's memory in MiB (server_args.py,
+# ServerArgs._handle_gpu_memory_settings): below each bound, that size; 16,384 above the last (B200, MI300)
+SGLANG_CHUNK_BY_MIB = ((35 * 1024, 2048), (60 * 1024, 4096), (160 * 1024, 8192))
+SGLANG_CHUNK_LARGE = 16384
 _UNSAFE = ("Cc", "Cf", "Cs", "Zl", "Zp")  # control and format characters, line and paragraph separators
 
 
@@ -167,6 +173,22 @@ def vllm_flags(sc: Scenario, tp: int, dp: int) -> tuple[list[str], list[str]]:
 # ---------------------------------------------------------------- SGLang
 
 
+def sglang_default_chunk(gpu: GPU) -> int:
+    """The chunked_prefill_size SGLang picks for a GPU of this memory when none is given (SGLANG_CHUNK_BY_MIB)."""
+    mib = gpu.memory_bytes / GIB * 1024
+    return next((size for bound, size in SGLANG_CHUNK_BY_MIB if mib < bound), SGLANG_CHUNK_LARGE)
+
+
+def sglang_own_prefill(sc: Scenario) -> bool:
+    """Whether the scenario runs SGLang's own prefill batching: the SGLang profile with its scheduler defaults'
+    budget and no chunked (mixed) steps, the way engines.SGLANG_POLICY models SGLang's separate prefill batches of
+    max_prefill_tokens, prompts chunked at chunked_prefill_size."""
+    own = ENGINES["sglang"].policy
+    pol = sc.policy
+    return (sc.profile.name == "sglang" and pol.mode == "continuous" and not pol.chunked_prefill
+            and pol.max_num_batched_tokens == own.max_num_batched_tokens)
+
+
 def _sglang_spec(pol: BatchingPolicy, dep: Deployment) -> tuple[list[str], list[str]]:
     if pol.spec_decode == "off":
         return [], []
@@ -184,8 +206,9 @@ def _sglang_spec(pol: BatchingPolicy, dep: Deployment) -> tuple[list[str], list[
                 "cited in docs/LAUNCH.md"]
 
 
-def sglang_flags(sc: Scenario, tp: int, dp: int) -> tuple[list[str], list[str]]:
-    """The flags of one ``sglang.launch_server`` (TP ``tp``, ``dp`` replicas) and the notes for what has none."""
+def sglang_flags(sc: Scenario, tp: int, dp: int, role: str | None = None) -> tuple[list[str], list[str]]:
+    """The flags of one ``sglang.launch_server`` (TP ``tp``, ``dp`` replicas; ``role``: the prefill or decode
+    server of a split, which mixes nothing) and the notes for what has none."""
     dep, pol = sc.deployment, sc.policy
     flags = [f"--tp-size {q(tp)}"]
     if dp > 1:
@@ -205,18 +228,30 @@ def sglang_flags(sc: Scenario, tp: int, dp: int) -> tuple[list[str], list[str]]:
         notes.append(f"{what} has no SGLang equivalent: SGLang batches every step (continuous batching); "
                      f"--max-running-requests {pol.max_batch_size} keeps the simulated batch cap")
         return flags + [f"--max-running-requests {q(pol.max_batch_size)}", "--disable-radix-cache"], notes
+    spec, spec_notes = _sglang_spec(pol, dep)
     flags.append(f"--max-running-requests {q(pol.max_num_seqs)}")
     if pol.chunked_prefill:
         flags.append(f"--chunked-prefill-size {q(pol.max_num_batched_tokens)}")
+        if spec:  # server_args.py: EAGLE/NEXTN turn mixed chunks off ("Mixed chunked prefill is disabled ...")
+            notes.append("SGLang runs speculative decoding without mixed chunks (it turns --enable-mixed-chunk off): "
+                         "its prefill and decode batches run apart")
+        elif role is None:  # mixed prefill + decode steps, as simulated (SGLang's enable_mixed_chunk is off by default)
+            flags.append("--enable-mixed-chunk")
+    elif sglang_own_prefill(sc):
+        chunk = sglang_default_chunk(dep.node.gpu)
+        flags += [f"--chunked-prefill-size {q(chunk)}", f"--max-prefill-tokens {q(pol.max_num_batched_tokens)}"]
+        notes.append(f"SGLang's own prefill batches: up to {pol.max_num_batched_tokens:,} prompt tokens, prompts "
+                     f"chunked at {chunk:,} (its default for {dep.node.gpu.name}'s memory), decode batches apart")
     else:
         flags += ["--chunked-prefill-size -1", f"--max-prefill-tokens {q(pol.max_num_batched_tokens)}"]
     if not pol.prefix_caching:
         flags.append("--disable-radix-cache")
     flags.append("--schedule-policy fcfs")
     if pol.priority:
-        notes.append(f"priority classes: no SGLang {SGLANG_VERSION} flag is cited in docs/LAUNCH.md; fcfs keeps the "
-                     "arrival order")
+        flags += ["--enable-priority-scheduling", "--schedule-low-priority-values-first",
+                  "--priority-scheduling-preemption-threshold 0"]
+        notes.append("priority: each request's class goes in its \"priority\" field (lower runs first); a waiting "
+                     "request of a higher class preempts running ones (threshold 0)")
     if pol.preemption != "recompute":
         notes.append(f"preemption {pol.preemption}: SGLang retracts (recomputes) requests when memory runs out")
-    spec, spec_notes = _sglang_spec(pol, dep)
     return flags + spec, notes + spec_notes

@@ -120,7 +120,7 @@ def sglang_split(sc: Scenario) -> str:
     noted = set()
     for k, inst in enumerate(insts):
         role = inst["role"]
-        flags, notes = sglang_flags(sc, inst["tp"], 1)
+        flags, notes = sglang_flags(sc, inst["tp"], 1, role)
         port = SGLANG_PORT + k
         flags = [f"--port {port}"] + (["--host 0.0.0.0"] if nodes > 1 else []) + flags
         flags += [f"--disaggregation-mode {role}", "--disaggregation-transfer-backend nixl"]
