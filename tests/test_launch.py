@@ -26,7 +26,7 @@ def test_the_default_scenario_continuous_preset():
         "  --no-enable-chunked-prefill \\\n"
         "  --enable-prefix-caching")
     assert cmd["sglang"] == (
-        "# SGLang 0.5: Qwen2.5-72B on 8x H100 SXM 80GB\n"
+        "# SGLang 0.5.3: Qwen2.5-72B on 8x H100 SXM 80GB\n"
         "python -m sglang.launch_server --model-path Qwen/Qwen2.5-72B-Instruct \\\n"
         "  --tp-size 8 \\\n"
         "  --context-length 32768 \\\n"
@@ -105,14 +105,15 @@ def test_static_and_dynamic_say_they_have_no_engine_equivalent():
         assert "--max-num-batched-tokens" not in cmd["vllm"] and "--enable-chunked-prefill" not in cmd["vllm"]
 
 
-def test_disaggregation_gives_a_prefill_and_a_decode_command_with_the_connector():
+def test_disaggregation_gives_one_command_per_instance_with_the_connector():
     cmd = launch(Scenario(disagg=Disagg(2, 2, 1, 4)))
     v, s = cmd["vllm"], cmd["sglang"]
-    assert v.count("vllm serve ") == 2 and v.count(
-        "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'") == 2
-    assert "# prefill: 2 instances of TP 2" in v and "# decode: 1 instance of TP 4" in v
+    assert v.count("vllm serve ") == 3 and v.count(
+        "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}' &") == 3
+    assert "# prefill 1: TP 2 on GPUs 0,1\nCUDA_VISIBLE_DEVICES=0,1 VLLM_NIXL_SIDE_CHANNEL_PORT=5600 vllm serve" in v
+    assert "# decode 1: TP 4 on GPUs 4,5,6,7\nCUDA_VISIBLE_DEVICES=4,5,6,7 VLLM_NIXL_SIDE_CHANNEL_PORT=5604 " in v
     assert "--disaggregation-mode prefill" in s and "--disaggregation-mode decode" in s
-    assert s.count("--disaggregation-transfer-backend nixl") == 2
+    assert s.count("--disaggregation-transfer-backend nixl") == 3
 
 
 def test_a_fleet_and_a_kv_cap_are_named():

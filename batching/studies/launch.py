@@ -1,258 +1,142 @@
-"""Launch commands for a simulated configuration: the vLLM and SGLang servers that run it (issue 24, item 7).
+"""Launch commands for a simulated configuration: the vLLM and SGLang servers that run it (issue 24, item 7), and the
+TensorRT-LLM one when the simulation ran TensorRT-LLM's profile (issue 39, item 8).
 
-``launch(scenario)`` -> ``{"vllm": str, "sglang": str}``: one shell command each (lines joined by `` \\``), with ``#``
-comment lines above it where the simulated policy has no flag in that engine (static and dynamic batching, swap
-preemption in vLLM V1, ...). Every flag is one the named engine version documents (docs/LAUNCH.md cites the page of
-each); nothing is emitted for a knob the engine lacks. Figures come from the scenario itself (its deployment, policy,
-split and fleet), never from defaults of this module.
+``launch(scenario)`` -> ``{"vllm": str, "sglang": str}`` (plus ``"trtllm"``, first, for ``engine="trtllm"``): one
+shell command set each (lines joined by `` \\``), with ``#`` comment lines above it where the simulated policy has
+no flag in that engine (static and dynamic batching, swap preemption in vLLM V1, ...). Every flag is one the named
+engine version defines (docs/LAUNCH.md cites the page of each; tests/data/engine_flags.json lists each version's
+flags); nothing is emitted for a knob the engine lacks. Every value is shell-quoted (``launch_flags.q``), so a set
+runs as printed when pasted into bash. Figures come from the scenario itself (its deployment, policy, split and
+fleet), never from defaults of this module. The flags are in ``launch_flags``, a split's commands in
+``launch_split``.
 """
 from __future__ import annotations
 
-import json
-import shlex
 from dataclasses import replace
 
-from batching.sim.engine.speculative import acceptance_from_length
-from batching.sim.hardware.specs import MODELS, PUBLISHED_PRECISION, Deployment, Model
-from batching.sim.policy import BatchingPolicy
+from batching.sim.hardware.engines import DEFAULT_ENGINE
 from batching.sim.simulate import Scenario
+from batching.studies.launch_flags import (EAGLE_HEAD, HF_IDS, SGLANG_VERSION, TRTLLM_VERSION, VLLM_VERSION,
+                                           command, common_notes, model_id, printable, q, sglang_flags,
+                                           vllm_flags)
+from batching.studies.launch_split import sglang_split, vllm_split
 from batching.studies.search import Config, config_scenario
 
-VLLM_VERSION = "0.11"  # vllm serve, V1 engine (docs.vllm.ai/en/stable/cli/serve.html)
-SGLANG_VERSION = "0.5"  # python -m sglang.launch_server (docs.sglang.ai/advanced_features/server_arguments.html)
-# the preset models' HuggingFace ids (the config.json batching/sim/hardware/specs.py MODELS read), by Model.name
-HF_IDS = {
-    "Qwen2.5-72B": "Qwen/Qwen2.5-72B-Instruct",
-    "Llama-3.1-70B": "meta-llama/Llama-3.1-70B-Instruct",
-    "Llama-3.1-8B": "meta-llama/Llama-3.1-8B-Instruct",
-    "Qwen2.5-7B": "Qwen/Qwen2.5-7B-Instruct",
-    "Qwen2.5-32B": "Qwen/Qwen2.5-32B-Instruct",
-    "Llama-3.1-405B": "meta-llama/Llama-3.1-405B-Instruct",
-    "Mixtral-8x7B": "mistralai/Mixtral-8x7B-Instruct-v0.1",
-    "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B",
-    "DeepSeek-V3": "deepseek-ai/DeepSeek-V3",
-    "Kimi-K2": "moonshotai/Kimi-K2-Instruct",
-}
-EAGLE_HEAD = "PATH/TO/EAGLE_HEAD"  # an EAGLE draft head trained for the target: no preset names one
-SGLANG_KV_FP8 = "fp8_e4m3"  # SGLang's --kv-cache-dtype takes fp8_e5m2 or fp8_e4m3 (vLLM's fp8 is e4m3)
+__all__ = ["EAGLE_HEAD", "HF_IDS", "SGLANG_VERSION", "TRTLLM_VERSION", "VLLM_VERSION", "config_launch", "launch",
+           "model_id", "sglang_command", "trtllm_command", "vllm_command", "with_launch"]
+TRTLLM_YAML = "extra-llm-api-config.yml"  # the file the TensorRT-LLM set writes for --extra_llm_api_options
 
 
-def model_id(model: Model) -> str:
-    """The HuggingFace id of a preset model; a custom model's name stands for its path."""
-    return HF_IDS.get(model.name, f"PATH/TO/{model.name}")
-
-
-def _cmd(head: str, flags: list[str], comments: list[str]) -> str:
-    lines = [f"# {c}" for c in comments]
-    body = [head] + flags
-    lines.append(" \\\n  ".join(body))
-    return "\n".join(lines)
-
-
-def _common_notes(sc: Scenario, dp: int) -> list[str]:
-    notes = []
-    if sc.deployment.node.cross_node:
-        notes.append(f"one TP {sc.deployment.node.tp} replica over {sc.deployment.node.physical_nodes} nodes of "
-                     f"{sc.deployment.node.num_gpus // sc.deployment.node.physical_nodes} GPUs")
-    if sc.nodes > 1:
-        notes.append(f"on each of the {sc.nodes} nodes ({sc.nodes * dp} replicas in all) behind your load balancer "
-                     f"(the simulation routes {sc.router})")
-    return notes
-
-
-# ---------------------------------------------------------------- vLLM
-
-
-def _acceptance_note(pol: BatchingPolicy, where: str) -> str:
-    """The note for an acceptance given as engines report it (``spec_acceptance_length``): it is an input, where the
-    engine reports it, and the per-token A it stands for (speculative.acceptance_from_length)."""
-    a = acceptance_from_length(float(pol.spec_acceptance_length), int(pol.spec_tokens))
-    return (f"the simulation's mean acceptance length {pol.spec_acceptance_length:g} tokens per verification step "
-            f"(A={a:.3g} per token at K={int(pol.spec_tokens)}) is an input, not a flag; {where}")
-
-
-def _vllm_spec(pol: BatchingPolicy, dep: Deployment) -> tuple[list[str], list[str]]:
-    if pol.spec_decode == "off":
-        return [], []
-    k = int(pol.spec_tokens)
-    cfg: dict = {}
-    notes = []
-    if pol.spec_decode == "eagle":
-        cfg = {"method": "eagle", "model": EAGLE_HEAD, "num_speculative_tokens": k}
-        notes.append(f"EAGLE: {EAGLE_HEAD} is an EAGLE draft head trained for {dep.model.name}")
-    elif pol.spec_decode == "ngram":
-        cfg = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4}
-    elif pol.spec_decode == "mtp":
-        cfg = {"method": "mtp", "num_speculative_tokens": k}
-    elif pol.spec_decode == "draft":
-        draft = MODELS.get(pol.spec_draft_model)
-        cfg = {"model": model_id(draft) if draft else pol.spec_draft_model, "num_speculative_tokens": k}
-        notes.append(f"a separate draft model: vLLM {VLLM_VERSION}'s V1 engine runs EAGLE, MTP and ngram proposers; "
-                     "check that your version takes a draft model before relying on this")
-    if pol.spec_disable_batch_size:
-        cfg["disable_by_batch_size"] = int(pol.spec_disable_batch_size)
-    notes.append(_acceptance_note(pol, "vLLM logs it as its spec-decode \"Mean acceptance length\"")
-                 if pol.spec_acceptance_length > 0 else
-                 f"the simulation's acceptance rate A={pol.spec_acceptance:g} is an input, not a flag")
-    return ["--speculative-config " + shlex.quote(json.dumps(cfg, separators=(",", ":")))], notes
-
-
-def _vllm_flags(sc: Scenario, tp: int, dp: int) -> tuple[list[str], list[str]]:
-    dep, pol = sc.deployment, sc.policy
-    flags = [f"--tensor-parallel-size {tp}"]
-    if dp > 1:
-        flags.append(f"--data-parallel-size {dp}")
-    if dep.model.max_context_tokens:
-        flags.append(f"--max-model-len {dep.model.max_context_tokens}")
-    flags.append(f"--gpu-memory-utilization {dep.gpu_memory_utilization:g}")
-    if dep.precision == "fp8" and PUBLISHED_PRECISION.get(_preset_key(dep.model)) != "fp8":
-        flags.append("--quantization fp8")
-    if dep.kv_dtype == "fp8":
-        flags.append("--kv-cache-dtype fp8")
-    notes: list[str] = []
-    if dep.kv_cache_tokens is not None:
-        notes.append(f"the simulation caps the KV cache at {dep.kv_cache_tokens:,} tokens per replica "
-                     "(vLLM sizes it from --gpu-memory-utilization)")
-    if pol.mode != "continuous":
-        what = ("static batching (a batch runs to completion)" if pol.mode == "static"
-                else f"dynamic batching (max wait {pol.max_wait_s * 1e3:g} ms)")
-        notes.append(f"{what} has no vLLM equivalent: vLLM batches every step (continuous batching); "
-                     f"--max-num-seqs {pol.max_batch_size} keeps the simulated batch cap")
-        flags.append(f"--max-num-seqs {pol.max_batch_size}")
-        flags.append("--no-enable-prefix-caching")
-        return flags, notes
-    flags.append(f"--max-num-seqs {pol.max_num_seqs}")
-    flags.append(f"--max-num-batched-tokens {pol.max_num_batched_tokens}")
-    flags.append("--enable-chunked-prefill" if pol.chunked_prefill else "--no-enable-chunked-prefill")
-    flags.append("--enable-prefix-caching" if pol.prefix_caching else "--no-enable-prefix-caching")
-    if pol.priority:
-        flags.append("--scheduling-policy priority")
-        notes.append("priority: each request's class goes in its \"priority\" field (lower runs first)")
-    if pol.preemption == "swap":
-        flags.append(f"--swap-space {pol.swap_space_gib:g}")
-        notes.append(f"swap preemption: vLLM {VLLM_VERSION} (V1) preempts by recompute; --swap-space sizes the CPU "
-                     "swap space per GPU that V0 swapped into")
-    elif pol.preemption == "off":
-        notes.append("preemption off has no vLLM flag: vLLM preempts by recompute when the KV cache runs out")
-    spec, spec_notes = _vllm_spec(pol, dep)
-    return flags + spec, notes + spec_notes
+def _ran_other(sc: Scenario, engine: str) -> list[str]:
+    """A note when the simulation ran another engine's profile than the command's (the default vLLM profile, that
+    the presets follow, goes without one)."""
+    prof = sc.profile
+    if prof.name in (engine, DEFAULT_ENGINE):
+        return []
+    return [f"the simulation ran the {prof.label} profile; this command runs the same policy on this engine, whose "
+            "overheads differ"]
 
 
 def vllm_command(sc: Scenario) -> str:
-    dep = sc.deployment
-    head = f"vllm serve {model_id(dep.model)}"
     if sc.disagg is not None:
-        d = sc.disagg
-        kv = shlex.quote(json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":")))
-        out = [f"# vLLM {VLLM_VERSION}: prefill/decode disaggregation over NIXL; a proxy sends each request to a "
-               "prefill instance, then to a decode instance (vLLM's disaggregated-serving examples)"]
-        for role, n, tp in (("prefill", d.prefill_instances, d.prefill_tp), ("decode", d.decode_instances,
-                                                                           d.decode_tp)):
-            flags, notes = _vllm_flags(sc, tp, 1)
-            flags.append(f"--kv-transfer-config {kv}")
-            out.append(_cmd(head, flags, [f"{role}: {n} instance{'s' if n != 1 else ''} of TP {tp}, one per "
-                                          f"{tp} GPUs (CUDA_VISIBLE_DEVICES)"] + notes))
-        return "\n".join(out)
+        return vllm_split(sc)
+    dep = sc.deployment
     dp = dep.node.replicas
-    flags, notes = _vllm_flags(sc, dep.node.tp, dp)
+    flags, notes = vllm_flags(sc, dep.node.tp, dp)
     if dep.node.cross_node:  # vLLM's multi-node serving: a Ray cluster over the nodes, the command on its head
         flags.append("--distributed-executor-backend ray")
         notes.append("start a Ray cluster over the nodes first (`ray start --head` on one, `ray start --address "
                      "HEAD_IP:6379` on the other), then run this on the head node")
-    return _cmd(head, flags, [f"vLLM {VLLM_VERSION}: {dep.model.name} on {dep.node.num_gpus}x {dep.node.gpu.name}"]
-                + _common_notes(sc, dp) + notes)
-
-
-# ---------------------------------------------------------------- SGLang
-
-
-def _sglang_spec(pol: BatchingPolicy, dep: Deployment) -> tuple[list[str], list[str]]:
-    if pol.spec_decode == "off":
-        return [], []
-    k = int(pol.spec_tokens)
-    steps = [f"--speculative-num-steps {k}", "--speculative-eagle-topk 1", f"--speculative-num-draft-tokens {k + 1}"]
-    given = ([_acceptance_note(pol, "SGLang logs it as \"accept len\" in its decode batch lines")]
-             if pol.spec_acceptance_length > 0 else [])
-    if pol.spec_decode == "eagle":
-        return (["--speculative-algorithm EAGLE", f"--speculative-draft-model-path {EAGLE_HEAD}"] + steps,
-                [f"EAGLE: {EAGLE_HEAD} is an EAGLE draft head trained for {dep.model.name}"] + given)
-    if pol.spec_decode == "mtp":
-        return ["--speculative-algorithm NEXTN"] + steps, ["MTP: the model's own next-token module (NEXTN)"] + given
-    return [], [f"speculative decoding '{pol.spec_decode}' is left out: no SGLang {SGLANG_VERSION} flag for it is "
-                "cited in docs/LAUNCH.md"]
-
-
-def _sglang_flags(sc: Scenario, tp: int, dp: int) -> tuple[list[str], list[str]]:
-    dep, pol = sc.deployment, sc.policy
-    flags = [f"--tp-size {tp}"]
-    if dp > 1:
-        flags.append(f"--dp-size {dp}")
-    if dep.model.max_context_tokens:
-        flags.append(f"--context-length {dep.model.max_context_tokens}")
-    flags.append(f"--mem-fraction-static {dep.gpu_memory_utilization:g}")
-    if dep.precision == "fp8" and PUBLISHED_PRECISION.get(_preset_key(dep.model)) != "fp8":
-        flags.append("--quantization fp8")
-    if dep.kv_dtype == "fp8":
-        flags.append(f"--kv-cache-dtype {SGLANG_KV_FP8}")
-    notes: list[str] = []
-    if dep.kv_cache_tokens is not None:
-        flags.append(f"--max-total-tokens {dep.kv_cache_tokens}")
-    if pol.mode != "continuous":
-        what = "static batching" if pol.mode == "static" else f"dynamic batching (max wait {pol.max_wait_s * 1e3:g} ms)"
-        notes.append(f"{what} has no SGLang equivalent: SGLang batches every step (continuous batching); "
-                     f"--max-running-requests {pol.max_batch_size} keeps the simulated batch cap")
-        return flags + [f"--max-running-requests {pol.max_batch_size}", "--disable-radix-cache"], notes
-    flags.append(f"--max-running-requests {pol.max_num_seqs}")
-    if pol.chunked_prefill:
-        flags.append(f"--chunked-prefill-size {pol.max_num_batched_tokens}")
-    else:
-        flags += ["--chunked-prefill-size -1", f"--max-prefill-tokens {pol.max_num_batched_tokens}"]
-    if not pol.prefix_caching:
-        flags.append("--disable-radix-cache")
-    flags.append("--schedule-policy fcfs")
-    if pol.priority:
-        notes.append(f"priority classes: no SGLang {SGLANG_VERSION} flag is cited in docs/LAUNCH.md; fcfs keeps the "
-                     "arrival order")
-    if pol.preemption != "recompute":
-        notes.append(f"preemption {pol.preemption}: SGLang retracts (recomputes) requests when memory runs out")
-    spec, spec_notes = _sglang_spec(pol, dep)
-    return flags + spec, notes + spec_notes
+    return command(["vllm", "serve", q(model_id(dep.model))], flags,
+                   [f"vLLM {VLLM_VERSION}: {dep.model.name} on {dep.node.num_gpus}x {dep.node.gpu.name}"]
+                   + _ran_other(sc, "vllm") + common_notes(sc, dp) + notes)
 
 
 def sglang_command(sc: Scenario) -> str:
-    dep = sc.deployment
-    head = f"python -m sglang.launch_server --model-path {model_id(dep.model)}"
     if sc.disagg is not None:
-        d = sc.disagg
-        out = [f"# SGLang {SGLANG_VERSION}: prefill/decode disaggregation (KV over NIXL); sglang_router in PD mode "
-               "sends each request to a prefill and a decode server"]
-        for role, n, tp in (("prefill", d.prefill_instances, d.prefill_tp), ("decode", d.decode_instances,
-                                                                           d.decode_tp)):
-            flags, notes = _sglang_flags(sc, tp, 1)
-            flags += [f"--disaggregation-mode {role}", "--disaggregation-transfer-backend nixl"]
-            out.append(_cmd(head, flags, [f"{role}: {n} server{'s' if n != 1 else ''} of TP {tp}"] + notes))
-        return "\n".join(out)
+        return sglang_split(sc)
+    dep = sc.deployment
     dp = dep.node.replicas
-    flags, notes = _sglang_flags(sc, dep.node.tp, dp)
+    flags, notes = sglang_flags(sc, dep.node.tp, dp)
     if dep.node.cross_node:  # SGLang's multi-node deployment: the same command on every node, its rank set
         n = dep.node.physical_nodes
         flags += ["--dist-init-addr HEAD_IP:20000", f"--nnodes {n}", "--node-rank 0"]
         notes.append(f"run it on each of the {n} nodes with --node-rank 0 to {n - 1} (HEAD_IP: the rank-0 node's "
                      "address)")
-    return _cmd(head, flags, [f"SGLang {SGLANG_VERSION}: {dep.model.name} on {dep.node.num_gpus}x "
-                              f"{dep.node.gpu.name}"] + _common_notes(sc, dp) + notes)
+    return command(["python", "-m", "sglang.launch_server", "--model-path", q(model_id(dep.model))], flags,
+                   [f"SGLang {SGLANG_VERSION}: {dep.model.name} on {dep.node.num_gpus}x {dep.node.gpu.name}"]
+                   + _ran_other(sc, "sglang") + common_notes(sc, dp) + notes)
 
 
-def _preset_key(model: Model) -> str | None:
-    for key, m in MODELS.items():
-        if m.name == model.name:
-            return key
-    return None
+def trtllm_command(sc: Scenario) -> str:
+    """``trtllm-serve`` (PyTorch backend) for the scenario: its own flags (--tp_size, --max_batch_size,
+    --max_num_tokens, --max_seq_len) and an --extra_llm_api_options YAML for chunked prefill, KV-cache block reuse
+    and the KV dtype (tensorrt_llm/llmapi/llm_args.py); one server per replica, each on its GPUs and port."""
+    dep, pol = sc.deployment, sc.policy
+    head = f"TensorRT-LLM {TRTLLM_VERSION}: {dep.model.name} on {dep.node.num_gpus}x {dep.node.gpu.name}"
+    if sc.disagg is not None:
+        return "# " + printable(f"{head}: prefill/decode disaggregation is not written for TensorRT-LLM here "
+                                "(trtllm-serve disaggregated takes a cluster YAML of context and generation servers); "
+                                "see the vLLM and SGLang sets")
+    notes = common_notes(sc, dep.node.replicas)
+    if dep.precision != "bf16":
+        notes.append(f"{dep.precision} weights: MODEL must be a checkpoint quantized to {dep.precision} (TensorRT-LLM "
+                     "reads the quantization from the checkpoint; no flag)")
+    notes.append(f"KV cache: TensorRT-LLM's default share of the memory left after the weights "
+                 f"(--kv_cache_free_gpu_memory_fraction 0.9); the simulation sizes it from gpu_memory_utilization "
+                 f"{dep.gpu_memory_utilization:g} of the whole GPU"
+                 + (f", capped at {dep.kv_cache_tokens:,} tokens" if dep.kv_cache_tokens is not None else ""))
+    cap = pol.max_batch_size if pol.mode != "continuous" else pol.max_num_seqs
+    flags = ["--backend pytorch", f"--tp_size {q(dep.node.tp)}", f"--max_batch_size {q(cap)}"]
+    if pol.mode != "continuous":
+        notes.append(f"{pol.mode} batching has no TensorRT-LLM equivalent: it batches in flight at every step; "
+                     f"--max_batch_size {cap} keeps the simulated batch cap")
+    else:
+        flags.append(f"--max_num_tokens {q(pol.max_num_batched_tokens)}")
+    if dep.model.max_context_tokens:
+        flags.append(f"--max_seq_len {q(dep.model.max_context_tokens)}")
+    chunked = pol.mode == "continuous" and pol.chunked_prefill
+    reuse = pol.mode == "continuous" and pol.prefix_caching
+    yaml = [f"enable_chunked_prefill: {'true' if chunked else 'false'}", "kv_cache_config:",
+            f"  enable_block_reuse: {'true' if reuse else 'false'}"]
+    if dep.kv_dtype == "fp8":
+        yaml.append("  dtype: fp8")
+    flags.append(f"--extra_llm_api_options {TRTLLM_YAML}")
+    if pol.priority:
+        notes.append(f"priority classes: no trtllm-serve {TRTLLM_VERSION} flag is cited in docs/LAUNCH.md; requests "
+                     "run in arrival order")
+    if pol.spec_decode != "off":
+        notes.append(f"speculative decoding '{pol.spec_decode}' is left out: its speculative_config for TensorRT-LLM "
+                     "is not cited in docs/LAUNCH.md")
+    if pol.preemption != "recompute":
+        notes.append(f"preemption {pol.preemption}: no trtllm-serve flag (its capacity scheduler reserves KV up front)")
+    if sc.profile.name != "trtllm":
+        head += f" (the simulation ran the {sc.profile.label} profile)"
+    out = [f"# {printable(n)}" for n in [head] + notes]
+    out.append(f"cat > {TRTLLM_YAML} <<'EOF'\n" + "\n".join(yaml) + "\nEOF")
+    words = ["trtllm-serve", q(model_id(dep.model))]
+    if dep.node.cross_node:
+        out.append(f"# TP {dep.node.tp} over {dep.node.physical_nodes} nodes: run it under MPI on every node "
+                   "(TensorRT-LLM's multi-node serving: mpirun with trtllm-llmapi-launch)")
+    replicas = dep.node.replicas
+    if replicas == 1:
+        out.append(command(words, flags, []))
+        return "\n".join(out)
+    out.append(f"# {replicas} replicas of TP {dep.node.tp}: one server each, on its own GPUs and port, in the "
+               "background (&), behind your load balancer")
+    for r in range(replicas):
+        gpus = ",".join(str(g) for g in range(r * dep.node.tp, (r + 1) * dep.node.tp))
+        out.append(command(words, [f"--port {8000 + r}"] + flags, [], {"CUDA_VISIBLE_DEVICES": gpus},
+                           background=True))
+    return "\n".join(out)
 
 
 def launch(sc: Scenario) -> dict[str, str]:
-    """``{"vllm": command, "sglang": command}`` for the scenario (its budget sized as the run sizes it)."""
-    return {"vllm": vllm_command(sc), "sglang": sglang_command(sc)}
+    """``{"vllm": command, "sglang": command}`` for the scenario (its budget sized as the run sizes it), with the
+    ``trtllm-serve`` set first when the scenario runs TensorRT-LLM's profile."""
+    out = {"trtllm": trtllm_command(sc)} if sc.profile.name == "trtllm" else {}
+    out.update({"vllm": vllm_command(sc), "sglang": sglang_command(sc)})
+    return out
 
 
 def config_launch(base: Scenario, row: dict, custom_gpus=None) -> dict[str, str]:

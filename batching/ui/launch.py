@@ -7,14 +7,17 @@ from collections.abc import Mapping
 import streamlit as st
 
 from batching.sim.simulate import Scenario
-from batching.studies.launch import SGLANG_VERSION, VLLM_VERSION, launch, with_launch
+from batching.studies.launch import SGLANG_VERSION, TRTLLM_VERSION, VLLM_VERSION, launch, with_launch
 
-CAPTION = (f"vLLM {VLLM_VERSION} (`vllm serve`) and SGLang {SGLANG_VERSION} (`python -m sglang.launch_server`); each "
-           "flag is cited in docs/LAUNCH.md. Comment lines say where the simulated policy has no flag in that engine.")
+CAPTION = (f"vLLM {VLLM_VERSION} (`vllm serve`) and SGLang {SGLANG_VERSION} (`python -m sglang.launch_server`), and "
+           f"TensorRT-LLM {TRTLLM_VERSION} (`trtllm-serve`) when the run used its profile; each flag is cited in "
+           "docs/LAUNCH.md. Comment lines say where the simulated policy has no flag in that engine; every value is "
+           "shell-quoted, so a set runs as printed.")
 
 
 def launch_expander(what: Scenario | Mapping | None) -> None:
-    """One expander "Launch command": ``what`` is a Scenario, a ``{vllm, sglang}`` dict, or label -> either."""
+    """One expander "Launch command": ``what`` is a Scenario, a ``{vllm, sglang[, trtllm]}`` dict, or label ->
+    either; one code block per engine, in the dict's order."""
     if not what:
         return
     items = {"": what} if isinstance(what, Scenario) or {"vllm", "sglang"} <= set(what) else dict(what)
@@ -24,8 +27,8 @@ def launch_expander(what: Scenario | Mapping | None) -> None:
             cmd = launch(cmd) if isinstance(cmd, Scenario) else cmd
             if label:
                 st.markdown(f"**{label}**")
-            st.code(cmd["vllm"], language="bash")
-            st.code(cmd["sglang"], language="bash")
+            for text in cmd.values():
+                st.code(text, language="bash")
 
 
 def with_launch_rows(res: dict, base: Scenario) -> dict:

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import sys
+import unicodedata
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -78,9 +79,18 @@ def number_text(text: str) -> float:
         raise ValueError("is not a number") from None
 
 
+# control and format characters (ESC, NUL, newline, tab, DEL, C1, bidi overrides...) and line/paragraph separators:
+# a name reaches terminals, launch commands and file names, so it holds none of them
+_CONTROL_CATEGORIES = ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
 def _check_name(name) -> None:
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
         raise ValueError(f"name={shown(name)} is not allowed; allowed 1 to {MAX_NAME_CHARS} characters")
+    bad = next((i for i, ch in enumerate(name) if unicodedata.category(ch) in _CONTROL_CATEGORIES), None)
+    if bad is not None:
+        raise ValueError(f"name={shown(name)} is not allowed: it has a control character (U+{ord(name[bad]):04X} at "
+                         f"position {bad + 1}); allowed 1 to {MAX_NAME_CHARS} printable characters")
 
 
 @dataclass(frozen=True)
@@ -1053,6 +1063,8 @@ def _from_hf_config(d: dict) -> tuple[dict, dict[str, str]]:
     if context is not None:
         v["max_context_tokens"], source["max_context_tokens"] = context
     v["name"] = _hf_name(d)
+    source["name"] = next((k for k in ("_name_or_path", "model_type") if isinstance(d.get(k), str) and d[k].strip()),
+                          "name")
     return v, source
 
 
