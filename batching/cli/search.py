@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from batching.cli.args import (DISAGG_FLAGS, CliError, engine_from_args, add_prefix_caching_arg, add_scenario_args, add_slo_args,
@@ -18,7 +19,7 @@ from batching.cli.args import (DISAGG_FLAGS, CliError, engine_from_args, add_pre
                                write_json)
 from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
-from batching.sim.simulate import Scenario
+from batching.sim.simulate import Scenario, check_run
 from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, MODELS, PRECISIONS, TWO_NODE_GPUS, Deployment, Node,
                                          load_json_spec)
 from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
@@ -194,6 +195,24 @@ def _base(args) -> tuple[Scenario, dict]:
     return Scenario(dep, wl, pol, args.allreduce, engine=engine_from_args(args)), custom
 
 
+def check_size(args, base: Scenario, custom: dict) -> None:
+    """The size guard ``run`` applies (``simulate.check_run``), up front: on the searched node with the most
+    replicas that holds the model (the smallest --tp that fits, at the first precision that fits) at --rate, whose
+    steps summed over its replicas are the most of the grid's aggregated configurations; ValueError in one line."""
+    for tp in sorted(t for t in args.tps if t <= base.deployment.node.num_gpus):
+        for precision in args.precisions:
+            for gpu in args.gpus:
+                dep = replace(base.deployment, node=Node(custom.get(gpu) or GPUS[gpu], base.deployment.node.num_gpus,
+                                                         tp), precision=precision)
+                sc = base.with_deployment(dep)
+                try:
+                    sc.validate()
+                except ValueError:  # this configuration does not hold the model; the search skips it too
+                    continue
+                check_run(sc)
+                return
+
+
 def _prices(args) -> dict:
     """The prices given (one number: every GPU); a GPU not given takes the default table's (a GPU without a
     default, e.g. --gpu-json's, must be given)."""
@@ -267,6 +286,7 @@ def cmd_search(args) -> int:
     except ValueError as exc:
         raise CliError(f"the grid: {exc}") from None
     check_output_file("--json", args.json)
+    check_size(args, base, custom)
 
     def open_backend(tasks: int):
         """The backend, made once the configurations that fit are known (none: never made, so an unreachable
