@@ -25,7 +25,7 @@ from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, MODELS, PRECISIONS
 from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
                                        worker_cap)
 from batching.studies.capacity import HEADROOM_LIMITS, class_names
-from batching.studies.pricing import DEFAULT_HEADROOM, price_table
+from batching.studies.pricing import DEFAULT_HEADROOM, price_table, table_problem
 from batching.studies.launch import with_launch
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
                                      ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, AGG_TPS, Grid, parse_knobs,
@@ -124,8 +124,7 @@ def add_parser(subparsers):
                       help="traffic to serve, req/s")
     plan.add_argument("--gpu-hour-usd", type=prices_arg, default=None, metavar="GPU=USD,...",
                       help="price of one GPU-hour per GPU searched, e.g. h100-sxm=2.5,h200-sxm=3.5 (or one number "
-                           "for every GPU); a GPU not given takes the default table's ("
-                           + ", ".join(f"{g} ${p.usd_per_gpu_hour:g}" for g, p in price_table().items()) + ")")
+                           "for every GPU); a GPU not given takes the default table's (" + _defaults_text() + ")")
     low, high = HEADROOM_LIMITS
     plan.add_argument("--headroom", type=float_arg(low, high), default=DEFAULT_HEADROOM,
                       help=f"plan for the simulated rate per node divided by this factor ({low:g} to {high:g}; "
@@ -193,6 +192,14 @@ def _base(args) -> tuple[Scenario, dict]:
     caching = args.prefix_caching if args.prefix_caching is not None else PRESETS["chunked"].prefix_caching
     pol = BatchingPolicy(mode="continuous", prefix_caching=caching)  # carries the prefix-caching choice only
     return Scenario(dep, wl, pol, args.allreduce, engine=engine_from_args(args)), custom
+
+
+def _defaults_text() -> str:
+    """The price table's rows for --help, or why it cannot be read (the help still shows: issue 39 item 11)."""
+    problem = table_problem()
+    if problem is not None:
+        return f"none: {problem}"
+    return ", ".join(f"{g} ${p.usd_per_gpu_hour:g}" for g, p in price_table().items())
 
 
 def check_size(args, base: Scenario, custom: dict) -> None:
