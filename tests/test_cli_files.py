@@ -5,6 +5,7 @@ and fail before any simulation."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,82 @@ def test_a_hostile_profile_upload_is_an_st_error_on_model_and_hardware():
     assert not at.exception, [e.value for e in at.exception]
     errors = [e.value for e in at.error]
     assert any("deep.json" in e and "nested too deeply" in e for e in errors), errors
+
+
+# ---------------------------------------------------------------- item 10: an output over an input
+
+
+TRACE = b"arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,120,12\n1.0,90,8\n"
+SMALL = ["--model", "llama-3.1-8b", "--tp", "1", "--num-gpus", "1"]
+
+
+def _inputs(tmp_path: Path) -> dict[str, Path]:
+    files = {"t.csv": TRACE, "requests.csv": TRACE, "explore_t.csv": TRACE, "b.json": json.dumps(VLLM).encode(),
+             "p.json": b"{}", "m.json": b"{}", "g.json": b"{}"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "b.json.profile.json").write_bytes(b"{}")
+    (tmp_path / "link.json").symlink_to(tmp_path / "t.csv")
+    os.link(tmp_path / "t.csv", tmp_path / "hard.json")
+    (tmp_path / "sub").mkdir()
+    return {p.name: p for p in tmp_path.iterdir() if p.is_file()}
+
+
+# argv (names relative to the folder), the output flag and the input flag the error names, and the path it shows
+OVERWRITES = {
+    "calibrate --json": ("calibrate --bench b.json --tp 1 --json b.json", "--json 'b.json'", "--bench"),
+    "calibrate --fit-out": ("calibrate --bench b.json --tp 1 --fit --fit-out b.json", "--fit-out 'b.json'", "--bench"),
+    "calibrate --fit default": ("calibrate --bench b.json --tp 1 --fit --profile b.json.profile.json",
+                                "--fit-out (default: the --bench file + .profile.json) 'b.json.profile.json'",
+                                "--profile"),
+    "calibrate --profile": ("calibrate --bench b.json --tp 1 --profile p.json --json p.json", "--json 'p.json'",
+                            "--profile"),
+    "run --trace --json": ("run --trace t.csv --json t.csv", "--json 't.csv'", "--trace"),
+    "run symlink": ("run --trace t.csv --json link.json", "--json 'link.json'", "--trace"),
+    "run hard link": ("run --trace t.csv --json hard.json", "--json 'hard.json'", "--trace"),
+    "run relative": ("run --trace t.csv --json sub/../t.csv", "--json 'sub/../t.csv'", "--trace"),
+    "run --csv": ("run --trace requests.csv --csv .", "--csv 'requests.csv'", "--trace"),
+    "run --model-json": ("run --model-json m.json --json m.json", "--json 'm.json'", "--model-json"),
+    "run --gpu-json": ("run --gpu-json g.json --json g.json", "--json 'g.json'", "--gpu-json"),
+    "compare": ("compare --trace t.csv --json t.csv", "--json 't.csv'", "--trace"),
+    "sweep": ("sweep --trace t.csv --knob max_num_seqs --values 8 --json t.csv", "--json 't.csv'", "--trace"),
+    "capacity": ("capacity --trace t.csv --slo-ttft-ms 1000 --json t.csv", "--json 't.csv'", "--trace"),
+    "search": ("search --trace t.csv --target-rate 5 --slo-ttft-ms 1000 --json t.csv", "--json 't.csv'", "--trace"),
+    "report --out": ("report --trace explore_t.csv --no-png --out .", "--out 'explore_t.csv'", "--trace"),
+    "specs": ("specs --model-json m.json --json m.json", "--json 'm.json'", "--model-json"),
+}
+
+
+@pytest.mark.parametrize("case", list(OVERWRITES))
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(case, tmp_path, capsys, monkeypatch):
+    files = _inputs(tmp_path)
+    before = {name: p.read_bytes() for name, p in files.items()}
+    monkeypatch.chdir(tmp_path)
+    argv, output, input_flag = OVERWRITES[case]
+    argv = argv.split()
+    extra = SMALL if argv[0] not in ("calibrate", "specs", "search") and "--model-json" not in argv else []
+    assert main([*argv, *extra]) == 2
+    err = _one_line_error(capsys)
+    assert f"error: {output}: is the input file of {input_flag}" in err, err
+    assert "would replace what the command reads" in err
+    assert {name: p.read_bytes() for name, p in files.items()} == before, "an input was written"
+    assert not (tmp_path / "steps.csv").exists() and not list(tmp_path.glob("*.part"))
+
+
+def test_write_files_never_replaces_an_input(tmp_path):
+    """The one place every output goes through (write_json, --csv, --out, --fit-out): a name that is an input of
+    the command running is refused before any file of the set is written."""
+    from argparse import Namespace
+
+    from batching.cli.args import CliError, note_inputs, write_files
+
+    trace = tmp_path / "CALIBRATION.md"
+    trace.write_bytes(TRACE)
+    note_inputs(Namespace(trace=trace))
+    try:
+        with pytest.raises(CliError, match=r"^--out '.*CALIBRATION\.md': is the input file of --trace"):
+            write_files("--out", tmp_path, {"other.csv": b"x", "CALIBRATION.md": b"new"})
+        assert trace.read_bytes() == TRACE and not (tmp_path / "other.csv").exists()
+        assert write_files("--out", tmp_path, {"other.csv": b"x"}) == [tmp_path / "other.csv"]
+    finally:
+        note_inputs(Namespace())

@@ -45,7 +45,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
-                               check_output_folder, float_arg, int_arg, presets_with_caching, progress, shown,
+                               check_folder_inputs, check_output_folder, float_arg, int_arg, presets_with_caching, progress, shown,
                                slo_from_args, values_arg, write_files)
 from batching.cli.capacity import MAX_GPU_HOUR_USD, MAX_TARGET_RATE_REQ_S
 from batching.sim.policy import PRESETS
@@ -188,6 +188,7 @@ def cmd_report(args) -> int:
         default_price(scenario)  # a price table that cannot be read fails now, in one line, not after the searches
     check_output_folder("--out", args.out)  # created now, before the simulation
     check_page_names(args.out, args.page)
+    check_folder_inputs("--out", args.out, lambda name: name.startswith(f"{args.page}_"))  # the page's file names
     written = write_report(args, chromium, scenario)
     for path in written:
         print(path)
