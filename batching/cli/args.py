@@ -871,32 +871,32 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def check_not_input(flag: str, path: Path) -> None:
+def check_not_input(flag: str, path: Path, why: str = "writing it would replace what the command reads: give "
+                                                     "another path") -> None:
     """Refuse to write ``path`` when it is a file the command reads (``note_inputs``): one line naming both flags
     and the path, before anything is written (``write_files`` checks every file it writes; the commands check their
     outputs before simulating, too)."""
     for in_flag, in_path in _INPUTS:
         if same_file(path, in_path):
             same = "" if str(path) == str(in_path) else f" (the file {in_flag} {shown(in_path)} names)"
-            raise CliError(f"{flag} {shown(path)}: is the input file of {in_flag}{same}; writing it would replace "
-                           "what the command reads: give another path")
+            raise CliError(f"{flag} {shown(path)}: is the input file of {in_flag}{same}; {why}")
 
 
-def check_folder_inputs(flag: str, folder: Path | None, writes) -> None:
+def check_folder_inputs(flag: str, folder: Path | None, writes, why: str | None = None) -> None:
     """Before simulating: no input file sits in ``folder`` under a name the command will write there (``writes``:
-    a name -> bool predicate, or a collection of names)."""
+    a name -> bool predicate, or a collection of names); ``why``: the message's reason, when it is not that exact
+    name that will be written."""
     if folder is None:
         return
     wanted = writes if callable(writes) else (lambda name, names=frozenset(writes): name in names)
     for _, in_path in _INPUTS:
-        if wanted(in_path.name):
-            check_not_input(flag, Path(folder) / in_path.name)
         try:
-            real = Path(os.path.realpath(in_path))
+            names = {in_path.name, Path(os.path.realpath(in_path)).name}
         except (OSError, ValueError):
-            continue
-        if wanted(real.name):
-            check_not_input(flag, Path(folder) / real.name)
+            names = {in_path.name}
+        for name in sorted(names):
+            if wanted(name):
+                check_not_input(flag, Path(folder) / name, *(() if why is None else (why,)))
 
 
 

@@ -188,7 +188,9 @@ def cmd_report(args) -> int:
         default_price(scenario)  # a price table that cannot be read fails now, in one line, not after the searches
     check_output_folder("--out", args.out)  # created now, before the simulation
     check_page_names(args.out, args.page)
-    check_folder_inputs("--out", args.out, lambda name: name.startswith(f"{args.page}_"))  # the page's file names
+    check_folder_inputs("--out", args.out, lambda name: name.startswith(f"{args.page}_"),  # the page's file names
+                        f"the report writes its {args.page}_* files in that folder (at the end, replacing any of the "
+                        "same name): give another --out or move the input")
     written = write_report(args, chromium, scenario)
     for path in written:
         print(path)
