@@ -34,6 +34,7 @@ from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
 from batching.studies import article as art
 from batching.studies import load_curve as lc
 from batching.studies.capacity import class_names, default_price, default_price_note, rate_unit
+from batching.studies.pricing import table_problem
 from batching.studies.compare import Comparison, verdict, with_capacity
 from batching.studies.launch import launch
 from batching.studies.planning import CapacityPlan, SweepStudy
@@ -682,7 +683,7 @@ def price_source(plan: CapacityPlan) -> str:
     from the price table, else 'given' (or 'none' without a price)."""
     if plan.gpu_hour_usd is None:
         return "none"
-    if plan.gpu_hour_usd == default_price(plan.scenario):
+    if table_problem() is None and plan.gpu_hour_usd == default_price(plan.scenario):
         return f"default: {default_price_note(plan.scenario)}"
     return "given"
 

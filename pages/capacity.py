@@ -14,9 +14,10 @@ from batching.charts.export import scenario_caption
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, class_names,
-                                       default_price, default_price_note, gpu_name, rate_unit)
+                                       default_price_note, gpu_name, rate_unit)
+from batching.studies.capacity import page_price as default_page_price
 from batching.sim.hardware.specs import DEFAULT_GPU, GPUS_PER_NODE
-from batching.studies.pricing import DEFAULT_HEADROOM, default_gpu_hour_usd
+from batching.studies.pricing import DEFAULT_HEADROOM
 from batching.studies import disagg_capacity as dc
 from batching.studies.planning import CapacityPlan, plan_capacity
 from batching.ui import cache, nav, page, planning, state, widgets
@@ -77,10 +78,9 @@ def gpus_text(node) -> str:
 
 
 def page_price(base: Scenario) -> float:
-    """The price input's default: the sidebar GPU's row of the price table (a custom GPU: the default GPU's, with
-    a note to enter its own)."""
-    usd = default_price(base)
-    return usd if usd is not None else default_gpu_hour_usd(DEFAULT_GPU)
+    """The price input's default: the sidebar GPU's row of the price table (a custom GPU: the default GPU's; a price
+    table that cannot be read or lacks the GPU: the shipped table's, with a note to enter its own)."""
+    return default_page_price(base, DEFAULT_GPU)[0]
 
 
 def params(base: Scenario) -> list[Param]:
@@ -174,6 +174,9 @@ def plan_view(base: Scenario) -> None:
                       help=f"What one GPU costs per hour; {gpus_text(base.deployment.node)}. "
                            f"Default: {default_price_note(base)}; another GPU in the sidebar brings its own.",
                       **state.bind("usd"))
+    why = default_page_price(base, DEFAULT_GPU)[1]
+    if why is not None and gpu_name(base) is not None:  # the table is broken or lacks this GPU: say so, go on
+        c[1].warning(plain(why[0].upper() + why[1:]), icon=":material/warning:")
     c[2].number_input("Headroom factor", **r["headroom"], step=0.05, format="%.2f", help=HEADROOM_HELP,
                       **state.bind("headroom"))
     chosen = _chosen()
@@ -319,9 +322,9 @@ def _results(plan: CapacityPlan) -> None:
             "published vLLM and SGLang runs); the rate per node is the simulator's own." if plan.headroom != 1.0 else
             " Nodes and cost use the simulator's rate as it is (headroom 1).")
     where = report.price_source(plan)
-    if default_price(base) is None:  # a custom GPU: the price table has no row for it
-        where = (f" ({default_price_note(base)}: the input starts at the {DEFAULT_GPU} default, "
-                 f"${default_gpu_hour_usd(DEFAULT_GPU):g})")
+    start, why = default_page_price(base, DEFAULT_GPU)
+    if why is not None:  # a custom GPU, or a price table that cannot be read or has no row for the GPU
+        where = f" ({why})" if usd == start else f" (the price entered; {why})"
     else:
         where = f" ({where[len('default: '):]})" if where.startswith("default: ") else " (the price entered)"
     mean_out = next(iter(plan.results.values())).mean_output_tokens

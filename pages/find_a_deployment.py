@@ -16,7 +16,7 @@ from batching.sim.simulate import Scenario
 from batching.sim.hardware.specs import GPUS, GPUS_PER_NODE, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
-from batching.studies.pricing import default_gpu_hour_usd, price_note
+from batching.studies.pricing import input_start, price_note, table_path
 from batching.studies.search import (AGG_TPS, COST_NOTE, LATENCY_NOTE, SERVING, Grid, parse_knobs, router_note,
                                      search)
 from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
@@ -59,7 +59,7 @@ def params() -> list[Param]:
         # both would add 28 splits per GPU x precision of an 8-GPU node (12 -> 124 configurations by default)
         Param("s_serving", "agg", label="serving to try"),
         *[Param(k, "", label=label) for k, (_, label, _) in KNOB_INPUTS.items()],
-        *[Param(f"usd_{g}", default_gpu_hour_usd(g), 0.01, 1000.0, label=f"price per GPU-hour, {g} ($)")
+        *[Param(f"usd_{g}", input_start(g)[0], 0.01, 1000.0, label=f"price per GPU-hour, {g} ($)")
           for g in GPUS],
     ]
 
@@ -235,9 +235,12 @@ def search_view(base: Scenario) -> None:
     if gpus:
         pc = st.columns(len(gpus), gap="medium")
         for col, g in zip(pc, gpus):
+            why = input_start(g)[1]  # None: the price table's row for g
             col.number_input(f"{GPUS[g].name} ($ per GPU-hour)", **r[f"usd_{g}"], step=0.25, format="%.2f",
-                             help=f"Default {price_note(g)} (batching/data/gpu_hour_usd.csv).",
+                             help=f"Default {price_note(g)} ({table_path().name})." if why is None else plain(why),
                              **state.bind(f"usd_{g}"))
+            if why is not None:  # the table cannot be read or has no row for g: say so, search at the input's price
+                col.warning(plain(why[0].upper() + why[1:]), icon=":material/warning:")
     state.publish([*sps, *ps])
 
     if not (gpus and precs and tps and pols):

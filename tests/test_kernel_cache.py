@@ -204,3 +204,49 @@ def test_a_fresh_clone_elsewhere_loads_every_feature_from_the_shipped_kernels(tm
     got = __import__("json").loads(done.stdout.strip().splitlines()[-1])
     assert got["cpu"] == cpu and got["shipped"] and got["unpacked"] > 0
     assert got["compiled"] == [] and got["said"] == [], got
+
+
+def _no_writable_cache(monkeypatch, tmp_path):
+    """Neither the package's __pycache__ nor the user's cache folder can be written: cache_dir's last resort."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setattr(kernel_cache, "_writable", lambda path: False)
+    monkeypatch.setattr(kernel_cache.tempfile, "tempdir", str(tmp_path))
+
+
+def test_the_last_resort_cache_is_private_to_the_user(monkeypatch, tmp_path):
+    """issue 39 item 16: not a shared /tmp/batching-explorer/<digest> that another local user could seed with
+    pickled code, but a folder of the user's own, created 0700."""
+    _no_writable_cache(monkeypatch, tmp_path)
+    path = kernel_cache.cache_dir()
+    assert path.parent != tmp_path / "batching-explorer", "the shared folder of every user"
+    assert path.parent == tmp_path / f"batching-explorer-{os.getuid()}"
+    st = path.parent.lstat()
+    assert st.st_uid == os.getuid() and st.st_mode & 0o777 == 0o700
+    assert kernel_cache.cache_dir() == path, "the same folder for the next process: its kernels are reused"
+
+
+def test_a_last_resort_folder_others_can_write_in_is_skipped(monkeypatch, tmp_path):
+    _no_writable_cache(monkeypatch, tmp_path)
+    seeded = tmp_path / f"batching-explorer-{os.getuid()}"
+    seeded.mkdir()
+    seeded.chmod(0o777)  # anyone could have put a pickled kernel in it
+    path = kernel_cache.cache_dir()
+    assert seeded not in path.parents
+    assert path.parent.parent == tmp_path and kernel_cache.is_private(path.parent)
+    assert path.parent.lstat().st_mode & 0o777 == 0o700
+
+
+def test_a_last_resort_symlink_or_another_users_folder_is_skipped(monkeypatch, tmp_path):
+    _no_writable_cache(monkeypatch, tmp_path)
+    name = tmp_path / f"batching-explorer-{os.getuid()}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    name.symlink_to(elsewhere)
+    assert not kernel_cache.is_private(name)
+    path = kernel_cache.cache_dir()
+    assert name not in path.parents and elsewhere not in path.parents
+    if os.getuid() == 0:  # only root can give a folder to another user
+        other = tmp_path / "other"
+        other.mkdir(mode=0o700)
+        os.chown(other, 54321, 54321)
+        assert not kernel_cache.is_private(other)

@@ -50,7 +50,7 @@ def test_a_price_file_in_the_environment_replaces_the_table(tmp_path, monkeypatc
     f2 = tmp_path / "bad.csv"
     f2.write_text("gpu,usd_per_gpu_hour,as_of,source\nh100-sxm,-3,2026-11-30,x\n")
     monkeypatch.setenv(pricing.PRICES_ENV, str(f2))
-    with pytest.raises(ValueError, match=r"line 2: usd_per_gpu_hour=-3.0 is out of range"):
+    with pytest.raises(ValueError, match=r"bad.csv': row 2: usd_per_gpu_hour='-3' is out of range"):
         pricing.price_table()
 
 

@@ -26,14 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 LINUX = Path("/proc/self/status").exists()
 
 
-def _cli(args: str, limit_gib: int = 8) -> tuple[int, str, str]:
+def _cli(args: str, limit_gib: int = 8, timeout: float = 300) -> tuple[int, str, str]:
     """``python -m batching ARGS`` with its address space capped (a run that escaped the guards fails with
     MemoryError instead of taking the machine); (exit code, stdout, stderr)."""
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit_gib * 2**30, limit_gib * 2**30))
 
     done = subprocess.run([sys.executable, "-m", "batching", *args.split()], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, preexec_fn=cap)
+                          timeout=timeout, preexec_fn=cap)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -50,6 +50,19 @@ def test_a_fleet_of_idle_replicas_past_25_million_steps_is_refused_up_front() ->
     assert found, err
     steps, per_request = (int(g.replace(",", "")) for g in found.groups())
     assert steps > 10 * 25_000_000 and 100 < per_request < 1000  # the mixed workload's outputs, one step each
+
+
+@pytest.mark.skipif(not LINUX, reason="caps the child's address space (Linux)")
+@pytest.mark.parametrize("command", ["capacity --nodes 64", "search --gpus h100-sxm --policies continuous --target-rate 10"])
+def test_capacity_and_search_refuse_a_run_too_big_up_front_as_run_does(command: str) -> None:
+    """issue 39 item 14: capacity simulated 1,000,000 requests over 512 replicas rate after rate (rate 2 of 20 after
+    3 minutes, 1.9 GB) and search tried each configuration, where run refuses the same settings in seconds."""
+    rc, out, err = _cli(f"{command} --model llama-3.1-8b --tp 1 --requests 1000000 --slo-ttft-ms 1000", timeout=60)
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    replicas = 512 if "capacity" in command else 8
+    assert re.fullmatch(rf"python -m batching: error: nodes {replicas // 8} x 8 replicas of tp 1, 1,000,000 requests "
+                        rf"at 1 req/s: the run would take about [\d,]+ steps summed over its {replicas} replicas .*"
+                        r"allowed up to 25,000,000 .*\n", err), err
 
 
 @pytest.mark.skipif(not LINUX, reason="caps the child's address space (Linux)")

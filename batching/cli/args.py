@@ -845,6 +845,60 @@ def _spec_knobs(args, mode: str) -> dict:
 
 # ---------------------------------------------------------------- outputs (checked before any simulation)
 
+# the flags that name a file a command reads (argparse dest); an output is never one of them (issue 39 item 10)
+INPUT_FLAGS = {"--trace": "trace", "--bench": "bench", "--profile": "profile", "--model-json": "model_json",
+               "--gpu-json": "gpu_json"}
+# the flags that name one file a command writes (specs --json - is stdout); --csv and --out name folders
+OUTPUT_FILE_FLAGS = {"--json": "json", "--fit-out": "fit_out"}
+_INPUTS: list[tuple[str, Path]] = []  # (flag, path) of the command running: set by dispatch (``note_inputs``)
+
+
+def note_inputs(args) -> list[tuple[str, Path]]:
+    """Remember the files the parsed command reads, for ``check_not_input``; returns them."""
+    _INPUTS[:] = [(flag, Path(v)) for flag, dest in INPUT_FLAGS.items()
+                  if (v := getattr(args, dest, None)) is not None]
+    return list(_INPUTS)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: os.path.samefile when both exist (a hard link, a symlink, another spelling),
+    else the same path once relative parts and symlinks are resolved."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):  # an unreadable folder on the way, a NUL in the path: not provably the same
+        return False
+
+
+def check_not_input(flag: str, path: Path, why: str = "writing it would replace what the command reads: give "
+                                                     "another path") -> None:
+    """Refuse to write ``path`` when it is a file the command reads (``note_inputs``): one line naming both flags
+    and the path, before anything is written (``write_files`` checks every file it writes; the commands check their
+    outputs before simulating, too)."""
+    for in_flag, in_path in _INPUTS:
+        if same_file(path, in_path):
+            same = "" if str(path) == str(in_path) else f" (the file {in_flag} {shown(in_path)} names)"
+            raise CliError(f"{flag} {shown(path)}: is the input file of {in_flag}{same}; {why}")
+
+
+def check_folder_inputs(flag: str, folder: Path | None, writes, why: str | None = None) -> None:
+    """Before simulating: no input file sits in ``folder`` under a name the command will write there (``writes``:
+    a name -> bool predicate, or a collection of names); ``why``: the message's reason, when it is not that exact
+    name that will be written."""
+    if folder is None:
+        return
+    wanted = writes if callable(writes) else (lambda name, names=frozenset(writes): name in names)
+    for _, in_path in _INPUTS:
+        try:
+            names = {in_path.name, Path(os.path.realpath(in_path)).name}
+        except (OSError, ValueError):
+            names = {in_path.name}
+        for name in sorted(names):
+            if wanted(name):
+                check_not_input(flag, Path(folder) / name, *(() if why is None else (why,)))
+
+
 
 def _probe_folder(flag: str, path: Path, folder: Path) -> None:
     """Create ``folder`` (and its parents) if missing and write a scratch file in it, or raise a CliError."""
@@ -883,6 +937,7 @@ def check_output_file(flag: str, path: Path | None) -> None:
     if path.is_dir():
         raise CliError(f"{flag} {shown(path)}: a folder, not a file; give a file name, e.g. "
                        f"{shown(path / 'summary.json')}")
+    check_not_input(flag, path)
     _probe_folder(flag, path, path.parent if str(path.parent) else Path("."))
     if path.exists() and not os.access(path, os.W_OK):
         raise CliError(f"{flag} {shown(path)}: the file exists and cannot be written (permission denied)")
@@ -896,6 +951,7 @@ def write_files(flag: str, folder: Path, files: dict[str, bytes]) -> list[Path]:
     folder = Path(folder)
     for name in files:
         target = folder / name
+        check_not_input(flag, target)  # before any file is written: an input is never replaced
         if target.is_dir() and not target.is_symlink():
             raise CliError(f"{flag} {shown(folder)}: {name} in it is a folder, and the output has a file of that name; "
                            "remove it or choose another folder")
@@ -1073,6 +1129,11 @@ def dispatch(parser: argparse.ArgumentParser, argv=None) -> int:
         return 2
 
     try:
+        note_inputs(args)  # no output may be one of them (check_not_input)
+        for flag, dest in OUTPUT_FILE_FLAGS.items():
+            out = getattr(args, dest, None)
+            if out is not None and str(out) != "-":  # specs --json - writes to stdout
+                check_not_input(flag, Path(out))
         return args.func(args)
     except ValueError as exc:
         return fail(str(exc))

@@ -102,7 +102,7 @@ def _setting(b: bf.BenchFile, n: int) -> str:
 def _fit(args, b: bf.BenchFile, sc) -> int:
     """``--fit``: the profile fitted to the file, the errors before and after, the profile written."""
     out = args.fit_out or args.bench.with_name(args.bench.name + ".profile.json")
-    check_output_file("--fit-out", out)
+    check_output_file("--fit-out" if args.fit_out else "--fit-out (default: the --bench file + .profile.json)", out)
     evals = args.fit_evals or pf.DEFAULT_MAX_EVALS
 
     def progress(i: int, loss: float) -> None:

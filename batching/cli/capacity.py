@@ -13,6 +13,7 @@ from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UND
                                        default_price, default_price_note)
 from batching.studies.pricing import DEFAULT_HEADROOM, MAX_GPU_HOUR_USD, PRICES_ENV
 from batching.sim.hardware.specs import GPUS_PER_NODE
+from batching.sim.simulate import check_run
 from batching.charts.formatting import shown
 from batching.studies.launch import launch
 
@@ -66,6 +67,7 @@ def cmd_capacity(args) -> int:
     sc = build_scenario(args)
     slo = slo_from_args(args, sc)
     check_output_file("--json", args.json)
+    check_run(sc)  # the size guard run, compare and report apply, before the search's first simulation
     usd = args.gpu_hour_usd if args.gpu_hour_usd is not None else default_price(sc)
     res = capacity(sc, slo, target_rate_req_s=args.target_rate, gpu_hour_usd=usd, progress=progress,
                    headroom=args.headroom)

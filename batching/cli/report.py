@@ -45,11 +45,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
-                               check_output_folder, float_arg, int_arg, presets_with_caching, progress, shown,
+                               check_folder_inputs, check_output_folder, float_arg, int_arg, presets_with_caching, progress, shown,
                                slo_from_args, values_arg, write_files)
 from batching.cli.capacity import MAX_GPU_HOUR_USD, MAX_TARGET_RATE_REQ_S
 from batching.sim.policy import PRESETS
-from batching.studies.capacity import HEADROOM_LIMITS
+from batching.studies.capacity import HEADROOM_LIMITS, default_price
 from batching.studies.pricing import DEFAULT_HEADROOM
 from batching.studies.knee import DEFAULT_SHARE
 from batching.studies.sweeps import KNOBS
@@ -184,8 +184,13 @@ def cmd_report(args) -> int:
             return 2
         os.environ.setdefault("BROWSER_PATH", chromium)
     scenario = build_scenario(args)
+    if args.page == "capacity" and args.gpu_hour_usd is None:
+        default_price(scenario)  # a price table that cannot be read fails now, in one line, not after the searches
     check_output_folder("--out", args.out)  # created now, before the simulation
     check_page_names(args.out, args.page)
+    check_folder_inputs("--out", args.out, lambda name: name.startswith(f"{args.page}_"),  # the page's file names
+                        f"the report writes its {args.page}_* files in that folder (at the end, replacing any of the "
+                        "same name): give another --out or move the input")
     written = write_report(args, chromium, scenario)
     for path in written:
         print(path)

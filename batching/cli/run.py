@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from batching.cli.args import (add_policy_args, calibration_line, add_scenario_args, arrivals_text, build_scenario, check_output_file,
-                               check_output_folder, disagg_line, fleet_lines, fmt, pick, prefix_line, summary_keys,
+                               check_folder_inputs, check_output_folder, disagg_line, fleet_lines, fmt, pick, prefix_line, summary_keys,
                                write_files, write_json)
 from batching.cli.compare import OVERLOAD_KEYS, compare_fields
 from batching.sim.simulate import rejected_line, simulate
 from batching.studies.compare import is_unbounded, unbounded_text, with_capacity
+
+
+CSV_FILES = ("requests.csv", "steps.csv", "summary.csv")  # what --csv writes
 
 
 def add_parser(subparsers):
@@ -28,6 +31,7 @@ def cmd_run(args) -> int:
     sc = build_scenario(args)
     check_output_file("--json", args.json)  # before the simulation: a bad path costs nothing
     check_output_folder("--csv", args.csv)
+    check_folder_inputs("--csv", args.csv, CSV_FILES)
     res = simulate(sc)
     full = with_capacity(res.summary(), simulate(sc, saturated=True).summary())  # as compare: load and overload
     caching = sc.policy.prefix_caching
@@ -64,6 +68,5 @@ def cmd_run(args) -> int:
     if args.csv:
         from batching.report import requests_csv, steps_csv, summary_csv  # formula-looking text cells get a leading '
 
-        write_files("--csv", Path(args.csv), {"requests.csv": requests_csv(res), "steps.csv": steps_csv(res),
-                                              "summary.csv": summary_csv(s)})
+        write_files("--csv", Path(args.csv), dict(zip(CSV_FILES, (requests_csv(res), steps_csv(res), summary_csv(s)))))
     return 0

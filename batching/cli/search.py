@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from batching.cli.args import (DISAGG_FLAGS, CliError, engine_from_args, add_prefix_caching_arg, add_scenario_args, add_slo_args,
@@ -18,13 +19,13 @@ from batching.cli.args import (DISAGG_FLAGS, CliError, engine_from_args, add_pre
                                write_json)
 from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
 from batching.sim.policy import PRESETS, BatchingPolicy
-from batching.sim.simulate import Scenario
+from batching.sim.simulate import Scenario, check_run
 from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, MODELS, PRECISIONS, TWO_NODE_GPUS, Deployment, Node,
                                          load_json_spec)
 from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
                                        worker_cap)
 from batching.studies.capacity import HEADROOM_LIMITS, class_names
-from batching.studies.pricing import DEFAULT_HEADROOM, price_table
+from batching.studies.pricing import DEFAULT_HEADROOM, price_table, table_problem
 from batching.studies.launch import with_launch
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
                                      ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, AGG_TPS, Grid, parse_knobs,
@@ -123,8 +124,7 @@ def add_parser(subparsers):
                       help="traffic to serve, req/s")
     plan.add_argument("--gpu-hour-usd", type=prices_arg, default=None, metavar="GPU=USD,...",
                       help="price of one GPU-hour per GPU searched, e.g. h100-sxm=2.5,h200-sxm=3.5 (or one number "
-                           "for every GPU); a GPU not given takes the default table's ("
-                           + ", ".join(f"{g} ${p.usd_per_gpu_hour:g}" for g, p in price_table().items()) + ")")
+                           "for every GPU); a GPU not given takes the default table's (" + _defaults_text() + ")")
     low, high = HEADROOM_LIMITS
     plan.add_argument("--headroom", type=float_arg(low, high), default=DEFAULT_HEADROOM,
                       help=f"plan for the simulated rate per node divided by this factor ({low:g} to {high:g}; "
@@ -192,6 +192,32 @@ def _base(args) -> tuple[Scenario, dict]:
     caching = args.prefix_caching if args.prefix_caching is not None else PRESETS["chunked"].prefix_caching
     pol = BatchingPolicy(mode="continuous", prefix_caching=caching)  # carries the prefix-caching choice only
     return Scenario(dep, wl, pol, args.allreduce, engine=engine_from_args(args)), custom
+
+
+def _defaults_text() -> str:
+    """The price table's rows for --help, or why it cannot be read (the help still shows: issue 39 item 11)."""
+    problem = table_problem()
+    if problem is not None:
+        return f"none: {problem}"
+    return ", ".join(f"{g} ${p.usd_per_gpu_hour:g}" for g, p in price_table().items())
+
+
+def check_size(args, base: Scenario, custom: dict) -> None:
+    """The size guard ``run`` applies (``simulate.check_run``), up front: on the searched node with the most
+    replicas that holds the model (the smallest --tp that fits, at the first precision that fits) at --rate, whose
+    steps summed over its replicas are the most of the grid's aggregated configurations; ValueError in one line."""
+    for tp in sorted(t for t in args.tps if t <= base.deployment.node.num_gpus):
+        for precision in args.precisions:
+            for gpu in args.gpus:
+                dep = replace(base.deployment, node=Node(custom.get(gpu) or GPUS[gpu], base.deployment.node.num_gpus,
+                                                         tp), precision=precision)
+                sc = base.with_deployment(dep)
+                try:
+                    sc.validate()
+                except ValueError:  # this configuration does not hold the model; the search skips it too
+                    continue
+                check_run(sc)
+                return
 
 
 def _prices(args) -> dict:
@@ -267,6 +293,7 @@ def cmd_search(args) -> int:
     except ValueError as exc:
         raise CliError(f"the grid: {exc}") from None
     check_output_file("--json", args.json)
+    check_size(args, base, custom)
 
     def open_backend(tasks: int):
         """The backend, made once the configurations that fit are known (none: never made, so an unreachable

@@ -453,14 +453,9 @@ def check_size(scenario: Scenario, reqs: Requests) -> sizing.RunSize:
     return size
 
 
-def simulate(scenario: Scenario, saturated: bool = False, steps: bool = True) -> SimResult:
-    """Simulate a scenario. ``saturated`` makes every request arrive at t = 0 (capacity runs). ``steps=False``: no
-    per-step table (``SimResult.steps`` is None, and the summary has no node figures: busy, gpu_util, KV use,
-    speculation's step counts), for runs read only for their requests' latencies and the queue (a capacity
-    search's rates: building the table and its figures is ~15 % of such a run); a split's table is always built."""
-    check = getattr(_BEFORE_RUN, "check", None)
-    if check is not None:
-        check()
+def _to_run(scenario: Scenario, saturated: bool) -> tuple[Scenario, Requests, tuple[int, ...]]:
+    """The scenario (its budget sized for the longest prompt where the model states no context), the requests it
+    runs (all at t = 0 when ``saturated``) and those the model's context rejects, as ``simulate`` runs them."""
     scenario.validate()
     reqs = scenario.workload.generate()
     if len(reqs) == 0:
@@ -475,7 +470,28 @@ def simulate(scenario: Scenario, saturated: bool = False, steps: bool = True) ->
                                                                       int(reqs.prompt_tokens.max())))
     if saturated:
         reqs = reqs.saturated()
+    return scenario, reqs, rejected
+
+
+def check_run(scenario: Scenario, saturated: bool = False) -> sizing.RunSize:
+    """The size guard ``simulate`` applies before it runs (``check_size``: a one-line ValueError past
+    engine.MAX_STEPS steps or sizing.MAX_RUN_GIB), without running: a study that simulates the scenario many
+    times (a capacity search) refuses it up front, as ``run`` does, not after minutes of its first rates."""
+    scenario, reqs, _ = _to_run(scenario, saturated)
+    return check_size(scenario, reqs)
+
+
+def simulate(scenario: Scenario, saturated: bool = False, steps: bool = True) -> SimResult:
+    """Simulate a scenario. ``saturated`` makes every request arrive at t = 0 (capacity runs). ``steps=False``: no
+    per-step table (``SimResult.steps`` is None, and the summary has no node figures: busy, gpu_util, KV use,
+    speculation's step counts), for runs read only for their requests' latencies and the queue (a capacity
+    search's rates: building the table and its figures is ~15 % of such a run); a split's table is always built."""
+    check = getattr(_BEFORE_RUN, "check", None)
+    if check is not None:
+        check()
+    scenario, reqs, rejected = _to_run(scenario, saturated)
     check_size(scenario, reqs)
+    dep = scenario.deployment
     prof = scenario.profile
     # a capacity run (saturated) has every request in the engine's queue at 0: the client's input time does not apply
     client = ClientTimes.of(reqs, replace(prof, in_fixed_s=0.0, in_per_token_s=0.0) if saturated else prof,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -105,7 +106,11 @@ def _lens(d: dict, name: str, key: str, n: int | None) -> tuple[int, ...]:
     return tuple(x for x in v if x > 0)  # vLLM writes 0 for a failed request's output
 
 
-def _stat(s: str) -> str:
+def _stat(s: str, name: str = "", key: str = "") -> str:
+    """A statistic's name as a metric has it (p50 is the median); a percentile above 100 (``p150_ttft_ms``) is
+    refused naming the file and key, before anything is simulated."""
+    if s.startswith("p") and not 0.0 <= float(s[1:]) <= 100.0:
+        raise _fail(name, key, "a percentile from p0 to p100 (as p50, p99, p99.9)")
     return "median" if s == "p50" else s
 
 
@@ -132,7 +137,7 @@ def _common(d: dict, name: str, fmt: str, key_re: re.Pattern, rename: dict) -> B
         if m is None:
             continue
         val = _number(d, name, key, 0.0)
-        metrics[f"{rename[m.group(2)]}_{_stat(m.group(1))}_s"] = val * 1e-3
+        metrics[f"{rename[m.group(2)]}_{_stat(m.group(1), name, key)}_s"] = val * 1e-3
     for key, metric in (("request_throughput", "request_throughput_req_s"),
                         ("output_throughput", "output_throughput_tok_s"),
                         ("total_token_throughput", "total_token_throughput_tok_s")):
@@ -160,7 +165,7 @@ def _genai(d: dict, name: str) -> BenchFile:
         if not isinstance(obj, dict):
             raise _fail(name, key, "an object of statistics (avg, p50, p99 ...)", obj)
         unit = obj.get("unit", "ms")
-        if unit not in _GENAI_UNITS:
+        if not isinstance(unit, str) or unit not in _GENAI_UNITS:
             raise _fail(name, f"{key}.unit", f"one of {', '.join(_GENAI_UNITS)}", unit)
         for stat, v in obj.items():
             if stat == "unit":
@@ -168,6 +173,7 @@ def _genai(d: dict, name: str) -> BenchFile:
             s = {"avg": "mean", "p50": "median"}.get(stat, stat)
             if s not in ("mean", "median", "std") and not re.fullmatch(r"p\d+(?:\.\d+)?", s):
                 continue  # min, max
+            s = _stat(s, name, f"{key}.{stat}")
             metrics[f"{lat}_{s}_s"] = _number({f"{key}.{stat}": v}, name, f"{key}.{stat}", 0.0) * _GENAI_UNITS[unit]
     for key, metric in (("request_throughput", "request_throughput_req_s"),
                         ("output_token_throughput", "output_throughput_tok_s")):
@@ -188,8 +194,13 @@ def _genai(d: dict, name: str) -> BenchFile:
     model = cfg.get("model") or cfg.get("model_names")
     if isinstance(model, list):
         model = model[0] if model else None
-    stim = ((cfg.get("perf_analyzer") or {}).get("stimulus") or {}) if isinstance(cfg.get("perf_analyzer"),
-                                                                                 dict) else {}
+    analyzer = cfg.get("perf_analyzer")
+    if analyzer is not None and not isinstance(analyzer, dict):
+        raise _fail(name, "input_config.perf_analyzer", "an object", analyzer)
+    stim = (analyzer or {}).get("stimulus")
+    if stim is not None and not isinstance(stim, dict):
+        raise _fail(name, "input_config.perf_analyzer.stimulus", "an object (concurrency or request_rate)", stim)
+    stim = stim or {}
     conc = cfg.get("concurrency", stim.get("concurrency"))
     rate = cfg.get("request_rate", stim.get("request_rate"))
     if rate is not None:
@@ -223,13 +234,21 @@ def parse_bench(data: bytes, name: str, line: int | None = None) -> BenchFile:
         raise ValueError(f"--bench {name!r}: not UTF-8 text; expected a JSON result file") from None
     lines = [ln for ln in text.splitlines() if ln.strip()]
     try:
-        docs = [json.loads(text)] if text.strip() else []
-    except json.JSONDecodeError:
         try:
-            docs = [json.loads(ln) for ln in lines]
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--bench {name!r}: not JSON or JSON lines ({exc.msg} at line {exc.lineno}); expected "
-                             "a vllm bench serve, sglang.bench_serving or genai-perf result file") from None
+            docs = [json.loads(text)] if text.strip() else []
+        except json.JSONDecodeError:
+            try:
+                docs = [json.loads(ln) for ln in lines]
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"--bench {name!r}: not JSON or JSON lines ({exc.msg} at line {exc.lineno}); "
+                                 "expected a vllm bench serve, sglang.bench_serving or genai-perf result file") from None
+    except RecursionError:  # arrays or objects nested thousands deep overflow the decoder's stack
+        raise ValueError(f"--bench {name!r}: not a result file: its JSON nests arrays or objects too deeply") from None
+    except ValueError as exc:
+        if "integer string conversion" not in str(exc):
+            raise
+        raise ValueError(f"--bench {name!r}: not a result file: a number has more than "
+                         f"{sys.get_int_max_str_digits():,} digits") from None
     if not docs:
         raise ValueError(f"--bench {name!r}: empty; expected a vllm bench serve, sglang.bench_serving or genai-perf "
                          "result file")

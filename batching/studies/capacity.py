@@ -334,13 +334,31 @@ def gpu_name(scenario: Scenario) -> str | None:
 
 def default_price(scenario: Scenario) -> float | None:
     """The price table's $ per GPU-hour for the scenario's GPU (``pricing.default_gpu_hour_usd``), None when the
-    table has none (a custom GPU: give a price)."""
+    table has none (a custom GPU: give a price); ``pricing.PriceTableError`` (one line naming the file and row) when
+    the table cannot be read."""
     name = gpu_name(scenario)
     return pricing.price_table()[name].usd_per_gpu_hour if name in pricing.price_table() else None
 
 
+def page_price(scenario: Scenario, fallback_gpu: str) -> tuple[float, str | None]:
+    """Where a page's price input starts for the scenario's GPU and, when there is no default price for it, why
+    (shown on the page; None when the table's row is used): a custom GPU starts at ``fallback_gpu``'s default; a
+    table that cannot be read, or has no row for the GPU, at the shipped table's (``pricing.input_start``)."""
+    if pricing.table_problem() is None:
+        usd = default_price(scenario)
+        if usd is not None:
+            return usd, None
+        if gpu_name(scenario) is None and fallback_gpu in pricing.price_table():
+            start = pricing.default_gpu_hour_usd(fallback_gpu)
+            return start, f"{default_price_note(scenario)}: the input starts at the {fallback_gpu} default, ${start:g}"
+    return pricing.input_start(gpu_name(scenario) or fallback_gpu)
+
+
 def default_price_note(scenario: Scenario) -> str:
     """Where the default price comes from, or why there is none: for captions and the CLI."""
+    problem = pricing.table_problem()
+    if problem is not None:
+        return f"no default price ({problem})"
     name = gpu_name(scenario)
     if name in pricing.price_table():
         return pricing.price_note(name) + f" ({pricing.price_table()[name].source})"

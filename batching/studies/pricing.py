@@ -19,6 +19,7 @@ default, ``DEFAULT_HEADROOM``, on every surface.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -43,20 +44,75 @@ class GpuPrice:
     source: str
 
 
+MAX_TABLE_BYTES = 1 << 20  # the shipped table is under 2 KB
+MAX_SHOWN = 60  # characters of a cell a message quotes
+
+
+class PriceTableError(ValueError):
+    """The price table cannot be read: one line naming the file and the row (header: row 1)."""
+
+
+def _cell(value, most: int = MAX_SHOWN) -> str:
+    text = str(value)
+    return repr(text if len(text) <= most else text[:most] + "...") + (
+        f" ({len(text):,} characters)" if len(text) > most else "")
+
+
+def _where(path: Path) -> str:
+    """The file in a message: with the variable's name when it came from ``BATCHING_GPU_PRICES``."""
+    shown = _cell(str(path), 200)
+    return f"{PRICES_ENV} {shown}" if os.environ.get(PRICES_ENV) == str(path) else f"price table {shown}"
+
+
 def _read(path: Path) -> dict[str, GpuPrice]:
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    """The table at ``path``; a PriceTableError of one line naming the file and row for anything wrong with it."""
+    where = _where(path)
+
+    def fail(what: str) -> PriceTableError:
+        return PriceTableError(f"{where}: {what}")
+
+    try:
+        if path.is_dir():
+            raise fail("a folder, not a CSV file (gpu,usd_per_gpu_hour,as_of,source)")
+        if not path.exists():
+            raise fail("no such file")
+        if path.stat().st_size > MAX_TABLE_BYTES:
+            raise fail(f"{path.stat().st_size:,} bytes; a price table is at most {MAX_TABLE_BYTES:,}")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise fail(f"cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        row = data[:exc.start].count(b"\n") + 1
+        raise fail(f"row {row}: not UTF-8 text (byte 0x{data[exc.start:exc.start + 1].hex()}); save it as UTF-8") \
+            from None
+    if "\0" in text:
+        raise fail(f"row {text[:text.index(chr(0))].count(chr(10)) + 1}: a NUL byte; a price table is text")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # a field over csv's limit (128 KB), a bad quote...
+        raise fail(f"row {reader.reader.line_num}: not CSV ({exc})") from None
+    missing = [c for c in ("gpu", "usd_per_gpu_hour") if c not in (reader.fieldnames or ())]
+    if missing:
+        raise fail(f"row 1: no column {' or '.join(missing)}; the header is gpu,usd_per_gpu_hour,as_of,source")
     out = {}
     for i, row in enumerate(rows, start=2):
+        raw = row.get("usd_per_gpu_hour")
         try:
-            usd = float(row["usd_per_gpu_hour"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{path}: line {i}: usd_per_gpu_hour={row.get('usd_per_gpu_hour')!r} is not a number")
-        if not 0 < usd <= MAX_GPU_HOUR_USD:
-            raise ValueError(f"{path}: line {i}: usd_per_gpu_hour={usd!r} is out of range; allowed > 0 to "
-                             f"{MAX_GPU_HOUR_USD:g}")
+            usd = float(str(raw).strip()) if isinstance(raw, str) else math.nan
+        except ValueError:
+            raise fail(f"row {i}: usd_per_gpu_hour={_cell(raw)} is not a number; allowed > 0 to "
+                       f"{MAX_GPU_HOUR_USD:g}") from None
+        if not (math.isfinite(usd) and 0 < usd <= MAX_GPU_HOUR_USD):
+            what = "is out of range" if math.isfinite(usd) else "is not a finite number"
+            raise fail(f"row {i}: usd_per_gpu_hour={_cell(raw)} {what}; allowed > 0 to {MAX_GPU_HOUR_USD:g}")
         gpu = (row.get("gpu") or "").strip()
-        out[gpu] = GpuPrice(gpu, usd, (row.get("as_of") or "").strip(), (row.get("source") or "").strip())
+        if not gpu:
+            raise fail(f"row {i}: gpu is empty; give a GPU preset name, e.g. h100-sxm")
+        out[gpu] = GpuPrice(gpu, usd, str(row.get("as_of") or "").strip()[:MAX_SHOWN],
+                            str(row.get("source") or "").strip()[:1000])
     return out
 
 
@@ -65,9 +121,24 @@ def _table(path: str) -> dict[str, GpuPrice]:
     return _read(Path(path))
 
 
+def table_path() -> Path:
+    """The price table in use: ``BATCHING_GPU_PRICES``, else the shipped one."""
+    return Path(os.environ.get(PRICES_ENV) or str(PRICES_FILE))
+
+
 def price_table() -> dict[str, GpuPrice]:
-    """The default $ per GPU-hour of each GPU preset (``BATCHING_GPU_PRICES`` or the shipped table)."""
-    return _table(os.environ.get(PRICES_ENV) or str(PRICES_FILE))
+    """The default $ per GPU-hour of each GPU preset (``BATCHING_GPU_PRICES`` or the shipped table); a
+    PriceTableError (a ValueError of one line naming the file and row) when it cannot be read."""
+    return _table(str(table_path()))
+
+
+def table_problem() -> str | None:
+    """Why the price table cannot be read (``price_table``'s error), or None."""
+    try:
+        price_table()
+    except PriceTableError as exc:
+        return str(exc)
+    return None
 
 
 def default_gpu_hour_usd(gpu: str) -> float:
@@ -82,6 +153,22 @@ def price_note(gpu: str) -> str:
     """Where a default price comes from, for captions: '$2.69/GPU-h (RunPod ..., as of 2026-03-10)'."""
     p = price_table()[gpu]
     return f"${p.usd_per_gpu_hour:g}/GPU-h, {p.gpu} default as of {p.as_of}"
+
+
+def input_start(gpu: str | None) -> tuple[float, str | None]:
+    """Where a page's price input for ``gpu`` starts, and why when that is not the price table's own row: the table
+    cannot be read or has no row for the GPU (None: a custom GPU). Then there is no default price; the input starts
+    at the shipped table's row for the GPU (or for h100-sxm), cited, to be replaced by the user's own."""
+    problem = table_problem()
+    if problem is None and gpu in price_table():
+        return price_table()[gpu].usd_per_gpu_hour, None
+    shipped = _table(str(PRICES_FILE))
+    start = gpu if gpu in shipped else "h100-sxm"
+    p = shipped[start]
+    why = problem if problem is not None else (
+        f"{_where(table_path())} has no row for {gpu}" if gpu is not None else "a custom GPU is not in the price table")
+    return p.usd_per_gpu_hour, (f"no default price ({why}); the input starts at the shipped table's {start} price, "
+                                f"${p.usd_per_gpu_hour:g}/GPU-h as of {p.as_of}: enter your own")
 
 
 def check_price(gpu_hour_usd: float, name: str = "gpu_hour_usd") -> float:

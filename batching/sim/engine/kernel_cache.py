@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import stat
 import sys
 import tarfile
 import tempfile
@@ -65,7 +66,8 @@ def _writable(path: Path) -> bool:
 
 def cache_dir() -> Path:
     """NUMBA_CACHE_DIR/<digest> if set; else the package's __pycache__, or the user cache
-    directory when the package is read-only."""
+    directory when the package is read-only, or a private folder of the temporary directory (``private_temp_dir``)
+    when that cannot be written either."""
     digest = f"kernels-{sources_digest()}"
     user = os.environ.get("NUMBA_CACHE_DIR")
     if user:
@@ -75,7 +77,44 @@ def cache_dir() -> Path:
         return local
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     fallback = base / "batching-explorer" / digest
-    return fallback if _writable(fallback) else Path(tempfile.gettempdir()) / "batching-explorer" / digest
+    return fallback if _writable(fallback) else private_temp_dir() / digest
+
+
+def _uid() -> int | None:
+    return os.getuid() if hasattr(os, "getuid") else None
+
+
+def is_private(path: Path) -> bool:
+    """Whether ``path`` is a real folder (not a symlink) owned by the current user that no one else can write in.
+    Numba's cache holds pickled objects that are loaded back, so a folder another local user could write in (or
+    had created first) could feed this process code."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_mode & 0o022:
+        return False
+    return _uid() is None or st.st_uid == _uid()
+
+
+def private_temp_dir() -> Path:
+    """The last resort when neither the package nor the user's cache folder can be written: a folder of the
+    temporary directory that only the current user owns and can write in, ``batching-explorer-<uid>`` (created
+    0700). When that name is taken by a folder that is not private (``is_private``: another user's, a symlink,
+    writable by others), it is left alone and a fresh private folder is made for this process (mkdtemp: 0700),
+    so the kernels compile again rather than load from a folder someone else could have seeded."""
+    tmp = Path(tempfile.gettempdir())
+    uid = _uid()
+    shared = tmp / f"batching-explorer-{uid if uid is not None else 'user'}"
+    try:
+        shared.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="batching-explorer-", dir=tmp))
+    if is_private(shared):
+        return shared
+    return Path(tempfile.mkdtemp(prefix=f"{shared.name}-", dir=tmp))
 
 
 class PackageLocator(caching.UserProvidedCacheLocator):

@@ -13,6 +13,7 @@ and in docs/CALIBRATION.md ("Engine profiles"). ``to_dict`` / ``from_dict`` writ
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -166,6 +167,10 @@ def parse_profile(data: bytes) -> EngineProfile:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"not JSON ({e})") from None
+    except RecursionError:  # arrays or objects nested thousands deep: the decoder's stack, not a profile
+        raise ValueError("not valid JSON: arrays or objects nested too deeply") from None
+    except ValueError:  # Python's guard against integer literals of more than 4,300 digits
+        raise ValueError(f"not valid JSON: a number has more than {sys.get_int_max_str_digits():,} digits") from None
     try:
         return EngineProfile.from_dict(doc)
     except (ValueError, TypeError) as e:
