@@ -14,7 +14,8 @@ from batching.charts.export import scenario_caption
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
 from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, class_names,
-                                       default_price, default_price_note, gpu_name, rate_unit)
+                                       default_price, default_price_note, gpu_name, headroom_note, own_profile,
+                                       rate_unit)
 from batching.sim.hardware.specs import DEFAULT_GPU, GPUS_PER_NODE
 from batching.studies.pricing import DEFAULT_HEADROOM, default_gpu_hour_usd
 from batching.studies import disagg_capacity as dc
@@ -56,6 +57,11 @@ COLUMNS = {  # CapacityResult field -> (header with unit, tooltip, format)
     "usd_per_million_output_tokens_at_capacity": ("$ per M output tokens at capacity", "One node at its rate per "
                                                   "node, no headroom: the floor the price nears as traffic fills "
                                                   "whole nodes.", "$%.3f"),
+    "margin": ("Margin (% of capacity used)", "The target / the capacity of the nodes needed (each at its rate per "
+               "node): the share of the fleet's capacity the target uses; the rest is room to grow (the headroom "
+               "included).", "%.0f %%"),
+    "output_tok_s_per_gpu": ("Output tok/s per GPU", "Output tokens per second per GPU at the rate per node: rate × "
+                             "mean output tokens / GPUs.", "%.0f"),
     "rates_tried": ("Rates simulated", "Request rates the search simulated (one run each).", "%d"),
 }
 
@@ -241,6 +247,8 @@ def _frame(plan: CapacityPlan) -> pd.DataFrame:
                 v = v if v is not None else "none (node at capacity)"
             elif v is None:
                 v = float("nan")
+            elif key == "margin":
+                v = 100 * v
             row[header] = v
         rows[name] = row
     return pd.DataFrame.from_dict(rows, orient="index")
@@ -314,10 +322,7 @@ def _results(plan: CapacityPlan) -> None:
             config[header] = st.column_config.NumberColumn(header, help=tip, format=fmt)
     st.dataframe(df, column_config=config, width="stretch")
     launch_expander({n: base.with_policy(PRESETS[n]) for n in plan.results if n in PRESETS})
-    room = (f" Nodes and the cost at the target include a headroom of {plan.headroom:g}× for the cost model's known "
-            f"error (its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}–{TPOT_UNDERESTIMATE[1] * 100:.0f} % below "
-            "published vLLM and SGLang runs); the rate per node is the simulator's own." if plan.headroom != 1.0 else
-            " Nodes and cost use the simulator's rate as it is (headroom 1).")
+    room = f" {headroom_note(plan.headroom, own_profile(base))} The rate per node is the simulator's own."
     where = report.price_source(plan)
     if default_price(base) is None:  # a custom GPU: the price table has no row for it
         where = (f" ({default_price_note(base)}: the input starts at the {DEFAULT_GPU} default, "

@@ -17,8 +17,8 @@ from batching.sim.hardware.specs import GPUS, GPUS_PER_NODE, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.pricing import default_gpu_hour_usd, price_note
-from batching.studies.search import (AGG_TPS, COST_NOTE, LATENCY_NOTE, SERVING, Grid, parse_knobs, router_note,
-                                     search)
+from batching.studies.search import (AGG_TPS, COST_NOTE, LATENCY_NOTE, MARGIN_NOTE, SERVING, Grid, parse_knobs,
+                                     router_note, search)
 from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
@@ -183,7 +183,10 @@ def _table(configs: list[dict], target: float) -> pd.DataFrame:
             "Policy": c["policy"],
             "Knobs": ", ".join(f"{k}={v:g}" for k, v in c["knobs"].items()) or "preset's",
             "Rate per copy (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": nodes_text(c),
-            "$ per M output tokens": c["usd_per_million_output_tokens"], "P99 TTFT (s)": c["ttft_p99_s"],
+            "$ per M output tokens": c["usd_per_million_output_tokens"],
+            "Margin (% of capacity used)": None if c.get("margin") is None else 100 * c["margin"],
+            "$ per M at capacity": c.get("usd_per_million_output_tokens_at_capacity"),
+            "Output tok/s per GPU": c.get("output_tok_s_per_gpu"), "P99 TTFT (s)": c["ttft_p99_s"],
             "P99 TPOT (ms)": c["tpot_p99_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
             "Pareto": "yes" if c["pareto"] else "",
             "Calibrated": "yes" if c.get("calibrated", True) else "no",
@@ -332,11 +335,20 @@ def _results(res: dict, slo_text: str) -> None:
         launch_expander(best.get("launch"))
         cfg = {"Rate per copy (req/s)": st.column_config.NumberColumn(format="%.3g"),
                "$ per M output tokens": st.column_config.NumberColumn(format="$%.3f"),
+               "Margin (% of capacity used)": st.column_config.NumberColumn(
+                   format="%.0f %%", help="The target / the capacity of the fleet deployed: the share of it the "
+                                          "target uses."),
+               "$ per M at capacity": st.column_config.NumberColumn(
+                   format="$%.3f", help="One copy at its highest rate within the SLOs, no headroom."),
+               "Output tok/s per GPU": st.column_config.NumberColumn(format="%.0f", help="At that rate."),
                "P99 TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
                "P99 TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
         st.dataframe(_table(ok, target), column_config=cfg, hide_index=True, width="stretch")
+        if res.get("rounding_note"):
+            st.warning(plain(res["rounding_note"]), icon=":material/calculate:")
         st.caption(f"{router_note(res.get('router', 'least-outstanding'), res.get('fleet_top', 3))} {COST_NOTE} "
-                   f"{LATENCY_NOTE} The binding SLO is the one most requests miss at the first rate that fails.")
+                   f"{LATENCY_NOTE} {MARGIN_NOTE} {plain(res.get('headroom_note') or '')} The binding SLO is the one "
+                   "most requests miss at the first rate that fails.")
         bests = [(k, b) for key, k in (("best_by_gpu", "gpu"), ("best_by_serving", "serving"))
                  if len(res.get(key) or []) > 1 for b in res[key]]
         if bests:
@@ -356,7 +368,7 @@ def _results(res: dict, slo_text: str) -> None:
                        f"{plain(', '.join(labels[:3]))}{', ...' if len(labels) > 3 else ''}): {plain(why)}.")
         widgets.chart(pareto_chart(res["configs"], pick), "Each point is a configuration at its highest rate "
                       "within the SLOs: lower is cheaper, further left is faster. Coloured points are the Pareto "
-                      "front: none is beaten on cost, P99 TTFT and P99 TPOT at once.",
+                      "front: none is beaten on cost, P99 TTFT, P99 TPOT and the fleet's capacity at once.",
                       charts.slug("search", "pareto"), scenario_line=configs_caption(res["configs"], scenario))
     with st.expander(f"Why not the others ({len(res['skipped'])} skipped, {len(res['pruned'])} pruned, "
                      f"{len(res['failed'])} failed)", expanded=not ok):

@@ -10,7 +10,7 @@ from pathlib import Path
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, arrivals_text,
                                build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
 from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names,
-                                       default_price, default_price_note)
+                                       default_price, default_price_note, headroom_note, own_profile)
 from batching.studies.pricing import DEFAULT_HEADROOM, MAX_GPU_HOUR_USD, PRICES_ENV
 from batching.sim.hardware.specs import GPUS_PER_NODE
 from batching.charts.formatting import shown
@@ -88,8 +88,8 @@ def cmd_capacity(args) -> int:
     price_source = "given (--gpu-hour-usd)" if args.gpu_hour_usd is not None else \
         (f"default: {default_price_note(sc)}" if usd is not None else f"{default_price_note(sc)} with --gpu-hour-usd")
     print(f"{'price':32s} {price_source}")
-    print(f"{'headroom':32s} {args.headroom:g}x on the nodes and $ at the target"
-          f"{' (default)' if args.headroom == DEFAULT_HEADROOM else ''}; $ at capacity: one copy at the rate found")
+    print(f"{'headroom':32s} {headroom_note(args.headroom, own_profile(sc))} $ at capacity: one copy at the rate "
+          "found, no headroom")
     if arrivals_text(sc.workload):  # the search rescales the whole process: its shape stays, its mean rate moves
         closed = getattr(sc.workload, "concurrency", None) is not None
         print(f"{'arrivals':32s} " + ("closed-loop clients: the highest concurrency within the SLOs, searched (max_rate_"
@@ -98,7 +98,9 @@ def cmd_capacity(args) -> int:
     d["gpu_hour_usd_source"] = "given" if args.gpu_hour_usd is not None else \
         (f"default: {default_price_note(sc)}" if usd is not None else "none")
     for k, v in d.items():
-        if k not in ("by_priority", "gpu_hour_usd_source"):
+        if k == "margin" and v is not None:
+            print(f"{k:32s} {v * 100:.1f} % (the share of the fleet's capacity the target uses)")
+        elif k not in ("by_priority", "gpu_hour_usd_source"):
             print(f"{k:32s} {fmt(v) if v is not None else '-'}")
     where = "at the rate found" if res.max_rate_req_s > 0 else "at the lowest rate tried (none met the SLOs)"
     if res.max_concurrency is not None:

@@ -54,6 +54,36 @@ HEADROOM_RANGE = tuple(round(1.0 / (1.0 - e), 2) for e in TPOT_UNDERESTIMATE)  #
 # the one headroom default of every surface is pricing.DEFAULT_HEADROOM (1.25, the middle of the range)
 HEADROOM_LIMITS = (1.0, 3.0)  # 1 = trust the simulator
 
+
+def headroom_note(headroom: float, own_profile: str | None = None) -> str:
+    """One sentence for every plan that uses the headroom: that it applies, its value, and where the default comes
+    from. ``own_profile``: the name of an engine profile the user gave (a ``calibrate --fit`` output, an upload): the
+    default was sized for the stock profiles' error, which a fit to a measured run has already removed."""
+    h = check_headroom(headroom)
+    if h == 1:
+        return "Headroom 1× (none): nodes are planned for the simulated rate as it stands."
+    text = (f"Headroom {h:g}× applies: nodes, and the $ at the target, are planned for {h:g}× the target traffic")
+    if h != DEFAULT_HEADROOM:
+        return text + "."
+    text += (f" (the default, for the stock cost model's known error: its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}-"
+             f"{TPOT_UNDERESTIMATE[1] * 100:.0f} % below published vLLM and SGLang runs, docs/CALIBRATION.md)")
+    if own_profile:
+        text += (f"; the engine profile {own_profile!r} is your own (e.g. fitted by calibrate --fit), so that error may "
+                 "already be gone: give the fit's remaining error as the headroom (1 for none)")
+    return text + "."
+
+
+def own_profile(scenario: Scenario) -> str | None:
+    """The name of the scenario's engine profile when the user gave it (``--profile FILE``, an upload), None for a
+    stock engine."""
+    from batching.sim.hardware.engines import ENGINES
+
+    eng = scenario.engine
+    if isinstance(eng, str) or any(eng == p for p in ENGINES.values()):
+        return None
+    return scenario.profile.name
+
+
 PerClass = float | tuple[float, ...] | None
 
 
@@ -357,7 +387,7 @@ def mean_output_tokens(scenario: Scenario) -> float:
 
 PRICE_FIELDS = ("nodes_needed", "usd_per_hour", "usd_per_million_output_tokens",
                 "usd_per_million_output_tokens_at_capacity", "mean_output_tokens", "headroom", "gpu_hour_usd",
-                "target_rate_req_s")
+                "target_rate_req_s", "fleet_capacity_req_s", "margin", "output_tok_s_per_gpu")
 
 
 def plan_price(scenario: Scenario, rate_req_s: float, target_rate_req_s: float | None, gpu_hour_usd: float | None,
@@ -386,6 +416,10 @@ def plan_price(scenario: Scenario, rate_req_s: float, target_rate_req_s: float |
                     "usd_per_million_output_tokens": p.usd_per_million_output_tokens}
     elif target is not None:  # nodes without a price: the same count pricing.price makes
         out["nodes_needed"] = math.ceil(pricing.copies_needed(target, rate_req_s, headroom) * gpus / per_node - 1e-9)
+    out["output_tok_s_per_gpu"] = rate_req_s * mean_out / gpus  # at capacity
+    if out["nodes_needed"] is not None:  # every copy the whole nodes hold, each at the rate found
+        out["fleet_capacity_req_s"] = (out["nodes_needed"] * per_node // gpus) * rate_req_s
+        out["margin"] = target / out["fleet_capacity_req_s"]  # the share of it the target uses
     return out
 
 
@@ -411,6 +445,11 @@ class CapacityResult:
     # closed-loop clients: the highest concurrency within the SLOs (0: not even one client), max_rate_req_s the
     # requests/s those clients send; None for an open loop's rate search
     max_concurrency: int | None = None
+    # the fleet for the target (every copy its whole nodes hold at max_rate_req_s), the share of it the target uses,
+    # and output tokens/s per GPU at max_rate_req_s (``plan_price``)
+    fleet_capacity_req_s: float | None = None
+    margin: float | None = None
+    output_tok_s_per_gpu: float | None = None
 
     @property
     def rates_tried(self) -> int:
@@ -432,6 +471,8 @@ class CapacityResult:
                 "nodes_needed": self.nodes_needed, "usd_per_hour": self.usd_per_hour,
                 "usd_per_million_output_tokens": self.usd_per_million_output_tokens,
                 "usd_per_million_output_tokens_at_capacity": self.usd_per_million_output_tokens_at_capacity,
+                "fleet_capacity_req_s": self.fleet_capacity_req_s, "margin": self.margin,
+                "output_tok_s_per_gpu": self.output_tok_s_per_gpu,
                 "mean_output_tokens": self.mean_output_tokens, "headroom": self.headroom,
                 "gpu_hour_usd": self.gpu_hour_usd, "by_priority": self.by_priority} | (
                    {} if self.max_concurrency is None else {"max_concurrency": self.max_concurrency})
