@@ -17,8 +17,8 @@ from batching.sim.hardware.specs import GPUS, GPUS_PER_NODE, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.pricing import default_gpu_hour_usd, price_note
-from batching.studies.search import (AGG_TPS, COST_NOTE, LATENCY_NOTE, MARGIN_NOTE, SERVING, Grid, parse_knobs,
-                                     router_note, search)
+from batching.studies.search import (AGG_TPS, COST_NOTE, LATENCY_NOTE, MARGIN_NOTE, SERVING, Grid, chosen_sentence,
+                                     parse_knobs, router_note, search)
 from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
@@ -294,16 +294,6 @@ def search_view(base: Scenario) -> None:
     _results(last[1], last[2])
 
 
-def _fleet_sentence(c: dict) -> str:
-    """' (checked: a fleet of 3 behind least-outstanding met the SLOs, P99 TTFT 0.75 s)', or why not."""
-    if not c.get("fleet_checked"):
-        return " (perfect load balancing assumed: not simulated as a fleet)"
-    if c.get("fleet_verified"):
-        return (f" (checked: a fleet of {c['nodes_needed']} behind {plain(c['router'])} met the SLOs at the target, "
-                f"P99 TTFT {c['fleet_ttft_p99_s']:,.3f} s, P99 TPOT {c['fleet_tpot_p99_s'] * 1e3:,.1f} ms)")
-    return f" at least (not verified: {plain(c['fleet_note'] or 'the fleet missed the SLOs')})"
-
-
 def _results(res: dict, slo_text: str) -> None:
     target = res["target_rate_req_s"]
     ok = [c for c in res["configs"] if c["meets_slo"]]
@@ -319,10 +309,7 @@ def _results(res: dict, slo_text: str) -> None:
                             key="search_chosen", help="The cheapest by default; the chart marks it.")
         pick = pick if pick is not None and pick < len(ok) else 0
         best = ok[pick]
-        st.info(f"**{plain(best['label'])}**: {best['max_rate_req_s']:,.3g} req/s per copy within the SLOs, "
-                f"{best['nodes_needed']} node(s) for {target:,.4g} req/s{_fleet_sentence(best)}, "
-                f"${best['usd_per_million_output_tokens']:,.3f} per million output tokens; P99 TTFT "
-                f"{best['ttft_p99_s']:,.3f} s, P99 TPOT {best['tpot_p99_s'] * 1e3:,.1f} ms at that rate.",
+        st.info(f"**{plain(best['label'])}**: {plain(chosen_sentence(best, target, res['headroom']))}",
                 icon=":material/dns:")
         if best.get("split") is None:
             st.page_link(nav.EXPLORE.path, label=f"Open {best['label']} on Explore", icon=":material/open_in_new:",

@@ -27,8 +27,8 @@ from batching.studies.capacity import HEADROOM_LIMITS, class_names, headroom_not
 from batching.studies.pricing import DEFAULT_HEADROOM, price_table
 from batching.studies.launch import with_launch
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
-                                     ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, AGG_TPS, Grid, parse_knobs,
-                                     search)
+                                     ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, AGG_TPS, Grid, chosen_sentence,
+                                     parse_knobs, search)
 
 MAX_TARGET_RATE_REQ_S = 1e9
 CUSTOM_GPU = "custom"  # the grid's name for the GPU of --gpu-json
@@ -325,6 +325,9 @@ def _print(res: dict, slo_text: str) -> None:
               f"{_ms(c['ttft_p99_s']):>10} {_ms(c['tpot_p99_s']):>9}  {c['binding_slo'] or '-':7s}  "
               f"{'*' if c['pareto'] else ' ':6s}  {fleet_text(c)}"
               + ("" if c.get("calibrated", True) else "  (not calibrated)"))
+    best = next((r for r in res["configs"] if r["meets_slo"]), None)
+    if best is not None:
+        print(f"best: {best['label']}: {chosen_sentence(best, res['target_rate_req_s'], res['headroom'])}")
     if res.get("rounding_note"):
         print(f"rounding: {res['rounding_note']}")
     uncal: dict[str, list[str]] = {}

@@ -1046,6 +1046,35 @@ def rounding_note(good: Sequence[dict]) -> str | None:
             "traffic grows the order can turn.")
 
 
+def _p(x: float | None, scale: float, unit: str, digits: str) -> str:
+    return "n/a" if x is None else f"{x * scale:{digits}} {unit}"
+
+
+def chosen_sentence(c: dict, target_rate_req_s: float, headroom: float) -> str:
+    """A row in plain words, each latency said where it was read: the capacity per copy, the nodes and cost for the
+    target, the fleet check (the whole fleet at target x headroom) and the P99s of one copy at its share of the
+    target (target / copies, perfect balance)."""
+    n = c["nodes_needed"]
+    text = (f"{c['max_rate_req_s']:,.3g} req/s per copy within the SLOs; {n} node{'s' if n != 1 else ''} for "
+            f"{target_rate_req_s:,.4g} req/s, ${c['usd_per_million_output_tokens']:,.3f} per million output tokens")
+    if c.get("fleet_checked"):
+        rate_all = target_rate_req_s * headroom
+        how = "met" if c.get("fleet_verified") else "still missed"
+        tried = c.get("fleet_nodes_tried") or []
+        text += (f". Fleet check: {tried[-1]['nodes'] if tried else n} nodes behind {c['router']} {how} the SLOs at {rate_all:,.4g} req/s (the target × {headroom:g} "
+                 f"headroom), the whole fleet's P99 TTFT {_p(c.get('fleet_ttft_p99_s'), 1, 's', ',.3f')} and P99 "
+                 f"TPOT {_p(c.get('fleet_tpot_p99_s'), 1e3, 'ms', ',.1f')} there")
+    else:
+        text += " (perfect load balancing assumed: not simulated as a fleet)"
+    per_copy = c.get("rate_per_copy_at_target_req_s")
+    if per_copy:
+        copies = round(target_rate_req_s / per_copy)
+        text += (f". At the target without headroom, one copy carrying {per_copy:,.3g} req/s (the target / {copies:,} "
+                 f"cop{'y' if copies == 1 else 'ies'}, perfect balance): P99 TTFT {_p(c.get('ttft_p99_s'), 1, 's', ',.3f')}"
+                 f", P99 TPOT {_p(c.get('tpot_p99_s'), 1e3, 'ms', ',.1f')}")
+    return text + "."
+
+
 def best_per(good: Sequence[dict], key: str, values: Sequence[str], ledger: Ledger) -> list[dict]:
     """The best row of each value of ``key`` (a GPU, or a serving mode) with why it lost to the overall best; a
     value without a row says why (nothing fits, nothing meets the SLOs, or every configuration failed)."""
