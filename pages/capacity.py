@@ -13,9 +13,9 @@ from batching.charts import planning as cp
 from batching.charts.export import scenario_caption
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, class_names,
-                                       default_price, default_price_note, gpu_name, headroom_note, own_profile,
-                                       rate_unit)
+from batching.studies.capacity import (ATTAINMENT_DEFAULT, HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE,
+                                       class_names, default_price, default_price_note, gpu_name, headroom_note,
+                                       own_profile, rate_unit, tail_key, tail_label)
 from batching.sim.hardware.specs import DEFAULT_GPU, GPUS_PER_NODE
 from batching.studies.pricing import DEFAULT_HEADROOM, default_gpu_hour_usd
 from batching.studies import disagg_capacity as dc
@@ -273,15 +273,30 @@ def _slo_cell(targets: dict) -> str:
     return ", ".join(parts)
 
 
+def class_columns(attainment: float) -> dict:
+    """CLASS_COLUMNS with the tail at the percentile the attainment target reads (P90 for 0.9; P99 by default)."""
+    if attainment == ATTAINMENT_DEFAULT:
+        return CLASS_COLUMNS
+    tail = tail_label(attainment)
+    out = {}
+    for key, (header, factor, fmt, tip) in CLASS_COLUMNS.items():
+        if key.endswith("_p99_s"):
+            key, header = tail_key(key[:4], attainment), header.replace("P99", tail)
+            tip = tip.replace("99th percentile", f"{tail} ({attainment * 100:.4g}th percentile)")
+        out[key] = (header, factor, fmt, tip)
+    return out
+
+
 def class_frame(plan: CapacityPlan) -> pd.DataFrame:
-    """One row per policy and class: the rate read, the class's SLOs, attainment, goodput, TTFT and TPOT."""
+    """One row per policy and class: the rate read, the class's SLOs, attainment, goodput, TTFT and TPOT (the tail
+    at the attainment target's percentile: ``class_columns``)."""
     rows = []
     for name, result in plan.results.items():
         rate = result.max_rate_req_s if result.max_rate_req_s > 0 else float(result.points["rate_req_s"].min())
         for cls in result.by_priority.values():
             row = {"Policy": name, "Class": cls["class_name"], "At rate (req/s)": rate, "SLOs": _slo_cell(cls["slo"]),
                    "Within its SLOs": "yes" if cls.get("meets_slo") else "no"}
-            for key, (header, factor, _, _) in CLASS_COLUMNS.items():
+            for key, (header, factor, _, _) in class_columns(plan.slo.attainment).items():
                 row[header] = cls[key] * factor
             rows.append(row)
     return pd.DataFrame(rows)
@@ -340,12 +355,12 @@ def _results(plan: CapacityPlan) -> None:
     if len(names) > 1:
         st.markdown("**Per class at each policy's rate**")
         cfg = {h: st.column_config.NumberColumn(h, help=tip, format=fmt)
-               for h, _, fmt, tip in CLASS_COLUMNS.values()}
+               for h, _, fmt, tip in class_columns(slo.attainment).values()}
         cfg["At rate (req/s)"] = st.column_config.NumberColumn("At rate (req/s)", format="%.3g",
                                                                help="The policy's rate per node (or, when no rate "
                                                                     "met the SLOs, the lowest rate tried).")
         st.dataframe(per_class, column_config=cfg, width="stretch", hide_index=True)
-        st.caption(f"Attainment and P99 TTFT and TPOT of each class at the rate in the table above, against that "
+        st.caption(f"Attainment and {tail_label(slo.attainment)} TTFT and TPOT of each class at the rate in the table above, against that "
                    f"class's own SLOs: a rate counts only if every class has {slo.attainment * 100:.3g} % of its "
                    "requests within them; the binding class is the one that falls short first.")
 

@@ -172,7 +172,9 @@ def shape_text(c: dict) -> str:
     return (f"{sp['prefill_instances']}×TP{sp['prefill_tp']} P + {sp['decode_instances']}×TP{sp['decode_tp']} D")
 
 
-def _table(configs: list[dict], target: float) -> pd.DataFrame:
+def _table(configs: list[dict], target: float, tail: str = "P99") -> pd.DataFrame:
+    """The ranked rows; their latencies at ``tail``, the percentile the attainment target reads (P90 for 0.9)."""
+    key = "p99" if tail == "P99" else "tail"
     rows = []
     for i, c in enumerate(configs):
         rows.append({
@@ -186,8 +188,8 @@ def _table(configs: list[dict], target: float) -> pd.DataFrame:
             "$ per M output tokens": c["usd_per_million_output_tokens"],
             "Margin (% of capacity used)": None if c.get("margin") is None else 100 * c["margin"],
             "$ per M at capacity": c.get("usd_per_million_output_tokens_at_capacity"),
-            "Output tok/s per GPU": c.get("output_tok_s_per_gpu"), "P99 TTFT (s)": c["ttft_p99_s"],
-            "P99 TPOT (ms)": c["tpot_p99_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
+            "Output tok/s per GPU": c.get("output_tok_s_per_gpu"), f"{tail} TTFT (s)": c[f"ttft_{key}_s"],
+            f"{tail} TPOT (ms)": c[f"tpot_{key}_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
             "Pareto": "yes" if c["pareto"] else "",
             "Calibrated": "yes" if c.get("calibrated", True) else "no",
         })
@@ -296,6 +298,7 @@ def search_view(base: Scenario) -> None:
 
 def _results(res: dict, slo_text: str) -> None:
     target = res["target_rate_req_s"]
+    tail = res.get("tail", "P99")  # the percentile the attainment target reads
     ok = [c for c in res["configs"] if c["meets_slo"]]
     st.subheader(f"Ranked by cost: {plain(slo_text)}", divider="gray")
     st.caption(f"Searched {res['searched']} of {res['grid_size']} configurations ({len(res['skipped'])} skipped, "
@@ -309,7 +312,7 @@ def _results(res: dict, slo_text: str) -> None:
                             key="search_chosen", help="The cheapest by default; the chart marks it.")
         pick = pick if pick is not None and pick < len(ok) else 0
         best = ok[pick]
-        st.info(f"**{plain(best['label'])}**: {plain(chosen_sentence(best, target, res['headroom']))}",
+        st.info(f"**{plain(best['label'])}**: {plain(chosen_sentence(best, target, res['headroom'], tail))}",
                 icon=":material/dns:")
         if best.get("split") is None:
             st.page_link(nav.EXPLORE.path, label=f"Open {best['label']} on Explore", icon=":material/open_in_new:",
@@ -328,9 +331,9 @@ def _results(res: dict, slo_text: str) -> None:
                "$ per M at capacity": st.column_config.NumberColumn(
                    format="$%.3f", help="One copy at its highest rate within the SLOs, no headroom."),
                "Output tok/s per GPU": st.column_config.NumberColumn(format="%.0f", help="At that rate."),
-               "P99 TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
-               "P99 TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
-        st.dataframe(_table(ok, target), column_config=cfg, hide_index=True, width="stretch")
+               f"{tail} TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
+               f"{tail} TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
+        st.dataframe(_table(ok, target, tail), column_config=cfg, hide_index=True, width="stretch")
         if res.get("rounding_note"):
             st.warning(plain(res["rounding_note"]), icon=":material/calculate:")
         st.caption(f"{router_note(res.get('router', 'least-outstanding'), res.get('fleet_top', 3))} {COST_NOTE} "

@@ -309,10 +309,13 @@ def _print(res: dict, slo_text: str) -> None:
     print(f"target: {fmt(res['target_rate_req_s'])} req/s, {res['mean_output_tokens']:,.0f} output tokens per "
           f"request on average; {res['num_gpus_per_node']} GPUs per node")
     print(f"headroom: {res.get('headroom_note') or headroom_note(res['headroom'])}")
-    print("P99 TTFT and TPOT at the target traffic (each copy carrying target / copies); ranked by cost, then by the "
-          "fleet's capacity (more first), then by them; margin: the share of the fleet's capacity the target uses")
+    tail = res.get("tail", "P99")  # the percentile the attainment target reads (P90 for --attainment 0.9)
+    key = "p99" if tail == "P99" else "tail"
+    print(f"{tail} TTFT and TPOT at the target traffic (each copy carrying target / copies); ranked by cost, then by "
+          "the fleet's capacity (more first), then by P99 TTFT and TPOT; margin: the share of the fleet's capacity "
+          "the target uses")
     head = (f"{'#':>3} {'configuration':52s} {'rate/copy':>11} {'nodes':>6} {'$/M out tok':>12} {'margin':>6} "
-            f"{'$/M at cap':>10} {'tok/s/GPU':>9} {'P99 TTFT':>10} {'P99 TPOT':>9}  binding  pareto  fleet")
+            f"{'$/M at cap':>10} {'tok/s/GPU':>9} {tail + ' TTFT':>10} {tail + ' TPOT':>9}  binding  pareto  fleet")
     print(head)
     for i, c in enumerate(r for r in res["configs"] if r["meets_slo"]):
         margin = "-" if c.get("margin") is None else f"{c['margin'] * 100:.0f} %"
@@ -322,12 +325,12 @@ def _print(res: dict, slo_text: str) -> None:
               f"{c['nodes_needed']:>6} {'$' + format(c['usd_per_million_output_tokens'], ',.3f'):>12} {margin:>6} "
               f"{'-' if at_cap is None else '$' + format(at_cap, ',.3f'):>10} "
               f"{'-' if per_gpu is None else format(per_gpu, ',.0f'):>9} "
-              f"{_ms(c['ttft_p99_s']):>10} {_ms(c['tpot_p99_s']):>9}  {c['binding_slo'] or '-':7s}  "
+              f"{_ms(c.get(f'ttft_{key}_s')):>10} {_ms(c.get(f'tpot_{key}_s')):>9}  {c['binding_slo'] or '-':7s}  "
               f"{'*' if c['pareto'] else ' ':6s}  {fleet_text(c)}"
               + ("" if c.get("calibrated", True) else "  (not calibrated)"))
     best = next((r for r in res["configs"] if r["meets_slo"]), None)
     if best is not None:
-        print(f"best: {best['label']}: {chosen_sentence(best, res['target_rate_req_s'], res['headroom'])}")
+        print(f"best: {best['label']}: {chosen_sentence(best, res['target_rate_req_s'], res['headroom'], tail)}")
     if res.get("rounding_note"):
         print(f"rounding: {res['rounding_note']}")
     uncal: dict[str, list[str]] = {}

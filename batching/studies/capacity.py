@@ -232,12 +232,24 @@ def per_class_values(text: str, high: float) -> tuple[float, ...]:
 # ---------------------------------------------------------------- one rate
 
 
+def tail_label(attainment: float) -> str:
+    """The percentile that matches an attainment target, as tables name it: 0.99 -> 'P99', 0.9 -> 'P90', 0.999 ->
+    'P99.9' (a class meets a single SLO exactly when this percentile of its latency is within it)."""
+    return f"P{attainment * 100:.4g}"
+
+
+def tail_key(name: str, attainment: float) -> str:
+    """The reading's key of ``name`` ('ttft' or 'tpot') at the attainment's percentile: ``ttft_p99_s`` at the default
+    0.99 (the summary's own P99), else ``ttft_tail_s`` (``slo_reading`` computes it at the attainment)."""
+    return f"{name}_p99_s" if attainment == ATTAINMENT_DEFAULT else f"{name}_tail_s"
+
+
 def slo_reading(res, slo: SLO) -> dict:
     """What a run (``SimResult``) gives against the SLOs: attainment overall, per SLO and per class
     (``by_priority``: each class's attainment, whether it meets ``slo.attainment``, goodput and latency
     percentiles), the lowest class attainment (``class_attainment``, what ``meets_slo`` holds to the target),
     goodput, throughput."""
-    from batching.sim.metrics import slo_mask, wall_time
+    from batching.sim.metrics import percentile, slo_mask, wall_time
 
     req = res.requests
     names = tuple(res.class_names)
@@ -247,6 +259,8 @@ def slo_reading(res, slo: SLO) -> dict:
     masks = {name: slo_mask(req, **{f"slo_{name}": slo.limits(name, k)[level]}) for name, _ in slo.items()}
     ok = np.logical_and.reduce(list(masks.values()))
     wall = wall_time(req)
+    q = slo.attainment * 100  # the percentile the attainment target reads (``tail_label``)
+    ttft_all, tpot_all = req["ttft_s"].to_numpy(float), req["tpot_s"].to_numpy(float)
     s = res.summary()
     by = {}
     for lvl, cls in enumerate(names):
@@ -260,14 +274,16 @@ def slo_reading(res, slo: SLO) -> dict:
                         "goodput_req_s": float(ok[m].sum()) / wall if wall > 0 else float("nan"),
                         "per_slo": {n: float(mask[m].mean()) for n, mask in masks.items()},
                         **{key: lat.get(key, float("nan")) for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-                                                                       "tpot_p99_s")}}
+                                                                       "tpot_p99_s")},
+                        "ttft_tail_s": percentile(ttft_all[m], q), "tpot_tail_s": percentile(tpot_all[m], q)}
     overall = float(ok.mean())
     return {"rate_req_s": res.scenario.workload.rate_req_s, "attainment": overall,
             "class_attainment": min((c["attainment"] for c in by.values()), default=overall),
             "per_slo": {n: float(mask.mean()) for n, mask in masks.items()},
             "goodput_req_s": float(ok.sum()) / wall if wall > 0 else float("nan"),
             "throughput_output_tok_s": s["throughput_output_tok_s"], "ttft_p99_s": s["ttft_p99_s"],
-            "tpot_p99_s": s["tpot_p99_s"], "offered_req_s": s["offered_req_s"],
+            "tpot_p99_s": s["tpot_p99_s"], "ttft_tail_s": percentile(ttft_all, q),
+            "tpot_tail_s": percentile(tpot_all, q), "offered_req_s": s["offered_req_s"],
             "queue_growth_req_s": s["queue_growth_req_s"], "by_priority": by}
 
 

@@ -66,7 +66,8 @@ from batching.sim.hardware.kernel_tables import calibration_status
 from batching.sim.hardware.specs import (GPU, GPUS, GPUS_PER_NODE, KV_BLOCK_TOKENS, PRECISIONS, TWO_NODE_GPUS,
                                          Deployment, Node)
 from batching.studies.capacity import (CEILING_REACH, MAX_ITER, REL_TOL, SLO, binding_of, bracket_and_bisect, capacity,
-                                       check_headroom, headroom_note, meets_slo, own_profile, slo_point, sustained)
+                                       check_headroom, headroom_note, meets_slo, own_profile, slo_point, sustained,
+                                       tail_label)
 from batching.studies.pricing import DEFAULT_HEADROOM, copies_needed, default_gpu_hour_usd, price
 
 TPS = (1, 2, 4, 8)  # within a node: an aggregated replica's, a split's instances'
@@ -424,7 +425,8 @@ def at_target(sc: Scenario, slo: SLO, rate_per_copy: float, payload: dict) -> di
     rate = float(payload["target_rate_req_s"]) / copies
     p = slo_point(sc.with_workload(sc.workload.with_rate(rate)), slo)
     return {"rate_per_copy_req_s": rate, "copies": copies, "ttft_p99_s": float(p["ttft_p99_s"]),
-            "tpot_p99_s": float(p["tpot_p99_s"]), "attainment": float(p["attainment"])}
+            "tpot_p99_s": float(p["tpot_p99_s"]), "ttft_tail_s": float(p["ttft_tail_s"]),
+            "tpot_tail_s": float(p["tpot_tail_s"]), "attainment": float(p["attainment"])}
 
 
 def search_task(payload: dict) -> dict:
@@ -525,7 +527,8 @@ def fleet_task(payload: dict) -> dict:
             ok = meets_slo(p, slo)
             tried.append({"nodes": n * npc, "meets_slo": ok, "attainment": float(p["attainment"]),
                           "sustained": sustained(p), "ttft_p99_s": float(p["ttft_p99_s"]),
-                          "tpot_p99_s": float(p["tpot_p99_s"])})
+                          "tpot_p99_s": float(p["tpot_p99_s"]), "ttft_tail_s": float(p["ttft_tail_s"]),
+                          "tpot_tail_s": float(p["tpot_tail_s"])})
             if ok:
                 break
     except ValueError as exc:  # e.g. a trace that cannot be sped up to the target: not checked, with why
@@ -855,6 +858,8 @@ def capacity_row(setup: Setup, cfg: Config, ceiling: float, out: dict, sc: Scena
         "usd_per_hour": p.usd_per_hour, "usd_per_node_hour": setup.node_usd_per_hour(cfg),
         "price": p.to_dict(), **plan_figures(setup, cfg, rate, p.nodes),
         "ttft_p99_s": t.get("ttft_p99_s"), "tpot_p99_s": t.get("tpot_p99_s"),
+        # at the percentile the attainment target reads (``capacity.tail_label``: P90 for 0.9), at the target
+        "ttft_tail_s": t.get("ttft_tail_s"), "tpot_tail_s": t.get("tpot_tail_s"),
         "attainment_at_target": t.get("attainment"), "rate_per_copy_at_target_req_s": t.get("rate_per_copy_req_s"),
         "ttft_p99_at_max_rate_s": b.get("ttft_p99_s"), "tpot_p99_at_max_rate_s": b.get("tpot_p99_s"),
         "throughput_output_tok_s": b.get("throughput_output_tok_s"),
@@ -876,7 +881,8 @@ class FleetStage:
         self.setup, self.ledger, self.rows, self.scenarios = setup, ledger, rows, scenarios
         for cfg, r in rows.items():
             r.update(nodes_needed_perfect_balance=r["nodes_needed"], fleet_checked=False, fleet_verified=None,
-                     fleet_nodes_needed=None, fleet_ttft_p99_s=None, fleet_tpot_p99_s=None, fleet_attainment=None,
+                     fleet_nodes_needed=None, fleet_ttft_p99_s=None, fleet_tpot_p99_s=None, fleet_ttft_tail_s=None,
+                     fleet_tpot_tail_s=None, fleet_attainment=None,
                      fleet_nodes_tried=[], fleet_simulations=0, fleet_note=None,
                      router=fleet_router(setup.router, scenarios[cfg].policy) if cfg.split is None
                      else "disaggregated")
@@ -910,6 +916,7 @@ class FleetStage:
             return
         last = out["tried"][-1]
         r.update(fleet_checked=True, fleet_ttft_p99_s=last["ttft_p99_s"], fleet_tpot_p99_s=last["tpot_p99_s"],
+                 fleet_ttft_tail_s=last.get("ttft_tail_s"), fleet_tpot_tail_s=last.get("tpot_tail_s"),
                  fleet_attainment=last["attainment"])
         if out["nodes"] is not None:
             n = int(out["nodes"])
@@ -1046,11 +1053,16 @@ def rounding_note(good: Sequence[dict]) -> str | None:
             "traffic grows the order can turn.")
 
 
+def _tail(tail: str, name: str) -> str:
+    """A row's key of ``name`` at the percentile ``tail`` names: '..._p99_s' for P99, '..._tail_s' otherwise."""
+    return f"{name}_p99_s" if tail == "P99" else f"{name}_tail_s"
+
+
 def _p(x: float | None, scale: float, unit: str, digits: str) -> str:
     return "n/a" if x is None else f"{x * scale:{digits}} {unit}"
 
 
-def chosen_sentence(c: dict, target_rate_req_s: float, headroom: float) -> str:
+def chosen_sentence(c: dict, target_rate_req_s: float, headroom: float, tail: str = "P99") -> str:
     """A row in plain words, each latency said where it was read: the capacity per copy, the nodes and cost for the
     target, the fleet check (the whole fleet at target x headroom) and the P99s of one copy at its share of the
     target (target / copies, perfect balance)."""
@@ -1062,16 +1074,17 @@ def chosen_sentence(c: dict, target_rate_req_s: float, headroom: float) -> str:
         how = "met" if c.get("fleet_verified") else "still missed"
         tried = c.get("fleet_nodes_tried") or []
         text += (f". Fleet check: {tried[-1]['nodes'] if tried else n} nodes behind {c['router']} {how} the SLOs at {rate_all:,.4g} req/s (the target × {headroom:g} "
-                 f"headroom), the whole fleet's P99 TTFT {_p(c.get('fleet_ttft_p99_s'), 1, 's', ',.3f')} and P99 "
-                 f"TPOT {_p(c.get('fleet_tpot_p99_s'), 1e3, 'ms', ',.1f')} there")
+                 f"headroom), the whole fleet's {tail} TTFT {_p(c.get(_tail(tail, 'fleet_ttft')), 1, 's', ',.3f')} "
+                 f"and {tail} TPOT {_p(c.get(_tail(tail, 'fleet_tpot')), 1e3, 'ms', ',.1f')} there")
     else:
         text += " (perfect load balancing assumed: not simulated as a fleet)"
     per_copy = c.get("rate_per_copy_at_target_req_s")
     if per_copy:
         copies = round(target_rate_req_s / per_copy)
         text += (f". At the target without headroom, one copy carrying {per_copy:,.3g} req/s (the target / {copies:,} "
-                 f"cop{'y' if copies == 1 else 'ies'}, perfect balance): P99 TTFT {_p(c.get('ttft_p99_s'), 1, 's', ',.3f')}"
-                 f", P99 TPOT {_p(c.get('tpot_p99_s'), 1e3, 'ms', ',.1f')}")
+                 f"cop{'y' if copies == 1 else 'ies'}, perfect balance): {tail} TTFT "
+                 f"{_p(c.get(_tail(tail, 'ttft')), 1, 's', ',.3f')}, {tail} TPOT "
+                 f"{_p(c.get(_tail(tail, 'tpot')), 1e3, 'ms', ',.1f')}")
     return text + "."
 
 
@@ -1203,4 +1216,5 @@ def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Map
         "notes": [router_note(router, fleet_top), COST_NOTE, LATENCY_NOTE, MARGIN_NOTE],
         "rounding_note": rounding_note(good),
         "headroom_note": headroom_note(headroom, own_profile(base)),
+        "tail": tail_label(slo.attainment),  # the percentile the tables show: the attainment target's
     }
