@@ -360,8 +360,8 @@ def _results(plan: CapacityPlan) -> None:
                                                                help="The policy's rate per node (or, when no rate "
                                                                     "met the SLOs, the lowest rate tried).")
         st.dataframe(per_class, column_config=cfg, width="stretch", hide_index=True)
-        st.caption(f"Attainment and {tail_label(slo.attainment)} TTFT and TPOT of each class at the rate in the table above, against that "
-                   f"class's own SLOs: a rate counts only if every class has {slo.attainment * 100:.3g} % of its "
+        st.caption(f"Attainment and {tail_label(slo.attainment)} TTFT and TPOT of each class at the rate in the table "
+                   f"above, against that class's own SLOs: a rate counts only if every class has {slo.attainment * 100:.3g} % of its "
                    "requests within them; the binding class is the one that falls short first.")
 
     name = charts.slug("capacity", report.scenario_slug(base, rate=False))

@@ -68,8 +68,8 @@ def headroom_note(headroom: float, own_profile: str | None = None) -> str:
     text += (f" (the default, for the stock cost model's known error: its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}-"
              f"{TPOT_UNDERESTIMATE[1] * 100:.0f} % below published vLLM and SGLang runs, docs/CALIBRATION.md)")
     if own_profile:
-        text += (f"; the engine profile {own_profile!r} is your own (e.g. fitted by calibrate --fit), so that error may "
-                 "already be gone: give the fit's remaining error as the headroom (1 for none)")
+        text += (f"; the engine profile {own_profile!r} is your own (e.g. fitted by calibrate --fit), so that error "
+                 "may already be gone: give the fit's remaining error as the headroom (1 for none)")
     return text + "."
 
 

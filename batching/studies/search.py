@@ -1045,12 +1045,16 @@ def rounding_note(good: Sequence[dict]) -> str | None:
     a, b = top["usd_per_million_output_tokens_at_capacity"], lean["usd_per_million_output_tokens_at_capacity"]
     if lean is top or not b < a * (1 - 1e-9):
         return None
+
+    def nodes(r: dict) -> str:
+        return f"{r['nodes_needed']} node{'s' if r['nodes_needed'] != 1 else ''}"
+
     return (f"Whole-node rounding decided the ranking: {top['label']} costs least at the target "
-            f"(${top['usd_per_million_output_tokens']:,.3f} per million output tokens on {top['nodes_needed']} "
-            f"node(s), the target using {_share(top.get('margin'))} of their capacity), but {lean['label']} costs "
-            f"least at capacity (${b:,.3f} against ${a:,.3f}): at {lean['nodes_needed']} node(s) for this target "
-            f"(${lean['usd_per_million_output_tokens']:,.3f} at the target) its nodes are the less full; as the "
-            "traffic grows the order can turn.")
+            f"(${top['usd_per_million_output_tokens']:,.3f} per million output tokens on {nodes(top)}, the target "
+            f"using {_share(top.get('margin'))} of their capacity), but {lean['label']} costs least at capacity "
+            f"(${b:,.3f} against ${a:,.3f}): its {nodes(lean)} for this target "
+            f"(${lean['usd_per_million_output_tokens']:,.3f} at the target) would run at {_share(lean.get('margin'))} "
+            "of their capacity, so whole nodes, not the hardware, decided; with more traffic the order can turn.")
 
 
 def _tail(tail: str, name: str) -> str:
@@ -1073,8 +1077,8 @@ def chosen_sentence(c: dict, target_rate_req_s: float, headroom: float, tail: st
         rate_all = target_rate_req_s * headroom
         how = "met" if c.get("fleet_verified") else "still missed"
         tried = c.get("fleet_nodes_tried") or []
-        text += (f". Fleet check: {tried[-1]['nodes'] if tried else n} nodes behind {c['router']} {how} the SLOs at {rate_all:,.4g} req/s (the target × {headroom:g} "
-                 f"headroom), the whole fleet's {tail} TTFT {_p(c.get(_tail(tail, 'fleet_ttft')), 1, 's', ',.3f')} "
+        text += (f". Fleet check: {tried[-1]['nodes'] if tried else n} nodes behind {c['router']} {how} the SLOs at "
+                 f"{rate_all:,.4g} req/s (the target × {headroom:g} headroom), the whole fleet's {tail} TTFT {_p(c.get(_tail(tail, 'fleet_ttft')), 1, 's', ',.3f')} "
                  f"and {tail} TPOT {_p(c.get(_tail(tail, 'fleet_tpot')), 1e3, 'ms', ',.1f')} there")
     else:
         text += " (perfect load balancing assumed: not simulated as a fleet)"
