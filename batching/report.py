@@ -762,4 +762,6 @@ def search_export(found: Mapping, scenario: Scenario, chosen: int | None = 0) ->
         tables["left_out"] = _flat(left)
     return view_export("search", "Find a deployment", scenario,
                        {"pareto": (fig, "Cost against P99 TTFT and TPOT per configuration; the Pareto front in "
-                                        "colour.")}, tables, doc=found, notes=tuple(found.get("notes", ())))
+                                        "colour.")}, tables, doc=found,
+                       notes=tuple(found.get("notes", ())) + tuple(n for n in (found.get("headroom_note"),
+                                                                              found.get("rounding_note")) if n))

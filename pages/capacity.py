@@ -13,8 +13,9 @@ from batching.charts import planning as cp
 from batching.charts.export import scenario_caption
 from batching.sim.policy import PRESETS
 from batching.sim.simulate import Scenario
-from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, class_names,
-                                       default_price_note, gpu_name, rate_unit)
+from batching.studies.capacity import (ATTAINMENT_DEFAULT, HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE,
+                                       class_names, default_price_note, gpu_name, headroom_note,
+                                       own_profile, rate_unit, tail_key, tail_label)
 from batching.studies.capacity import page_price as default_page_price
 from batching.sim.hardware.specs import DEFAULT_GPU, GPUS_PER_NODE
 from batching.studies.pricing import DEFAULT_HEADROOM
@@ -57,6 +58,11 @@ COLUMNS = {  # CapacityResult field -> (header with unit, tooltip, format)
     "usd_per_million_output_tokens_at_capacity": ("$ per M output tokens at capacity", "One node at its rate per "
                                                   "node, no headroom: the floor the price nears as traffic fills "
                                                   "whole nodes.", "$%.3f"),
+    "margin": ("Margin (% of capacity used)", "The target / the capacity of the nodes needed (each at its rate per "
+               "node): the share of the fleet's capacity the target uses; the rest is room to grow (the headroom "
+               "included).", "%.0f %%"),
+    "output_tok_s_per_gpu": ("Output tok/s per GPU", "Output tokens per second per GPU at the rate per node: rate × "
+                             "mean output tokens / GPUs.", "%.0f"),
     "rates_tried": ("Rates simulated", "Request rates the search simulated (one run each).", "%d"),
 }
 
@@ -244,6 +250,8 @@ def _frame(plan: CapacityPlan) -> pd.DataFrame:
                 v = v if v is not None else "none (node at capacity)"
             elif v is None:
                 v = float("nan")
+            elif key == "margin":
+                v = 100 * v
             row[header] = v
         rows[name] = row
     return pd.DataFrame.from_dict(rows, orient="index")
@@ -268,15 +276,30 @@ def _slo_cell(targets: dict) -> str:
     return ", ".join(parts)
 
 
+def class_columns(attainment: float) -> dict:
+    """CLASS_COLUMNS with the tail at the percentile the attainment target reads (P90 for 0.9; P99 by default)."""
+    if attainment == ATTAINMENT_DEFAULT:
+        return CLASS_COLUMNS
+    tail = tail_label(attainment)
+    out = {}
+    for key, (header, factor, fmt, tip) in CLASS_COLUMNS.items():
+        if key.endswith("_p99_s"):
+            key, header = tail_key(key[:4], attainment), header.replace("P99", tail)
+            tip = tip.replace("99th percentile", f"{tail} ({attainment * 100:.4g}th percentile)")
+        out[key] = (header, factor, fmt, tip)
+    return out
+
+
 def class_frame(plan: CapacityPlan) -> pd.DataFrame:
-    """One row per policy and class: the rate read, the class's SLOs, attainment, goodput, TTFT and TPOT."""
+    """One row per policy and class: the rate read, the class's SLOs, attainment, goodput, TTFT and TPOT (the tail
+    at the attainment target's percentile: ``class_columns``)."""
     rows = []
     for name, result in plan.results.items():
         rate = result.max_rate_req_s if result.max_rate_req_s > 0 else float(result.points["rate_req_s"].min())
         for cls in result.by_priority.values():
             row = {"Policy": name, "Class": cls["class_name"], "At rate (req/s)": rate, "SLOs": _slo_cell(cls["slo"]),
                    "Within its SLOs": "yes" if cls.get("meets_slo") else "no"}
-            for key, (header, factor, _, _) in CLASS_COLUMNS.items():
+            for key, (header, factor, _, _) in class_columns(plan.slo.attainment).items():
                 row[header] = cls[key] * factor
             rows.append(row)
     return pd.DataFrame(rows)
@@ -317,10 +340,7 @@ def _results(plan: CapacityPlan) -> None:
             config[header] = st.column_config.NumberColumn(header, help=tip, format=fmt)
     st.dataframe(df, column_config=config, width="stretch")
     launch_expander({n: base.with_policy(PRESETS[n]) for n in plan.results if n in PRESETS})
-    room = (f" Nodes and the cost at the target include a headroom of {plan.headroom:g}× for the cost model's known "
-            f"error (its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}–{TPOT_UNDERESTIMATE[1] * 100:.0f} % below "
-            "published vLLM and SGLang runs); the rate per node is the simulator's own." if plan.headroom != 1.0 else
-            " Nodes and cost use the simulator's rate as it is (headroom 1).")
+    room = f" {headroom_note(plan.headroom, own_profile(base))} The rate per node is the simulator's own."
     where = report.price_source(plan)
     start, why = default_page_price(base, DEFAULT_GPU)
     if why is not None:  # a custom GPU, or a price table that cannot be read or has no row for the GPU
@@ -338,13 +358,13 @@ def _results(plan: CapacityPlan) -> None:
     if len(names) > 1:
         st.markdown("**Per class at each policy's rate**")
         cfg = {h: st.column_config.NumberColumn(h, help=tip, format=fmt)
-               for h, _, fmt, tip in CLASS_COLUMNS.values()}
+               for h, _, fmt, tip in class_columns(slo.attainment).values()}
         cfg["At rate (req/s)"] = st.column_config.NumberColumn("At rate (req/s)", format="%.3g",
                                                                help="The policy's rate per node (or, when no rate "
                                                                     "met the SLOs, the lowest rate tried).")
         st.dataframe(per_class, column_config=cfg, width="stretch", hide_index=True)
-        st.caption(f"Attainment and P99 TTFT and TPOT of each class at the rate in the table above, against that "
-                   f"class's own SLOs: a rate counts only if every class has {slo.attainment * 100:.3g} % of its "
+        st.caption(f"Attainment and {tail_label(slo.attainment)} TTFT and TPOT of each class at the rate in the table "
+                   f"above, against that class's own SLOs: a rate counts only if every class has {slo.attainment * 100:.3g} % of its "
                    "requests within them; the binding class is the one that falls short first.")
 
     name = charts.slug("capacity", report.scenario_slug(base, rate=False))

@@ -17,8 +17,8 @@ from batching.sim.hardware.specs import GPUS, GPUS_PER_NODE, PRECISIONS
 from batching.studies.backends import RAY_TIMEOUT_S, BackendUnavailable, make_backend
 from batching.studies.capacity import class_names
 from batching.studies.pricing import input_start, price_note, table_path
-from batching.studies.search import (AGG_TPS, COST_NOTE, LATENCY_NOTE, SERVING, Grid, parse_knobs, router_note,
-                                     search)
+from batching.studies.search import (AGG_TPS, COST_NOTE, LATENCY_NOTE, MARGIN_NOTE, SERVING, Grid, chosen_sentence,
+                                     parse_knobs, router_note, search)
 from batching.ui import cache, nav, page, planning, sidebar, slots, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
@@ -172,7 +172,9 @@ def shape_text(c: dict) -> str:
     return (f"{sp['prefill_instances']}×TP{sp['prefill_tp']} P + {sp['decode_instances']}×TP{sp['decode_tp']} D")
 
 
-def _table(configs: list[dict], target: float) -> pd.DataFrame:
+def _table(configs: list[dict], target: float, tail: str = "P99") -> pd.DataFrame:
+    """The ranked rows; their latencies at ``tail``, the percentile the attainment target reads (P90 for 0.9)."""
+    key = "p99" if tail == "P99" else "tail"
     rows = []
     for i, c in enumerate(configs):
         rows.append({
@@ -183,8 +185,11 @@ def _table(configs: list[dict], target: float) -> pd.DataFrame:
             "Policy": c["policy"],
             "Knobs": ", ".join(f"{k}={v:g}" for k, v in c["knobs"].items()) or "preset's",
             "Rate per copy (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": nodes_text(c),
-            "$ per M output tokens": c["usd_per_million_output_tokens"], "P99 TTFT (s)": c["ttft_p99_s"],
-            "P99 TPOT (ms)": c["tpot_p99_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
+            "$ per M output tokens": c["usd_per_million_output_tokens"],
+            "Margin (% of capacity used)": None if c.get("margin") is None else 100 * c["margin"],
+            "$ per M at capacity": c.get("usd_per_million_output_tokens_at_capacity"),
+            "Output tok/s per GPU": c.get("output_tok_s_per_gpu"), f"{tail} TTFT (s)": c[f"ttft_{key}_s"],
+            f"{tail} TPOT (ms)": c[f"tpot_{key}_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
             "Pareto": "yes" if c["pareto"] else "",
             "Calibrated": "yes" if c.get("calibrated", True) else "no",
         })
@@ -294,18 +299,9 @@ def search_view(base: Scenario) -> None:
     _results(last[1], last[2])
 
 
-def _fleet_sentence(c: dict) -> str:
-    """' (checked: a fleet of 3 behind least-outstanding met the SLOs, P99 TTFT 0.75 s)', or why not."""
-    if not c.get("fleet_checked"):
-        return " (perfect load balancing assumed: not simulated as a fleet)"
-    if c.get("fleet_verified"):
-        return (f" (checked: a fleet of {c['nodes_needed']} behind {plain(c['router'])} met the SLOs at the target, "
-                f"P99 TTFT {c['fleet_ttft_p99_s']:,.3f} s, P99 TPOT {c['fleet_tpot_p99_s'] * 1e3:,.1f} ms)")
-    return f" at least (not verified: {plain(c['fleet_note'] or 'the fleet missed the SLOs')})"
-
-
 def _results(res: dict, slo_text: str) -> None:
     target = res["target_rate_req_s"]
+    tail = res.get("tail", "P99")  # the percentile the attainment target reads
     ok = [c for c in res["configs"] if c["meets_slo"]]
     st.subheader(f"Ranked by cost: {plain(slo_text)}", divider="gray")
     st.caption(f"Searched {res['searched']} of {res['grid_size']} configurations ({len(res['skipped'])} skipped, "
@@ -319,10 +315,7 @@ def _results(res: dict, slo_text: str) -> None:
                             key="search_chosen", help="The cheapest by default; the chart marks it.")
         pick = pick if pick is not None and pick < len(ok) else 0
         best = ok[pick]
-        st.info(f"**{plain(best['label'])}**: {best['max_rate_req_s']:,.3g} req/s per copy within the SLOs, "
-                f"{best['nodes_needed']} node(s) for {target:,.4g} req/s{_fleet_sentence(best)}, "
-                f"${best['usd_per_million_output_tokens']:,.3f} per million output tokens; P99 TTFT "
-                f"{best['ttft_p99_s']:,.3f} s, P99 TPOT {best['tpot_p99_s'] * 1e3:,.1f} ms at that rate.",
+        st.info(f"**{plain(best['label'])}**: {plain(chosen_sentence(best, target, res['headroom'], tail))}",
                 icon=":material/dns:")
         if best.get("split") is None:
             st.page_link(nav.EXPLORE.path, label=f"Open {best['label']} on Explore", icon=":material/open_in_new:",
@@ -335,11 +328,20 @@ def _results(res: dict, slo_text: str) -> None:
         launch_expander(best.get("launch"))
         cfg = {"Rate per copy (req/s)": st.column_config.NumberColumn(format="%.3g"),
                "$ per M output tokens": st.column_config.NumberColumn(format="$%.3f"),
-               "P99 TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
-               "P99 TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
-        st.dataframe(_table(ok, target), column_config=cfg, hide_index=True, width="stretch")
+               "Margin (% of capacity used)": st.column_config.NumberColumn(
+                   format="%.0f %%", help="The target / the capacity of the fleet deployed: the share of it the "
+                                          "target uses."),
+               "$ per M at capacity": st.column_config.NumberColumn(
+                   format="$%.3f", help="One copy at its highest rate within the SLOs, no headroom."),
+               "Output tok/s per GPU": st.column_config.NumberColumn(format="%.0f", help="At that rate."),
+               f"{tail} TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
+               f"{tail} TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
+        st.dataframe(_table(ok, target, tail), column_config=cfg, hide_index=True, width="stretch")
+        if res.get("rounding_note"):
+            st.warning(plain(res["rounding_note"]), icon=":material/calculate:")
         st.caption(f"{router_note(res.get('router', 'least-outstanding'), res.get('fleet_top', 3))} {COST_NOTE} "
-                   f"{LATENCY_NOTE} The binding SLO is the one most requests miss at the first rate that fails.")
+                   f"{LATENCY_NOTE} {MARGIN_NOTE} {plain(res.get('headroom_note') or '')} The binding SLO is the one "
+                   "most requests miss at the first rate that fails.")
         bests = [(k, b) for key, k in (("best_by_gpu", "gpu"), ("best_by_serving", "serving"))
                  if len(res.get(key) or []) > 1 for b in res[key]]
         if bests:
@@ -359,7 +361,7 @@ def _results(res: dict, slo_text: str) -> None:
                        f"{plain(', '.join(labels[:3]))}{', ...' if len(labels) > 3 else ''}): {plain(why)}.")
         widgets.chart(pareto_chart(res["configs"], pick), "Each point is a configuration at its highest rate "
                       "within the SLOs: lower is cheaper, further left is faster. Coloured points are the Pareto "
-                      "front: none is beaten on cost, P99 TTFT and P99 TPOT at once.",
+                      "front: none is beaten on cost, P99 TTFT, P99 TPOT and the fleet's capacity at once.",
                       charts.slug("search", "pareto"), scenario_line=configs_caption(res["configs"], scenario))
     with st.expander(f"Why not the others ({len(res['skipped'])} skipped, {len(res['pruned'])} pruned, "
                      f"{len(res['failed'])} failed)", expanded=not ok):

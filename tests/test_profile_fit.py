@@ -105,6 +105,8 @@ def test_cli_fit_writes_a_profile_every_command_reads(tmp_path, capsys):
                  "--fit", "--fit-evals", "12", "--fit-out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "before the fit:" in text and "after the fit:" in text and f"wrote {out}" in text
+    # issue 39 item 2: the default headroom still applies to plans with this profile, and the fit says so
+    assert "capacity and search with this profile still plan for 1.25x the target" in text
     # mean lengths only: E2E is left out of the fit, and the printout says so
     assert "# not fitted: E2E (e2e_median_s): the file gives mean output lengths only" in text
     prof = json.loads(out.read_text())

@@ -69,15 +69,17 @@ def _row(label, usd, ttft, tpot, rate, gpu="h100-sxm", serving="agg"):
             "usd_per_node_hour": 21.5}
 
 
-def test_a_cost_tie_goes_to_the_lower_latency_at_the_target_and_rank_one_is_on_the_front():
-    # the issue's case: TP 2 reaches a higher rate but TP 4 costs the same with lower latency
-    tp2 = _row("h100-sxm fp8 tp2 chunked", 1.0, 0.40, 0.030, 12.0)
-    tp4 = _row("h100-sxm fp8 tp4 chunked", 1.0, 0.25, 0.020, 10.0)
-    dear = _row("h100-sxm fp8 tp8 chunked", 1.5, 0.10, 0.010, 6.0)
-    assert sorted([tp2, tp4, dear], key=rank_key)[0] is tp4
+def test_a_cost_tie_goes_to_more_capacity_then_to_the_lower_latency_and_rank_one_is_on_the_front():
+    # issue 39 item 2: TP 2 reaches a higher rate on the same nodes, so its fleet carries more: it ranks first
+    # although TP 4 has the lower latency at the target; at equal capacity the lower latency decides
+    tp2 = _row("h100-sxm fp8 tp2 chunked", 1.0, 0.40, 0.030, 12.0) | {"fleet_capacity_req_s": 24.0}
+    tp4 = _row("h100-sxm fp8 tp4 chunked", 1.0, 0.25, 0.020, 10.0) | {"fleet_capacity_req_s": 20.0}
+    dear = _row("h100-sxm fp8 tp8 chunked", 1.5, 0.10, 0.010, 6.0) | {"fleet_capacity_req_s": 12.0}
+    assert sorted([tp2, tp4, dear], key=rank_key)[0] is tp2
+    assert sorted([tp2 | {"fleet_capacity_req_s": 20.0}, tp4], key=rank_key)[0] is tp4
     good, bad = ranked(Ledger(8), {1: tp2, 2: tp4, 3: dear})
-    assert [r["label"] for r in good] == [tp4["label"], tp2["label"], dear["label"]] and bad == []
-    assert good[0]["pareto"] and not tp2["pareto"] and dear["pareto"]
+    assert [r["label"] for r in good] == [tp2["label"], tp4["label"], dear["label"]] and bad == []
+    assert good[0]["pareto"] and tp4["pareto"] and dear["pareto"]
 
 
 # ---------------------------------------------------------------- the search
@@ -106,8 +108,8 @@ def test_rows_are_priced_by_pricing_with_the_default_table_and_headroom(both):
         assert r["rate_per_copy_at_target_req_s"] < r["max_rate_req_s"]
         assert 0 < r["ttft_p99_s"] and 0 < r["tpot_p99_s"] <= SLO_Q.tpot_s
         assert r["tpot_p99_at_max_rate_s"] is not None
-    costs = [(r["usd_per_million_output_tokens"], r["ttft_p99_s"]) for r in ok]
-    assert costs == sorted(costs) and ok[0]["pareto"]
+    costs = [(r["usd_per_million_output_tokens"], -r["fleet_capacity_req_s"], r["ttft_p99_s"]) for r in ok]
+    assert costs == sorted(costs) and ok[0]["pareto"]  # cost, then the fleet's capacity (issue 39), then latency
 
 
 def test_the_split_and_the_best_of_each_serving_mode(both):

@@ -254,7 +254,8 @@ def test_requests_validate() -> None:
 
 
 def test_presets() -> None:
-    assert set(WORKLOAD_PRESETS) == {"mixed", "chat", "code", "batch", "sharegpt", "article", "chat-sessions"}
+    assert set(WORKLOAD_PRESETS) == {"mixed", "chat", "code", "batch", "sharegpt", "article", "chat-sessions",
+                                     "reasoning", "long-context"}
     assert WORKLOAD_PRESETS["mixed"] == DEFAULT_CLASSES
     chat, batch = DEFAULT_CLASSES
     assert (chat.name, chat.priority, chat.share, chat.slo_ttft_s, chat.slo_tpot_s) == (

@@ -31,13 +31,16 @@ from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, HF_ARCHITECTURES, 
 from batching.sim.workload.traces import MAX_TOKENS
 from batching.sim.workload.requests import (ARTICLE_RATE_REQ_S, DEFAULT_RATE_REQ_S, MAX_CV, MAX_DIURNAL_PERIOD_S,
                                    MAX_NUM_REQUESTS, MAX_PEAK_TO_TROUGH, MAX_PERIOD_S, MAX_RATE_REQ_S,
-                                   MAX_CLIENT_THINK_S, MAX_CONCURRENCY, WORKLOAD_PRESETS, LengthDist, SyntheticWorkload, TraceWorkload, workload_preset)
+                                   MAX_CLIENT_THINK_S, MAX_CONCURRENCY, WORKLOAD_PRESETS, LengthDist, PriorityClass,
+                                   SyntheticWorkload, TraceWorkload, workload_preset)
 from batching.studies.capacity import ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, class_names, per_class_values
 
 PROG = "python -m batching"
 MAX_SHOWN_CHARS = 200  # of what a user typed, a message quotes at most this much
 MAX_SEED = 2**63 - 1
 DEFAULT_REQUESTS = 2000
+DEFAULT_WORKLOAD = "mixed"
+FIXED_CLASS = "fixed lengths"  # the one class of --prompt-tokens N --output-tokens M without --workload
 SUMMARY_KEYS = ("num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s",
                 "ttft_p99_s", "tpot_p50_s",
                 "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
@@ -387,7 +390,9 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--router", default="round-robin", choices=list(ROUTERS),
                    help="how each arriving request picks a replica: " + "; ".join(
                        f"{k}: {v}" for k, v in ROUTER_HELP.items()))
-    g.add_argument("--workload", default="mixed", choices=list(WORKLOAD_PRESETS))
+    g.add_argument("--workload", default=None, choices=list(WORKLOAD_PRESETS),
+                   help=f"a workload preset (default {DEFAULT_WORKLOAD}); with --prompt-tokens and --output-tokens "
+                        f"and no --workload: one class, '{FIXED_CLASS}', of those lengths")
     g.add_argument("--rate", type=float_arg(0.0, MAX_RATE_REQ_S, low_open=True), default=None,
                    help=f"requests per second (default {DEFAULT_RATE_REQ_S:g}; "
                         f"{ARTICLE_RATE_REQ_S:g} for --workload article, the article's setting)")
@@ -398,9 +403,11 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
                    help="replay a trace file: native CSV/JSONL, Azure, BurstGPT, Vidur, or Mooncake JSON lines "
                         "(timestamp ms, input_length, output_length, hash_ids: its shared prefixes are replayed)")
     g.add_argument("--prompt-tokens", type=int_arg(1, MAX_TOKENS), default=None,
-                   help="fixed prompt length")
+                   help="fixed prompt length; with --output-tokens and no --workload, every request has these two "
+                        "lengths (one class); beside a --workload, or alone, it replaces the prompt length of each "
+                        "of the preset's classes, which keep their shares, SLOs and output lengths")
     g.add_argument("--output-tokens", type=int_arg(1, MAX_TOKENS), default=None,
-                   help="fixed output length")
+                   help="fixed output length (as --prompt-tokens, for the output)")
     g.add_argument("--kv-cache-tokens", type=int_arg(KV_BLOCK_TOKENS, 2**40), default=None,
                    help="shrink the KV cache to this many tokens")
     g.add_argument("--shared-prefix-tokens", type=int_arg(0, MAX_TOKENS), default=None,
@@ -623,10 +630,15 @@ def arrival_params(args, num_requests: int = DEFAULT_REQUESTS, rate_req_s: float
 def synthetic_workload(args):
     """The preset workload of --workload with --rate, --requests, --seed, the fixed lengths, the arrival flag and
     --shared-prefix-tokens applied (errors name the flag)."""
-    default_rate = ARTICLE_RATE_REQ_S if args.workload == "article" else DEFAULT_RATE_REQ_S
-    wl = workload_preset(args.workload, args.rate if args.rate is not None else default_rate,
+    name = workload_name(args)
+    default_rate = ARTICLE_RATE_REQ_S if name == "article" else DEFAULT_RATE_REQ_S
+    wl = workload_preset(name, args.rate if args.rate is not None else default_rate,
                          args.requests or DEFAULT_REQUESTS, args.seed)
-    if args.prompt_tokens or args.output_tokens:
+    if args.prompt_tokens and args.output_tokens and args.workload is None:  # the lengths given, and nothing else
+        wl = replace(wl, classes=(PriorityClass(
+            FIXED_CLASS, 0, 1.0, LengthDist("fixed", mean=args.prompt_tokens, low=1, high=args.prompt_tokens),
+            LengthDist("fixed", mean=args.output_tokens, low=1, high=args.output_tokens)),))
+    elif args.prompt_tokens or args.output_tokens:
         classes = []
         for c in wl.classes:
             if args.prompt_tokens:
@@ -653,6 +665,11 @@ def synthetic_workload(args):
     return closed_loop(args, wl)
 
 
+def workload_name(args) -> str:
+    """The --workload preset, ``DEFAULT_WORKLOAD`` when none is given."""
+    return getattr(args, "workload", None) or DEFAULT_WORKLOAD
+
+
 def closed_loop(args, wl: SyntheticWorkload) -> SyntheticWorkload:
     """``wl`` sent by --concurrency closed-loop clients (with --think-time-s); refuses --rate, the arrival flags and
     a sessions preset beside it, and --think-time-s without it."""
@@ -670,7 +687,7 @@ def closed_loop(args, wl: SyntheticWorkload) -> SyntheticWorkload:
         raise CliError(f"{given[0]} and --concurrency {n} are exclusive: the arrival flags shape an open loop's "
                        "arrivals; closed-loop clients send when their previous request completes")
     if wl.sessions is not None:
-        raise CliError(f"--concurrency {n}: --workload {args.workload} is multi-turn sessions (their own closed "
+        raise CliError(f"--concurrency {n}: --workload {workload_name(args)} is multi-turn sessions (their own closed "
                        "loop, each turn after the previous answer); use another --workload")
     try:
         wl = wl.with_concurrency(n, think or 0.0)
@@ -744,7 +761,7 @@ def _workload_flag(args) -> str:
         return f"--trace {shown(args.trace)}"
     if getattr(args, "prompt_tokens", None) or getattr(args, "output_tokens", None):
         return "--prompt-tokens/--output-tokens"
-    return f"--workload {args.workload}"
+    return f"--workload {workload_name(args)}"
 
 
 _SPEC_FIELD = re.compile(r"^(spec_decode|spec_draft_model)='([^']*)':? (.*)$")
@@ -817,7 +834,7 @@ def _disagg(args, dep: Deployment, reqs, pol) -> Disagg | None:
         elif "max_num_batched_tokens" in msg:
             flag = "--max-num-batched-tokens"
         elif "session" in msg:
-            flag = "--trace" if args.trace is not None else f"--workload {args.workload}"
+            flag = "--trace" if args.trace is not None else f"--workload {workload_name(args)}"
         else:
             flag = split
         raise CliError(f"{flag}: {msg}") from None

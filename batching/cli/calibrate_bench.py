@@ -24,6 +24,7 @@ from batching.sim.simulate import simulate
 from batching.sim.workload.requests import MAX_NUM_REQUESTS
 from batching.studies import bench_files as bf
 from batching.studies import profile_fit as pf
+from batching.studies.pricing import DEFAULT_HEADROOM
 
 __all__ = ["BENCH_ONLY", "add_bench_args", "cmd_bench", "bench_table"]
 BENCH_ONLY = ("--bench-line", "--model", "--gpu", "--tp", "--num-gpus", "--precision", "--preset", "--requests",
@@ -130,6 +131,9 @@ def _fit(args, b: bf.BenchFile, sc) -> int:
               "its error above may grow")
     write_files("--fit-out", out.parent, {out.name: (r.profile.to_json() + "\n").encode()})
     print(f"wrote {out} (use it with --profile {out.name}, or upload it on the dashboard's Model and hardware page)")
+    print(f"# capacity and search with this profile still plan for {DEFAULT_HEADROOM:g}x the target (the default "
+          "--headroom, sized for the stock profiles' error): give --headroom 1, or the error left above, to plan on "
+          "the fit")
     write_json(args.json, {"file": b.name, "profile": r.profile.to_dict(), "evaluations": r.evaluations,
                            "parameters": {k: {"base": v[0], "fitted": v[1]} for k, v in r.parameters().items()},
                            "before": r.before.to_dict(orient="records"), "after": r.after.to_dict(orient="records")})

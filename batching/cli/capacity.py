@@ -9,8 +9,9 @@ from pathlib import Path
 
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, arrivals_text,
                                build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
-from batching.studies.capacity import (HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE, capacity, class_names,
-                                       default_price, default_price_note)
+from batching.studies.capacity import (ATTAINMENT_DEFAULT, HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE,
+                                       capacity, class_names, default_price, default_price_note, headroom_note,
+                                       own_profile, tail_key, tail_label)
 from batching.studies.pricing import DEFAULT_HEADROOM, MAX_GPU_HOUR_USD, PRICES_ENV
 from batching.sim.hardware.specs import GPUS_PER_NODE
 from batching.sim.simulate import check_run
@@ -47,18 +48,19 @@ def _pct(v: float) -> str:
     return f"{v * 100:.1f} %" if math.isfinite(v) else "n/a"
 
 
-def class_line(c: dict) -> str:
-    """A class's reading against its own SLOs: 'attainment 97.2 % (misses its SLOs), goodput ..., TTFT P99 1,293 ms
-    (SLO 1,000 ms) ...'."""
+def class_line(c: dict, attainment: float = ATTAINMENT_DEFAULT) -> str:
+    """A class's reading against its own SLOs: 'attainment 97.2 % (misses its SLOs), goodput ..., TTFT P50 1,293 ms
+    P99 ... (SLO 1,000 ms) ...', its tail at the percentile the attainment target reads (P90 for 0.9)."""
     slo = c.get("slo", {})
     verdict = "meets its SLOs" if c.get("meets_slo") else "misses its SLOs"
+    tail, ttft, tpot = tail_label(attainment), tail_key("ttft", attainment), tail_key("tpot", attainment)
 
     def vs(name: str, key: str) -> str:
         return f" (SLO {shown(key, slo[name])})" if name in slo else ""
     return (f"attainment {_pct(c['attainment'])} ({verdict}), goodput {fmt(c['goodput_req_s'])} req/s, "
-            f"TTFT P50 {shown('ttft_p50_s', c['ttft_p50_s'])} P99 {shown('ttft_p99_s', c['ttft_p99_s'])}"
+            f"TTFT P50 {shown('ttft_p50_s', c['ttft_p50_s'])} {tail} {shown('ttft_p99_s', c[ttft])}"
             f"{vs('ttft_s', 'ttft_p99_s')}, TPOT P50 {shown('tpot_p50_s', c['tpot_p50_s'])} "
-            f"P99 {shown('tpot_p99_s', c['tpot_p99_s'])}{vs('tpot_s', 'tpot_p99_s')}")
+            f"{tail} {shown('tpot_p99_s', c[tpot])}{vs('tpot_s', 'tpot_p99_s')}")
 
 
 def cmd_capacity(args) -> int:
@@ -90,8 +92,8 @@ def cmd_capacity(args) -> int:
     price_source = "given (--gpu-hour-usd)" if args.gpu_hour_usd is not None else \
         (f"default: {default_price_note(sc)}" if usd is not None else f"{default_price_note(sc)} with --gpu-hour-usd")
     print(f"{'price':32s} {price_source}")
-    print(f"{'headroom':32s} {args.headroom:g}x on the nodes and $ at the target"
-          f"{' (default)' if args.headroom == DEFAULT_HEADROOM else ''}; $ at capacity: one copy at the rate found")
+    print(f"{'headroom':32s} {headroom_note(args.headroom, own_profile(sc))} $ at capacity: one copy at the rate "
+          "found, no headroom")
     if arrivals_text(sc.workload):  # the search rescales the whole process: its shape stays, its mean rate moves
         closed = getattr(sc.workload, "concurrency", None) is not None
         print(f"{'arrivals':32s} " + ("closed-loop clients: the highest concurrency within the SLOs, searched (max_rate_"
@@ -100,14 +102,16 @@ def cmd_capacity(args) -> int:
     d["gpu_hour_usd_source"] = "given" if args.gpu_hour_usd is not None else \
         (f"default: {default_price_note(sc)}" if usd is not None else "none")
     for k, v in d.items():
-        if k not in ("by_priority", "gpu_hour_usd_source"):
+        if k == "margin" and v is not None:
+            print(f"{k:32s} {v * 100:.1f} % (the share of the fleet's capacity the target uses)")
+        elif k not in ("by_priority", "gpu_hour_usd_source"):
             print(f"{k:32s} {fmt(v) if v is not None else '-'}")
     where = "at the rate found" if res.max_rate_req_s > 0 else "at the lowest rate tried (none met the SLOs)"
     if res.max_concurrency is not None:
         where = f"at {res.max_concurrency:,} clients" if res.max_concurrency else "at 1 client (it misses the SLOs)"
     print(f"per class, {where} (each against its own SLOs at {slo.attainment * 100:.3g} %):")
     for level, c in res.by_priority.items():
-        print(f"  {level} {c['class_name']}: {class_line(c)}")
+        print(f"  {level} {c['class_name']}: {class_line(c, slo.attainment)}")
     write_json(args.json, d | {"slo": slo.to_dict(), "points": res.points.to_dict(orient="records"),
                                "launch": launch(sc)})  # the vLLM and SGLang commands (docs/LAUNCH.md)
     return 0

@@ -24,12 +24,12 @@ from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, MODELS, PRECISIONS
                                          load_json_spec)
 from batching.studies.backends import (BACKENDS, RAY_TIMEOUT_LIMITS_S, RAY_TIMEOUT_S, WORKERS_PER_CPU, make_backend,
                                        worker_cap)
-from batching.studies.capacity import HEADROOM_LIMITS, class_names
+from batching.studies.capacity import HEADROOM_LIMITS, class_names, headroom_note
 from batching.studies.pricing import DEFAULT_HEADROOM, price_table, table_problem
 from batching.studies.launch import with_launch
 from batching.studies.search import (COST_NOTE, FLEET_EXTRA_NODES, FLEET_TOP, MAX_GPU_HOUR_USD, ROUTER_DEFAULT,
-                                     ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, AGG_TPS, Grid, parse_knobs,
-                                     search)
+                                     ROUTER_NOTE, SEARCH_KNOBS, SERVING, TPS, AGG_TPS, Grid, chosen_sentence,
+                                     parse_knobs, search)
 
 MAX_TARGET_RATE_REQ_S = 1e9
 CUSTOM_GPU = "custom"  # the grid's name for the GPU of --gpu-json
@@ -334,19 +334,32 @@ def fleet_text(c: dict) -> str:
 def _print(res: dict, slo_text: str) -> None:
     print(f"slo: {slo_text}")
     print(f"target: {fmt(res['target_rate_req_s'])} req/s, {res['mean_output_tokens']:,.0f} output tokens per "
-          f"request on average; {res['num_gpus_per_node']} GPUs per node"
-          + (f"; headroom {res['headroom']:g}x" if res["headroom"] != 1 else ""))
-    print("P99 TTFT and TPOT at the target traffic (each copy carrying target / copies); ranked by cost, then by "
-          "them")
-    head = (f"{'#':>3} {'configuration':52s} {'rate/copy':>11} {'nodes':>6} {'$/M out tok':>12} "
-            f"{'P99 TTFT':>10} {'P99 TPOT':>9}  binding  pareto  fleet")
+          f"request on average; {res['num_gpus_per_node']} GPUs per node")
+    print(f"headroom: {res.get('headroom_note') or headroom_note(res['headroom'])}")
+    tail = res.get("tail", "P99")  # the percentile the attainment target reads (P90 for --attainment 0.9)
+    key = "p99" if tail == "P99" else "tail"
+    print(f"{tail} TTFT and TPOT at the target traffic (each copy carrying target / copies); ranked by cost, then by "
+          "the fleet's capacity (more first), then by P99 TTFT and TPOT; margin: the share of the fleet's capacity "
+          "the target uses")
+    head = (f"{'#':>3} {'configuration':52s} {'rate/copy':>11} {'nodes':>6} {'$/M out tok':>12} {'margin':>6} "
+            f"{'$/M at cap':>10} {'tok/s/GPU':>9} {tail + ' TTFT':>10} {tail + ' TPOT':>9}  binding  pareto  fleet")
     print(head)
     for i, c in enumerate(r for r in res["configs"] if r["meets_slo"]):
+        margin = "-" if c.get("margin") is None else f"{c['margin'] * 100:.0f} %"
+        at_cap = c.get("usd_per_million_output_tokens_at_capacity")
+        per_gpu = c.get("output_tok_s_per_gpu")
         print(f"{i + 1:>3} {c['label'][:52]:52s} {c['max_rate_req_s']:>7,.3g} req/s "
-              f"{c['nodes_needed']:>6} {'$' + format(c['usd_per_million_output_tokens'], ',.3f'):>12} "
-              f"{_ms(c['ttft_p99_s']):>10} {_ms(c['tpot_p99_s']):>9}  {c['binding_slo'] or '-':7s}  "
+              f"{c['nodes_needed']:>6} {'$' + format(c['usd_per_million_output_tokens'], ',.3f'):>12} {margin:>6} "
+              f"{'-' if at_cap is None else '$' + format(at_cap, ',.3f'):>10} "
+              f"{'-' if per_gpu is None else format(per_gpu, ',.0f'):>9} "
+              f"{_ms(c.get(f'ttft_{key}_s')):>10} {_ms(c.get(f'tpot_{key}_s')):>9}  {c['binding_slo'] or '-':7s}  "
               f"{'*' if c['pareto'] else ' ':6s}  {fleet_text(c)}"
               + ("" if c.get("calibrated", True) else "  (not calibrated)"))
+    best = next((r for r in res["configs"] if r["meets_slo"]), None)
+    if best is not None:
+        print(f"best: {best['label']}: {chosen_sentence(best, res['target_rate_req_s'], res['headroom'], tail)}")
+    if res.get("rounding_note"):
+        print(f"rounding: {res['rounding_note']}")
     uncal: dict[str, list[str]] = {}
     for c in res["configs"]:
         if c["meets_slo"] and not c.get("calibrated", True):

@@ -54,6 +54,36 @@ HEADROOM_RANGE = tuple(round(1.0 / (1.0 - e), 2) for e in TPOT_UNDERESTIMATE)  #
 # the one headroom default of every surface is pricing.DEFAULT_HEADROOM (1.25, the middle of the range)
 HEADROOM_LIMITS = (1.0, 3.0)  # 1 = trust the simulator
 
+
+def headroom_note(headroom: float, own_profile: str | None = None) -> str:
+    """One sentence for every plan that uses the headroom: that it applies, its value, and where the default comes
+    from. ``own_profile``: the name of an engine profile the user gave (a ``calibrate --fit`` output, an upload): the
+    default was sized for the stock profiles' error, which a fit to a measured run has already removed."""
+    h = check_headroom(headroom)
+    if h == 1:
+        return "Headroom 1× (none): nodes are planned for the simulated rate as it stands."
+    text = (f"Headroom {h:g}× applies: nodes, and the $ at the target, are planned for {h:g}× the target traffic")
+    if h != DEFAULT_HEADROOM:
+        return text + "."
+    text += (f" (the default, for the stock cost model's known error: its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}-"
+             f"{TPOT_UNDERESTIMATE[1] * 100:.0f} % below published vLLM and SGLang runs, docs/CALIBRATION.md)")
+    if own_profile:
+        text += (f"; the engine profile {own_profile!r} is your own (e.g. fitted by calibrate --fit), so that error "
+                 "may already be gone: give the fit's remaining error as the headroom (1 for none)")
+    return text + "."
+
+
+def own_profile(scenario: Scenario) -> str | None:
+    """The name of the scenario's engine profile when the user gave it (``--profile FILE``, an upload), None for a
+    stock engine."""
+    from batching.sim.hardware.engines import ENGINES
+
+    eng = scenario.engine
+    if isinstance(eng, str) or any(eng == p for p in ENGINES.values()):
+        return None
+    return scenario.profile.name
+
+
 PerClass = float | tuple[float, ...] | None
 
 
@@ -202,12 +232,24 @@ def per_class_values(text: str, high: float) -> tuple[float, ...]:
 # ---------------------------------------------------------------- one rate
 
 
+def tail_label(attainment: float) -> str:
+    """The percentile that matches an attainment target, as tables name it: 0.99 -> 'P99', 0.9 -> 'P90', 0.999 ->
+    'P99.9' (a class meets a single SLO exactly when this percentile of its latency is within it)."""
+    return f"P{attainment * 100:.4g}"
+
+
+def tail_key(name: str, attainment: float) -> str:
+    """The reading's key of ``name`` ('ttft' or 'tpot') at the attainment's percentile: ``ttft_p99_s`` at the default
+    0.99 (the summary's own P99), else ``ttft_tail_s`` (``slo_reading`` computes it at the attainment)."""
+    return f"{name}_p99_s" if attainment == ATTAINMENT_DEFAULT else f"{name}_tail_s"
+
+
 def slo_reading(res, slo: SLO) -> dict:
     """What a run (``SimResult``) gives against the SLOs: attainment overall, per SLO and per class
     (``by_priority``: each class's attainment, whether it meets ``slo.attainment``, goodput and latency
     percentiles), the lowest class attainment (``class_attainment``, what ``meets_slo`` holds to the target),
     goodput, throughput."""
-    from batching.sim.metrics import slo_mask, wall_time
+    from batching.sim.metrics import percentile, slo_mask, wall_time
 
     req = res.requests
     names = tuple(res.class_names)
@@ -217,6 +259,8 @@ def slo_reading(res, slo: SLO) -> dict:
     masks = {name: slo_mask(req, **{f"slo_{name}": slo.limits(name, k)[level]}) for name, _ in slo.items()}
     ok = np.logical_and.reduce(list(masks.values()))
     wall = wall_time(req)
+    q = slo.attainment * 100  # the percentile the attainment target reads (``tail_label``)
+    ttft_all, tpot_all = req["ttft_s"].to_numpy(float), req["tpot_s"].to_numpy(float)
     s = res.summary()
     by = {}
     for lvl, cls in enumerate(names):
@@ -230,14 +274,16 @@ def slo_reading(res, slo: SLO) -> dict:
                         "goodput_req_s": float(ok[m].sum()) / wall if wall > 0 else float("nan"),
                         "per_slo": {n: float(mask[m].mean()) for n, mask in masks.items()},
                         **{key: lat.get(key, float("nan")) for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-                                                                       "tpot_p99_s")}}
+                                                                       "tpot_p99_s")},
+                        "ttft_tail_s": percentile(ttft_all[m], q), "tpot_tail_s": percentile(tpot_all[m], q)}
     overall = float(ok.mean())
     return {"rate_req_s": res.scenario.workload.rate_req_s, "attainment": overall,
             "class_attainment": min((c["attainment"] for c in by.values()), default=overall),
             "per_slo": {n: float(mask.mean()) for n, mask in masks.items()},
             "goodput_req_s": float(ok.sum()) / wall if wall > 0 else float("nan"),
             "throughput_output_tok_s": s["throughput_output_tok_s"], "ttft_p99_s": s["ttft_p99_s"],
-            "tpot_p99_s": s["tpot_p99_s"], "offered_req_s": s["offered_req_s"],
+            "tpot_p99_s": s["tpot_p99_s"], "ttft_tail_s": percentile(ttft_all, q),
+            "tpot_tail_s": percentile(tpot_all, q), "offered_req_s": s["offered_req_s"],
             "queue_growth_req_s": s["queue_growth_req_s"], "by_priority": by}
 
 
@@ -375,7 +421,7 @@ def mean_output_tokens(scenario: Scenario) -> float:
 
 PRICE_FIELDS = ("nodes_needed", "usd_per_hour", "usd_per_million_output_tokens",
                 "usd_per_million_output_tokens_at_capacity", "mean_output_tokens", "headroom", "gpu_hour_usd",
-                "target_rate_req_s")
+                "target_rate_req_s", "fleet_capacity_req_s", "margin", "output_tok_s_per_gpu")
 
 
 def plan_price(scenario: Scenario, rate_req_s: float, target_rate_req_s: float | None, gpu_hour_usd: float | None,
@@ -404,6 +450,10 @@ def plan_price(scenario: Scenario, rate_req_s: float, target_rate_req_s: float |
                     "usd_per_million_output_tokens": p.usd_per_million_output_tokens}
     elif target is not None:  # nodes without a price: the same count pricing.price makes
         out["nodes_needed"] = math.ceil(pricing.copies_needed(target, rate_req_s, headroom) * gpus / per_node - 1e-9)
+    out["output_tok_s_per_gpu"] = rate_req_s * mean_out / gpus  # at capacity
+    if out["nodes_needed"] is not None:  # every copy the whole nodes hold, each at the rate found
+        out["fleet_capacity_req_s"] = (out["nodes_needed"] * per_node // gpus) * rate_req_s
+        out["margin"] = target / out["fleet_capacity_req_s"]  # the share of it the target uses
     return out
 
 
@@ -429,6 +479,11 @@ class CapacityResult:
     # closed-loop clients: the highest concurrency within the SLOs (0: not even one client), max_rate_req_s the
     # requests/s those clients send; None for an open loop's rate search
     max_concurrency: int | None = None
+    # the fleet for the target (every copy its whole nodes hold at max_rate_req_s), the share of it the target uses,
+    # and output tokens/s per GPU at max_rate_req_s (``plan_price``)
+    fleet_capacity_req_s: float | None = None
+    margin: float | None = None
+    output_tok_s_per_gpu: float | None = None
 
     @property
     def rates_tried(self) -> int:
@@ -450,6 +505,8 @@ class CapacityResult:
                 "nodes_needed": self.nodes_needed, "usd_per_hour": self.usd_per_hour,
                 "usd_per_million_output_tokens": self.usd_per_million_output_tokens,
                 "usd_per_million_output_tokens_at_capacity": self.usd_per_million_output_tokens_at_capacity,
+                "fleet_capacity_req_s": self.fleet_capacity_req_s, "margin": self.margin,
+                "output_tok_s_per_gpu": self.output_tok_s_per_gpu,
                 "mean_output_tokens": self.mean_output_tokens, "headroom": self.headroom,
                 "gpu_hour_usd": self.gpu_hour_usd, "by_priority": self.by_priority} | (
                    {} if self.max_concurrency is None else {"max_concurrency": self.max_concurrency})

@@ -22,9 +22,11 @@ within the SLOs, and how many nodes it takes. Stages (each a small function or c
    ``FLEET_EXTRA_NODES`` more; still failing: *not verified*, ranked at the lower bound. The nodes found replace the
    estimate and are re-priced; re-ranked, a row rising into the top is checked too (at most 2 x fleet_top). A split
    is not simulated as a fleet (its copies keep the perfect-balance count);
-5. **rank** (``ranked``, ``best_per``): by cost, then by P99 TTFT and P99 TPOT at the target traffic (so rank 1 is
-   always on the Pareto front of cost against them); the best row of every GPU type and of each serving mode, with
-   why it lost to rank 1.
+5. **rank** (``ranked``, ``best_per``): by cost, then by the capacity of the fleet deployed (more first: equal costs
+   are common with whole nodes), then by P99 TTFT and P99 TPOT at the target traffic (so rank 1 is always on the
+   Pareto front of cost, those latencies and capacity); the best row of every GPU type and of each serving mode,
+   with why it lost to rank 1; ``rounding_note`` says when whole-node rounding decided (the cheapest at the target is
+   not the cheapest at capacity).
 
 Speed-ups that cannot change the answer:
 
@@ -64,7 +66,8 @@ from batching.sim.hardware.kernel_tables import calibration_status
 from batching.sim.hardware.specs import (GPU, GPUS, GPUS_PER_NODE, KV_BLOCK_TOKENS, PRECISIONS, TWO_NODE_GPUS,
                                          Deployment, Node)
 from batching.studies.capacity import (CEILING_REACH, MAX_ITER, REL_TOL, SLO, binding_of, bracket_and_bisect, capacity,
-                                       check_headroom, meets_slo, slo_point, sustained)
+                                       check_headroom, headroom_note, meets_slo, own_profile, slo_point, sustained,
+                                       tail_label)
 from batching.studies.pricing import DEFAULT_HEADROOM, copies_needed, default_gpu_hour_usd, price
 
 TPS = (1, 2, 4, 8)  # within a node: an aggregated replica's, a split's instances'
@@ -101,7 +104,11 @@ def router_note(router: str, fleet_top: int = FLEET_TOP) -> str:
     return (f"{ROUTER_NOTE} Router: {router} (a request-level policy, static or dynamic, runs round-robin: the "
             "other routers read replica state built for the continuous modes).")
 LATENCY_NOTE = ("P99 TTFT and TPOT are at the target traffic: one copy (a node, or a prefill/decode split) "
-                "carrying target / copies deployed for it (perfect balance); rows are ranked by cost, then by them.")
+                "carrying target / copies deployed for it (perfect balance); rows are ranked by cost, then by the "
+                "capacity of the fleet deployed (more first), then by them.")
+MARGIN_NOTE = ("Margin = target / the capacity of the fleet deployed (every copy its whole nodes hold at its highest "
+               "rate within the SLOs): the share of it the target uses. $/M at capacity: one copy at that rate, no "
+               "headroom. Output tok/s per GPU: at that rate.")
 COST_NOTE = ("$ per million output tokens = nodes × GPUs per node × $ per GPU-hour / (target req/s × mean output "
              "tokens per request × 3600) × 10⁶: what serving the target costs, whole nodes included.")
 
@@ -418,7 +425,8 @@ def at_target(sc: Scenario, slo: SLO, rate_per_copy: float, payload: dict) -> di
     rate = float(payload["target_rate_req_s"]) / copies
     p = slo_point(sc.with_workload(sc.workload.with_rate(rate)), slo)
     return {"rate_per_copy_req_s": rate, "copies": copies, "ttft_p99_s": float(p["ttft_p99_s"]),
-            "tpot_p99_s": float(p["tpot_p99_s"]), "attainment": float(p["attainment"])}
+            "tpot_p99_s": float(p["tpot_p99_s"]), "ttft_tail_s": float(p["ttft_tail_s"]),
+            "tpot_tail_s": float(p["tpot_tail_s"]), "attainment": float(p["attainment"])}
 
 
 def search_task(payload: dict) -> dict:
@@ -519,7 +527,8 @@ def fleet_task(payload: dict) -> dict:
             ok = meets_slo(p, slo)
             tried.append({"nodes": n * npc, "meets_slo": ok, "attainment": float(p["attainment"]),
                           "sustained": sustained(p), "ttft_p99_s": float(p["ttft_p99_s"]),
-                          "tpot_p99_s": float(p["tpot_p99_s"])})
+                          "tpot_p99_s": float(p["tpot_p99_s"]), "ttft_tail_s": float(p["ttft_tail_s"]),
+                          "tpot_tail_s": float(p["tpot_tail_s"])})
             if ok:
                 break
     except ValueError as exc:  # e.g. a trace that cannot be sped up to the target: not checked, with why
@@ -820,6 +829,19 @@ class CapacityStage:
         return self.rows
 
 
+def plan_figures(setup: Setup, cfg: Config, rate_per_copy: float, nodes: int | None) -> dict:
+    """What a planner reads beside the cost: the capacity of the fleet deployed for the target (every copy its
+    whole nodes hold, each at its highest rate within the SLOs), the margin (the share of that capacity the target
+    uses: 1 / margin is how far the traffic can grow before the fleet misses the SLOs, headroom included in the
+    nodes) and the output tokens per second per GPU at capacity. None where no rate meets the SLOs."""
+    if not rate_per_copy > 0 or nodes is None:
+        return {"fleet_capacity_req_s": None, "margin": None, "output_tok_s_per_gpu": None}
+    copies = nodes // cfg.nodes_per_copy(setup.num_gpus) * cfg.copies_per_node(setup.num_gpus)
+    fleet = copies * rate_per_copy
+    return {"fleet_capacity_req_s": fleet, "margin": setup.target_rate_req_s / fleet if fleet > 0 else None,
+            "output_tok_s_per_gpu": rate_per_copy * setup.mean_output / cfg.gpus_per_copy(setup.num_gpus)}
+
+
 def capacity_row(setup: Setup, cfg: Config, ceiling: float, out: dict, sc: Scenario) -> dict:
     """One searched configuration as a row: its capacity per copy, nodes and price (``pricing.price``), its
     P99 TTFT and TPOT at the target traffic (each copy carrying target / copies deployed), and whether every
@@ -834,8 +856,10 @@ def capacity_row(setup: Setup, cfg: Config, ceiling: float, out: dict, sc: Scena
         "usd_per_million_output_tokens": p.usd_per_million_output_tokens,
         "usd_per_million_output_tokens_at_capacity": p.usd_per_million_output_tokens_at_capacity,
         "usd_per_hour": p.usd_per_hour, "usd_per_node_hour": setup.node_usd_per_hour(cfg),
-        "price": p.to_dict(),
+        "price": p.to_dict(), **plan_figures(setup, cfg, rate, p.nodes),
         "ttft_p99_s": t.get("ttft_p99_s"), "tpot_p99_s": t.get("tpot_p99_s"),
+        # at the percentile the attainment target reads (``capacity.tail_label``: P90 for 0.9), at the target
+        "ttft_tail_s": t.get("ttft_tail_s"), "tpot_tail_s": t.get("tpot_tail_s"),
         "attainment_at_target": t.get("attainment"), "rate_per_copy_at_target_req_s": t.get("rate_per_copy_req_s"),
         "ttft_p99_at_max_rate_s": b.get("ttft_p99_s"), "tpot_p99_at_max_rate_s": b.get("tpot_p99_s"),
         "throughput_output_tok_s": b.get("throughput_output_tok_s"),
@@ -857,7 +881,8 @@ class FleetStage:
         self.setup, self.ledger, self.rows, self.scenarios = setup, ledger, rows, scenarios
         for cfg, r in rows.items():
             r.update(nodes_needed_perfect_balance=r["nodes_needed"], fleet_checked=False, fleet_verified=None,
-                     fleet_nodes_needed=None, fleet_ttft_p99_s=None, fleet_tpot_p99_s=None, fleet_attainment=None,
+                     fleet_nodes_needed=None, fleet_ttft_p99_s=None, fleet_tpot_p99_s=None, fleet_ttft_tail_s=None,
+                     fleet_tpot_tail_s=None, fleet_attainment=None,
                      fleet_nodes_tried=[], fleet_simulations=0, fleet_note=None,
                      router=fleet_router(setup.router, scenarios[cfg].policy) if cfg.split is None
                      else "disaggregated")
@@ -891,6 +916,7 @@ class FleetStage:
             return
         last = out["tried"][-1]
         r.update(fleet_checked=True, fleet_ttft_p99_s=last["ttft_p99_s"], fleet_tpot_p99_s=last["tpot_p99_s"],
+                 fleet_ttft_tail_s=last.get("ttft_tail_s"), fleet_tpot_tail_s=last.get("tpot_tail_s"),
                  fleet_attainment=last["attainment"])
         if out["nodes"] is not None:
             n = int(out["nodes"])
@@ -910,7 +936,8 @@ class FleetStage:
         r = self.rows[cfg]
         p = self.setup.price(cfg, r["max_rate_req_s"], nodes=nodes)
         r.update(nodes_needed=nodes, usd_per_million_output_tokens=p.usd_per_million_output_tokens,
-                 usd_per_hour=p.usd_per_hour, price=p.to_dict())
+                 usd_per_hour=p.usd_per_hour, price=p.to_dict(),
+                 **plan_figures(self.setup, cfg, r["max_rate_req_s"], nodes))
 
     def failed(self, cfg: Config, failure) -> None:
         self.rows[cfg]["fleet_note"] = f"the fleet check failed on a worker: {failure.error}"
@@ -945,10 +972,18 @@ class FleetStage:
 # ---------------------------------------------------------------- stage 5: the ranking
 
 
-def pareto(rows: Sequence[dict], keys: Sequence[str] = ("usd_per_million_output_tokens", "ttft_p99_s",
-                                                        "tpot_p99_s")) -> list[bool]:
-    """Whether each row is on the Pareto front: no other row is at most as large in every key and smaller in one."""
-    vals = np.array([[_num(r[k]) for k in keys] for r in rows], float) if rows else np.zeros((0, len(keys)))
+PARETO_KEYS = ("usd_per_million_output_tokens", "ttft_p99_s", "tpot_p99_s", "fleet_capacity_req_s")
+MAXIMISED = ("fleet_capacity_req_s",)  # more is better: compared negated
+
+
+def pareto(rows: Sequence[dict], keys: Sequence[str] = PARETO_KEYS) -> list[bool]:
+    """Whether each row is on the Pareto front: no other row is at least as good in every key and better in one
+    (lower cost and latencies, more capacity of the fleet deployed)."""
+    def val(r: dict, k: str) -> float:
+        v = _num(r.get(k))
+        return (-v if math.isfinite(v) else math.inf) if k in MAXIMISED else v
+
+    vals = np.array([[val(r, k) for k in keys] for r in rows], float) if rows else np.zeros((0, len(keys)))
     out = []
     for i in range(len(rows)):
         other = np.delete(vals, i, axis=0)
@@ -962,9 +997,16 @@ def _num(v) -> float:
 
 
 def rank_key(row: dict) -> tuple:
-    """Cost at the target, then the lower P99 TTFT and then P99 TPOT at the target traffic, then the label: the
-    first row is therefore always on the Pareto front of cost against those latencies."""
-    return (row["usd_per_million_output_tokens"], _num(row["ttft_p99_s"]), _num(row["tpot_p99_s"]), row["label"])
+    """Cost at the target; among equal costs (whole nodes make them common) the fleet with more capacity first (the
+    target then uses less of it, so it has more room to grow); then the lower P99 TTFT and P99 TPOT at the target
+    traffic, then the label: the first row is therefore always on the Pareto front (``pareto``)."""
+    cap = _num(row.get("fleet_capacity_req_s"))
+    return (row["usd_per_million_output_tokens"], -cap if math.isfinite(cap) else math.inf, _num(row["ttft_p99_s"]),
+            _num(row["tpot_p99_s"]), row["label"])
+
+
+def _share(v) -> str:
+    return "-" if v is None else f"{v * 100:,.0f} %"
 
 
 def _ms(v) -> str:
@@ -980,8 +1022,74 @@ def why_lost(row: dict, top: dict) -> str | None:
         return (f"costs ${c:,.4g} per million output tokens against ${t:,.4g} ({row['nodes_needed']} node(s) at "
                 f"${row['usd_per_node_hour']:,.4g}/h against {top['nodes_needed']} at ${top['usd_per_node_hour']:,.4g}"
                 f"/h; {row['max_rate_req_s']:,.3g} against {top['max_rate_req_s']:,.3g} req/s per copy)")
-    return (f"the same cost (${c:,.4g} per million output tokens) with P99 TTFT {_ms(row['ttft_p99_s'])} and TPOT "
-            f"{_ms(row['tpot_p99_s'])} at the target, against {_ms(top['ttft_p99_s'])} and {_ms(top['tpot_p99_s'])}")
+    rc, tc = _num(row.get("fleet_capacity_req_s")), _num(top.get("fleet_capacity_req_s"))
+    if rc < tc * (1 - 1e-9):
+        return (f"the same cost (${c:,.4g} per million output tokens) with less capacity: its {row['nodes_needed']} "
+                f"node(s) carry {rc:,.3g} req/s within the SLOs (the target uses {_share(row.get('margin'))}) "
+                f"against {tc:,.3g} ({_share(top.get('margin'))})")
+    return (f"the same cost (${c:,.4g} per million output tokens) and capacity with P99 TTFT "
+            f"{_ms(row['ttft_p99_s'])} and TPOT {_ms(row['tpot_p99_s'])} at the target, against "
+            f"{_ms(top['ttft_p99_s'])} and {_ms(top['tpot_p99_s'])}")
+
+
+def rounding_note(good: Sequence[dict]) -> str | None:
+    """One sentence when whole-node rounding decided the ranking: the cheapest row at the target is not the
+    cheapest at capacity (its nodes are emptier than another's would be), or None."""
+    if len(good) < 2:
+        return None
+    top = good[0]
+    at_cap = [r for r in good if r.get("usd_per_million_output_tokens_at_capacity") is not None]
+    if not at_cap or top.get("usd_per_million_output_tokens_at_capacity") is None:
+        return None
+    lean = min(at_cap, key=lambda r: (r["usd_per_million_output_tokens_at_capacity"], r["label"]))
+    a, b = top["usd_per_million_output_tokens_at_capacity"], lean["usd_per_million_output_tokens_at_capacity"]
+    if lean is top or not b < a * (1 - 1e-9):
+        return None
+
+    def nodes(r: dict) -> str:
+        return f"{r['nodes_needed']} node{'s' if r['nodes_needed'] != 1 else ''}"
+
+    return (f"Whole-node rounding decided the ranking: {top['label']} costs least at the target "
+            f"(${top['usd_per_million_output_tokens']:,.3f} per million output tokens on {nodes(top)}, the target "
+            f"using {_share(top.get('margin'))} of their capacity), but {lean['label']} costs least at capacity "
+            f"(${b:,.3f} against ${a:,.3f}): its {nodes(lean)} for this target "
+            f"(${lean['usd_per_million_output_tokens']:,.3f} at the target) would run at {_share(lean.get('margin'))} "
+            "of their capacity, so whole nodes, not the hardware, decided; with more traffic the order can turn.")
+
+
+def _tail(tail: str, name: str) -> str:
+    """A row's key of ``name`` at the percentile ``tail`` names: '..._p99_s' for P99, '..._tail_s' otherwise."""
+    return f"{name}_p99_s" if tail == "P99" else f"{name}_tail_s"
+
+
+def _p(x: float | None, scale: float, unit: str, digits: str) -> str:
+    return "n/a" if x is None else f"{x * scale:{digits}} {unit}"
+
+
+def chosen_sentence(c: dict, target_rate_req_s: float, headroom: float, tail: str = "P99") -> str:
+    """A row in plain words, each latency said where it was read: the capacity per copy, the nodes and cost for the
+    target, the fleet check (the whole fleet at target x headroom) and the P99s of one copy at its share of the
+    target (target / copies, perfect balance)."""
+    n = c["nodes_needed"]
+    text = (f"{c['max_rate_req_s']:,.3g} req/s per copy within the SLOs; {n} node{'s' if n != 1 else ''} for "
+            f"{target_rate_req_s:,.4g} req/s, ${c['usd_per_million_output_tokens']:,.3f} per million output tokens")
+    if c.get("fleet_checked"):
+        rate_all = target_rate_req_s * headroom
+        how = "met" if c.get("fleet_verified") else "still missed"
+        tried = c.get("fleet_nodes_tried") or []
+        text += (f". Fleet check: {tried[-1]['nodes'] if tried else n} nodes behind {c['router']} {how} the SLOs at "
+                 f"{rate_all:,.4g} req/s (the target × {headroom:g} headroom), the whole fleet's {tail} TTFT {_p(c.get(_tail(tail, 'fleet_ttft')), 1, 's', ',.3f')} "
+                 f"and {tail} TPOT {_p(c.get(_tail(tail, 'fleet_tpot')), 1e3, 'ms', ',.1f')} there")
+    else:
+        text += " (perfect load balancing assumed: not simulated as a fleet)"
+    per_copy = c.get("rate_per_copy_at_target_req_s")
+    if per_copy:
+        copies = round(target_rate_req_s / per_copy)
+        text += (f". At the target without headroom, one copy carrying {per_copy:,.3g} req/s (the target / {copies:,} "
+                 f"cop{'y' if copies == 1 else 'ies'}, perfect balance): {tail} TTFT "
+                 f"{_p(c.get(_tail(tail, 'ttft')), 1, 's', ',.3f')}, {tail} TPOT "
+                 f"{_p(c.get(_tail(tail, 'tpot')), 1e3, 'ms', ',.1f')}")
+    return text + "."
 
 
 def best_per(good: Sequence[dict], key: str, values: Sequence[str], ledger: Ledger) -> list[dict]:
@@ -1109,5 +1217,8 @@ def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Map
         "slo": slo.to_dict(),
         "router": router,
         "fleet_top": fleet_top,
-        "notes": [router_note(router, fleet_top), COST_NOTE, LATENCY_NOTE],
+        "notes": [router_note(router, fleet_top), COST_NOTE, LATENCY_NOTE, MARGIN_NOTE],
+        "rounding_note": rounding_note(good),
+        "headroom_note": headroom_note(headroom, own_profile(base)),
+        "tail": tail_label(slo.attainment),  # the percentile the tables show: the attainment target's
     }

@@ -35,6 +35,8 @@ WORKLOAD_LABELS = {
     "sharegpt": "ShareGPT-like (short prompts, ~195-token answers)",
     "article": "article: 512 in / 256 out on average, 20 % high priority (4 req/s in the article section)",
     "chat-sessions": "chat sessions (multi-turn: each turn resends the history)",
+    "reasoning": "reasoning (~1k prompt, ~4.7k-token answers)",
+    "long-context": "long context (~20k prompt, ~500-token answers)",
     TRACE: "trace: replay a file",
 }
 # arrival processes (DESIGN §5): URL value -> label; the library's kinds, Poisson first

@@ -20,7 +20,8 @@ from batching.ui.safe import unescape
 
 PAGE = "pages/capacity.py"
 COLUMNS = ["Rate per node (req/s)", "Throughput (output tok/s)", "Goodput (req/s)", "Binding SLO", "Binding class",
-           "Nodes needed", "$ per M output tokens at target", "$ per M output tokens at capacity", "Rates simulated"]
+           "Nodes needed", "$ per M output tokens at target", "$ per M output tokens at capacity",
+           "Margin (% of capacity used)", "Output tok/s per GPU", "Rates simulated"]  # issue 39 item 2: margin, tok/s/GPU
 
 
 def plans(at) -> dict[str, CapacityResult]:
@@ -70,7 +71,8 @@ def test_default_render():
     assert at.info and "sustains the most traffic" in at.info[0].value and "(1.25× headroom)" in at.info[0].value
     assert unescape(at.subheader[1].value) == ("Per policy: TTFT ≤ 1,000 ms for interactive chat, 30 s for batch "
                                                "analysis; TPOT ≤ 100 ms for 99 % of each class's requests")
-    assert any("headroom of 1.25× for the cost model's known error" in c.value for c in at.caption)
+    assert any("Headroom 1.25× applies" in c.value and "the stock cost model's known error" in c.value
+               for c in at.caption)
 
 
 def test_tables_equal_the_library_for_the_same_inputs():
@@ -157,7 +159,7 @@ def test_price_target_and_headroom_change_the_plan_without_a_new_search(monkeypa
     at.number_input(key="wid:headroom").set_value(1.0).run()  # the simulator's own figures
     plain = plans(at)["chunked"]
     assert plain.nodes_needed == math.ceil(200.0 / plain.max_rate_req_s - 1e-9)
-    assert any("headroom 1" in c.value for c in at.caption)
+    assert any("Headroom 1× (none)" in c.value for c in at.caption)
 
 
 def test_url_reproduces_the_view():

@@ -54,6 +54,7 @@ def test_search_ranks_marks_and_links():
     df = at.dataframe[0].value
     assert list(df.columns) == ["Rank", "GPU", "Precision", "TP", "Replicas per node", "Policy", "Knobs",
                                 "Rate per copy (req/s)", "Nodes for 20 req/s", "$ per M output tokens",
+                                "Margin (% of capacity used)", "$ per M at capacity", "Output tok/s per GPU",
                                 "P99 TTFT (s)", "P99 TPOT (ms)", "Binding SLO", "Pareto", "Calibrated"]
     costs = list(df["$ per M output tokens"])
     assert costs == sorted(costs) and len(df) >= 2
@@ -61,6 +62,12 @@ def test_search_ranks_marks_and_links():
     res = at.session_state["search_last"][1]
     assert df.iloc[0]["Rate per copy (req/s)"] == res["configs"][0]["max_rate_req_s"]
     assert any(ROUTER_NOTE in c.value for c in at.caption)
+    # issue 39 item 2: the margin (percent of the fleet's capacity the target uses) and the headroom in use
+    assert df.iloc[0]["Margin (% of capacity used)"] == pytest.approx(100 * res["configs"][0]["margin"])
+    assert any("Headroom 1.25× applies" in c.value for c in at.caption)
+    # issue 39 item 5: the summary's P99s say where they were read (one copy at target / copies), never "at that rate"
+    summary = next(i.value for i in at.info if "per copy within the SLOs" in i.value)
+    assert "at that rate" not in summary and "one copy carrying" in summary and "the target / " in summary
     # the chart: the chosen (cheapest) configuration ringed in both panels
     spec = chart(at, "Cost against tail latency")
     chosen = [t for t in data_traces(spec) if t["name"].startswith("Chosen: ")]
