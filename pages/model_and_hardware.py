@@ -368,7 +368,7 @@ def calibration_sections(sc: Scenario) -> None:
                           "whiskers mark ±20 % of each published value.", "calibration_end_to_end", key="cal_e2e",
                           scenario_line="")
             st.dataframe(e2e, hide_index=True, column_config=_pct_columns(e2e))
-            st.caption(f"Source: {e2e_check.PUBLISHED_SOURCE}. Continuous batching (vLLM V0 defaults), ShareGPT-like lengths "
+            st.caption(f"Source: {e2e_check.PUBLISHED_SOURCE}. Continuous batching as vLLM V0 ran it (prefill-only steps, 1 % watermark), ShareGPT-like lengths "
                        "(prompts mean ≈ 231 tokens, outputs ≈ 195); see docs/CALIBRATION.md for why.")
 
     st.subheader("Constants and sources", divider="gray")

@@ -32,7 +32,8 @@ def test_the_default_scenario_continuous_preset():
         "  --context-length 32768 \\\n"
         "  --mem-fraction-static 0.9 \\\n"
         "  --max-running-requests 256 \\\n"
-        "  --chunked-prefill-size -1 \\\n"
+        "  --chunked-prefill-size 32768 \\\n"
+        "  --enable-mixed-chunk \\\n"
         "  --max-prefill-tokens 32768 \\\n"
         "  --schedule-policy fcfs")
 

@@ -3,6 +3,7 @@ version defines (tests/data/engine_flags.json, read from each engine's own argum
 chunks when the chunked preset does, its own profile keeps its chunk size, TensorRT-LLM gets a trtllm-serve command,
 priority scheduling has SGLang's flags, and docs/LAUNCH.md names the defaults the engines have."""
 import json
+from dataclasses import replace
 import re
 from pathlib import Path
 
@@ -83,8 +84,9 @@ def test_the_chunked_preset_mixes_prefill_and_decode_in_sglang():
     # EAGLE turns SGLang's mixed chunks off: the command does not pretend otherwise
     eagle = launch(Scenario(policy=with_knobs(PRESETS["chunked"], spec_decode="eagle")))["sglang"]
     assert "\n  --enable-mixed-chunk" not in eagle and "SGLang runs speculative decoding without mixed chunks" in eagle
-    # whole-prompt prefill (the continuous preset) mixes nothing
-    assert "--enable-mixed-chunk" not in launch(Scenario())["sglang"]
+    # the prefill-only rule (vLLM V0, SGLang's own separate prefill batches) mixes nothing
+    v0 = replace(PRESETS["continuous"], prefill_only_steps=True)
+    assert "--enable-mixed-chunk" not in launch(Scenario(policy=v0))["sglang"]
 
 
 @pytest.mark.parametrize("gpu, chunk", [("h100-sxm", 8192), ("h200-sxm", 8192), ("b200", 16384)])
@@ -117,10 +119,28 @@ def test_the_trtllm_engine_gets_a_trtllm_serve_command(tmp_path):
 
 
 def test_sglang_priority_scheduling_has_its_flags():
+    """The priority preset preempts only when a running request needs blocks (vLLM V1): SGLang's default preemption
+    threshold (10, server_args.py) keeps a waiting request of class 0 from preempting class 1; the waiting-side rule
+    (preempt_for_waiting) is threshold 0."""
     s = launch(Scenario(policy=PRESETS["priority"]))["sglang"]
-    assert ("--schedule-policy fcfs \\\n  --enable-priority-scheduling \\\n  --schedule-low-priority-values-first "
-            "\\\n  --priority-scheduling-preemption-threshold 0") in s
+    assert "--schedule-policy fcfs \\\n  --enable-priority-scheduling \\\n  --schedule-low-priority-values-first" in s
+    assert "--priority-scheduling-preemption-threshold" not in s
     assert "no SGLang" not in s
+    s = launch(Scenario(policy=replace(PRESETS["priority"], preempt_for_waiting=True)))["sglang"]
+    assert "--schedule-low-priority-values-first \\\n  --priority-scheduling-preemption-threshold 0" in s
+
+
+def test_continuous_preset_mixes_whole_prompts_in_both_engines():
+    """The continuous preset is vLLM V1 without chunked prefill: whole prompts mixed with the decodes. vLLM: its
+    --no-enable-chunked-prefill; SGLang mixes only with chunked prefill, so a chunk of the whole budget (never
+    splitting a prompt) and --enable-mixed-chunk. The prefill-only rule keeps SGLang's separate prefill batches."""
+    sc = Scenario(policy=PRESETS["continuous"])
+    cmd = launch(sc)
+    assert "--no-enable-chunked-prefill" in cmd["vllm"]
+    budget = sc.policy.max_num_batched_tokens
+    assert f"--chunked-prefill-size {budget} \\\n  --enable-mixed-chunk" in cmd["sglang"]
+    v0 = launch(Scenario(policy=replace(PRESETS["continuous"], prefill_only_steps=True)))["sglang"]
+    assert "--chunked-prefill-size -1" in v0 and "--enable-mixed-chunk" not in v0
 
 
 def test_launch_md_names_the_engines_defaults_and_known_flags():

@@ -506,7 +506,7 @@ Reference: {e2e_check.PUBLISHED_SOURCE}: Llama-3.1-70B-Instruct BF16 on 4×H100 
 (Poisson), and 5,000 prompts at once (offline).
 
 Simulation: `deployment(model="llama-3.1-70b", tp=4, num_gpus=4)`, all-reduce `vllm_graph`,
-policy `PRESETS["{e2e_check.E2E_POLICY}"]` (vLLM V0: whole-prompt prefill steps that pause decodes, 256
+policy `NAMED_POLICIES["{e2e_check.E2E_POLICY}"]` (vLLM V0: whole-prompt prefill steps that pause decodes, 256
 sequences, 8,192-token budget). That is what both engines ran: vLLM v0.6.0 with
 `--max_model_len 4096` leaves chunked prefill off (it turns it on by default only above 32k
 context) and schedules 256 sequences; SGLang v0.3.0 runs prefill batches and decode batches

@@ -189,11 +189,12 @@ PRESETS: dict[str, BatchingPolicy] = {
     "static": BatchingPolicy(mode="static", max_batch_size=32),
     # Triton dynamic batcher: up to 64, the oldest waits at most 100 ms
     "dynamic": BatchingPolicy(mode="dynamic", max_batch_size=64, max_wait_s=0.1),
-    # vLLM V0 defaults: 256 sequences, whole-prompt prefill steps in a budget of max(max_model_len, 2048) tokens,
-    # recompute preemption (prefix caching on in every iteration-level preset, as vLLM V1 and SGLang default to: with
-    # no shared prefixes its block pool still gives a recompute victim back the blocks it computed that survive)
+    # vLLM V1 (0.11) with chunked prefill off (--no-enable-chunked-prefill): 256 sequences, whole prompts mixed with the
+    # decodes in a budget of max(max_model_len, 2048) tokens, recompute preemption, prefix caching on (vLLM V1 and
+    # SGLang default to it; with no shared prefixes its block pool still gives a recompute victim back the blocks it
+    # computed that survive). vLLM V0's prefill-only steps are the policy's prefill_only_steps rule.
     "continuous": BatchingPolicy(mode="continuous", max_num_batched_tokens=V0_MIN_BUDGET, prefix_caching=True,
-                                 budget_from_context=True, prefill_only_steps=True, watermark=0.01),
+                                 budget_from_context=True),
     # vLLM V1 / Sarathi-Serve: mixed steps with a 2,048-token budget
     "chunked": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048,
                               prefix_caching=True),
@@ -201,6 +202,12 @@ PRESETS: dict[str, BatchingPolicy] = {
     "priority": BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_batched_tokens=2048,
                                priority=True, preemption="recompute", prefix_caching=True),
 }
+
+# vLLM V0's continuous batching (the engine of published vLLM 0.6 runs): the continuous preset with V0's prefill-only
+# steps and its 1 % admission watermark (vllm/core/scheduler.py, vllm/core/block_manager.py)
+V0_CONTINUOUS = replace(PRESETS["continuous"], prefill_only_steps=True, watermark=0.01)
+# policies that published settings name beside the presets (published_points.csv's policy column)
+NAMED_POLICIES: dict[str, BatchingPolicy] = {**PRESETS, "continuous-v0": V0_CONTINUOUS}
 
 
 def preset(name: str) -> BatchingPolicy:

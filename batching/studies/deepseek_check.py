@@ -44,7 +44,8 @@ def scenario(concurrency: int) -> Scenario:
                          high=LENGTH_TOKENS)
     wl = workload_preset("batch", 1.0, concurrency * REQUESTS_PER_CLIENT, 0)
     wl = replace(wl, classes=tuple(replace(c, prompt=lengths, output=lengths) for c in wl.classes))
-    pol = with_knobs(PRESETS[POLICY], max_num_seqs=MAX_RUNNING_REQUESTS, max_num_batched_tokens=MAX_PREFILL_TOKENS)
+    pol = with_knobs(PRESETS[POLICY], max_num_seqs=MAX_RUNNING_REQUESTS, max_num_batched_tokens=MAX_PREFILL_TOKENS,
+                     prefill_only_steps=True)  # SGLang's prefill batches apart from its decode batches
     return Scenario(deployment("h200-sxm", "deepseek-v3", 8, precision="fp8"), wl.with_concurrency(concurrency), pol)
 
 

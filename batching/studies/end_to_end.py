@@ -9,7 +9,7 @@ import pandas as pd
 
 from batching.sim.hardware import costmodel as cm
 from batching.sim.hardware.specs import deployment
-from batching.sim.policy import PRESETS
+from batching.sim.policy import NAMED_POLICIES
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.workload.requests import workload_preset
 
@@ -24,7 +24,7 @@ END_TO_END_TOLERANCE = 0.20
 
 
 E2E_MODEL = "llama-3.1-70b"
-E2E_POLICY = "continuous"
+E2E_POLICY = "continuous-v0"  # vLLM 0.6 and SGLang 0.3: whole-prompt prefill steps (policy.V0_CONTINUOUS)
 E2E_WORKLOAD = "sharegpt"
 E2E_RUNS = ((4.0, 1200), (8.0, 2400))  # req/s and prompts of the online runs, as published
 E2E_OFFLINE_PROMPTS = 5000
@@ -55,7 +55,7 @@ def end_to_end(policy: str = E2E_POLICY, seed: int = 0, allreduce: str = cm.DEFA
     median TPOT at 4 and 8 req/s (1,200 and 2,400 requests) and offline output throughput
     (5,000 prompts at t = 0), beside the published SGLang v0.3.0 and vLLM v0.6.0 figures."""
     dep = deployment(model=E2E_MODEL, tp=4, num_gpus=4)
-    pol = PRESETS[policy]
+    pol = NAMED_POLICIES[policy]
     out = []
     for rate, n in E2E_RUNS:
         s = simulate(Scenario(dep, workload_preset(E2E_WORKLOAD, rate, n, seed), pol, allreduce)).summary()

@@ -242,16 +242,26 @@ def sglang_flags(sc: Scenario, tp: int, dp: int, role: str | None = None) -> tup
         flags += [f"--chunked-prefill-size {q(chunk)}", f"--max-prefill-tokens {q(pol.max_num_batched_tokens)}"]
         notes.append(f"SGLang's own prefill batches: up to {pol.max_num_batched_tokens:,} prompt tokens, prompts "
                      f"chunked at {chunk:,} (its default for {dep.node.gpu.name}'s memory), decode batches apart")
+    elif not pol.prefill_only_steps and role is None and not spec:
+        # whole prompts mixed with the decodes (vLLM V1 without chunked prefill): SGLang mixes only with chunked
+        # prefill on; a chunk of the whole budget (at least the longest prompt) never splits a prompt
+        flags += [f"--chunked-prefill-size {q(pol.max_num_batched_tokens)}", "--enable-mixed-chunk",
+                  f"--max-prefill-tokens {q(pol.max_num_batched_tokens)}"]
     else:
         flags += ["--chunked-prefill-size -1", f"--max-prefill-tokens {q(pol.max_num_batched_tokens)}"]
     if not pol.prefix_caching:
         flags.append("--disable-radix-cache")
     flags.append("--schedule-policy fcfs")
-    if pol.priority:
+    if pol.priority and pol.preempt_for_waiting:
         flags += ["--enable-priority-scheduling", "--schedule-low-priority-values-first",
                   "--priority-scheduling-preemption-threshold 0"]
         notes.append("priority: each request's class goes in its \"priority\" field (lower runs first); a waiting "
                      "request of a higher class preempts running ones (threshold 0)")
+    elif pol.priority:
+        flags += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
+        notes.append("priority: each request's class goes in its \"priority\" field (lower runs first); as simulated, "
+                     "a waiting request preempts no running one: SGLang's default preemption threshold (10) is above "
+                     "the classes' difference")
     if pol.preemption != "recompute":
         notes.append(f"preemption {pol.preemption}: SGLang retracts (recomputes) requests when memory runs out")
     return flags + spec, notes + spec_notes

@@ -20,7 +20,7 @@ import pandas as pd
 
 from batching.sim.hardware.specs import deployment
 from batching.sim.hardware.engines import engine_profile
-from batching.sim.policy import PRESETS, with_knobs
+from batching.sim.policy import NAMED_POLICIES, with_knobs
 from batching.sim.topology.disagg import Disagg
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.workload.requests import LengthDist, workload_preset
@@ -56,7 +56,7 @@ def scenario_of(row, seed: int = 0) -> Scenario:
         b = bf.BenchFile("published", row.id, None, n, rate, conc, shape, float(row.prompt_tokens),
                          float(row.output_tokens))
         wl = bf.bench_workload(b, n, seed)
-    pol = engine_profile(row.engine).policy if row.policy == "engine" else PRESETS[row.policy]
+    pol = engine_profile(row.engine).policy if row.policy == "engine" else NAMED_POLICIES[row.policy]
     if not pd.isna(row.budget):
         pol = with_knobs(pol, max_num_batched_tokens=int(row.budget))
     split = None
