@@ -64,13 +64,22 @@ def test_at_least_one_prompt_token_is_computed_even_when_all_are_cached():
     assert out.req_cached.tolist() == [0, 48]
 
 
-def test_caching_off_or_without_chains_changes_nothing():
+def test_caching_off_or_without_chains_schedules_the_same_without_preemption():
+    """Nothing shared and nothing preempted: the block pool (on whenever prefix caching is, as vLLM V1's) finds no
+    hit, so every request and step is as with caching off, but for the blocks it keeps cached once freed (a
+    request's own, named: S_CACHE_BLOCKS), which caching off has none of."""
     args = ([0.0, 0.5, 3.0], [100, 300, 50], [5, 3, 9])
     base = run(*args, prefix_caching=False)
+    sched = [c for c in range(eng.NUM_SI) if c != eng.S_CACHE_BLOCKS]
+    assert base.steps_i[:, eng.S_CACHE_BLOCKS].sum() == 0
     for kw in ({"chain": [[0, 1], [0, 1], [0, 1]], "prefix_caching": False}, {"chain": [[], [], []]}, {}):
         other = run(*args, **kw)
         assert np.array_equal(other.req_f, base.req_f)
-        assert np.array_equal(other.steps_i, base.steps_i)
+        assert np.array_equal(other.steps_i[:, sched], base.steps_i[:, sched])
+        assert other.steps_i[:, eng.S_CACHED_TOKENS].sum() == 0
+    # with caching on, each finished request's full blocks stay cached: 100, 300 and 50 + 9 - 1 tokens of prompt
+    # and output KV, 6 + 18 + 3 full blocks, all evictable at the end
+    assert run(*args).steps_i[-1, eng.S_CACHE_BLOCKS] == 6 + 18 + 3
 
 
 def test_unused_cached_blocks_are_reclaimed_least_recently_used_first():

@@ -4,6 +4,7 @@ import pytest
 
 from batching.studies.capacity import SLO, capacity, slo_point
 from batching.studies.compare import compare, verdict
+from batching.sim.policy import PRESETS, V0_CONTINUOUS
 from batching.sim.simulate import Scenario
 from batching.sim.workload.requests import workload_preset
 
@@ -22,7 +23,16 @@ def test_throughput_order(saturated_static):
     assert s["dynamic"]["throughput_output_tok_s"] < s["continuous"]["throughput_output_tok_s"]
     # both continuous variants keep up with the offered load: equal within rounding of the last release
     assert s["chunked"]["throughput_output_tok_s"] >= 0.995 * s["continuous"]["throughput_output_tok_s"]
-    assert s["chunked"]["capacity_output_tok_s"] >= s["continuous"]["capacity_output_tok_s"]
+    # chunked prefill's capacity gain is over vLLM V0's prefill-only steps (decodes stall while prompts prefill);
+    # against V1's whole prompts mixed with the decodes (the continuous preset) it has none here: its 2,048-token
+    # steps pay the fixed per-step cost more often (within 5 % either way)
+    assert abs(s["chunked"]["capacity_output_tok_s"] / s["continuous"]["capacity_output_tok_s"] - 1) < 0.05
+
+
+def test_chunked_prefill_has_more_capacity_than_v0_prefill_only_steps():
+    pol = {"v0": V0_CONTINUOUS, "chunked": PRESETS["chunked"]}
+    s = compare(Scenario(workload=workload_preset("mixed", 3.0, 2000, 0)), pol).summaries()
+    assert s["chunked"]["capacity_output_tok_s"] > s["v0"]["capacity_output_tok_s"]
 
 
 def test_continuous_capacity_at_least_twice_static(saturated_static):
@@ -68,7 +78,9 @@ def test_priority_protects_the_high_class_under_overload():
     hi, lo = s["priority"]["by_priority"]["0"], s["priority"]["by_priority"]["1"]
     assert hi["ttft_p99_s"] < 0.2 * lo["ttft_p99_s"]
     assert hi["ttft_p99_s"] < 0.2 * s["chunked"]["by_priority"]["0"]["ttft_p99_s"]
-    assert s["priority"]["preemptions"] > 0
+    # the protection is the queue's order: vLLM V1 preempts only when a running request cannot get blocks, and at
+    # 256 sequences this node's KV cache never runs out (V0's rule evicted batch requests for waiting chat ones)
+    assert s["priority"]["preemptions"] == 0
 
 
 def test_priority_high_class_faster_at_the_default_load(saturated_static):
@@ -78,7 +90,9 @@ def test_priority_high_class_faster_at_the_default_load(saturated_static):
 
 def test_verdict_names_the_winner(saturated_static):
     text = verdict(saturated_static)
-    assert "'chunked'" in text or "'priority'" in text
+    best = max(saturated_static, key=lambda k: saturated_static[k]["capacity_output_tok_s"])
+    assert best in ("continuous", "chunked", "priority")
+    assert f"'{best}' has the highest capacity" in text
     assert "static" in text
 
 
