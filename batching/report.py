@@ -275,11 +275,6 @@ def figures_zip(figures: Mapping[str, go.Figure], fmt: str) -> bytes:
     return zip_bytes(figure_images(figures, (fmt,)))
 
 
-def tables_zip(tables: Mapping[str, pd.DataFrame]) -> bytes:
-    """Every table of a page as ``<name>.csv`` in one zip (formula-looking cells neutralised)."""
-    return zip_bytes({f"{k}.csv": frame_csv(df) for k, df in tables.items()})
-
-
 # ---------------------------------------------------------------- one policy's figures (Explore a policy)
 
 # how full the node is, the first cards of the showdown and of Explore (issue 24 item 10): the share of capacity the

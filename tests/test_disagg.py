@@ -155,12 +155,11 @@ def test_transfer_time_is_the_prompts_kv_over_the_link() -> None:
     # so 1.82e-7 s per prompt token (1,000 tokens: 0.18 ms), after the 6.7 ms of posting the transfer (vLLM's
     # NixlConnector, issue #50913)
     np.testing.assert_allclose(d["kv_transfer_s"], 6.7e-3 + d["prompt_tokens"] * 327_680 / 1.8e12, rtol=1e-12)
-    # 4 pairs x 100 Gb/s = 4 x 12.5 GB/s = 5e10 B/s
-    assert Disagg(1, 4, 1, 4, kv_link_gbps=100.0).link_Bps(dep) == pytest.approx(5e10, rel=1e-12)
-    # TP 4 to TP 2: 2 pairs (the smaller TP) x 450 GB/s = 9e11 B/s
-    assert Disagg(1, 4, 2, 2).link_Bps(dep) == pytest.approx(9e11, rel=1e-12)
-    # 24 GPUs, more than a node's 8: across nodes, 8 pairs x 400 Gb/s (one NIC per GPU) = 8 x 50 GB/s = 4e11 B/s
-    assert Disagg(2, 8, 1, 8).link_Bps(dep) == pytest.approx(4e11, rel=1e-12)
+    # the link each GPU pair moves its share over: a stated 100 Gb/s = 12.5 GB/s; NVLink within a node (450 GB/s per
+    # direction on H100); past a node's 8 GPUs, one 400 Gb/s NIC per GPU = 50 GB/s
+    assert Disagg(1, 4, 1, 4, kv_link_gbps=100.0).link_per_gpu_Bps(dep) == pytest.approx(1.25e10, rel=1e-12)
+    assert Disagg(1, 4, 2, 2).link_per_gpu_Bps(dep) == pytest.approx(4.5e11, rel=1e-12)
+    assert Disagg(2, 8, 1, 8).link_per_gpu_Bps(dep) == pytest.approx(5e10, rel=1e-12)
 
 
 def test_an_mla_transfer_moves_the_whole_latent_on_every_rank() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 
 from batching.sim.checks import check_range, show
 from batching.sim.policy import BatchingPolicy
@@ -175,19 +174,6 @@ def parse_profile(data: bytes) -> EngineProfile:
         return EngineProfile.from_dict(doc)
     except (ValueError, TypeError) as e:
         raise ValueError(str(e)) from None
-
-
-def load_profile(path: Path | str) -> EngineProfile:
-    """A profile from a JSON file (``to_dict``'s form); ValueError naming the file and the field."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise ValueError(f"profile file {p.name}: cannot be read ({e.strerror or e})") from None
-    try:
-        return parse_profile(data)
-    except ValueError as e:
-        raise ValueError(f"profile file {p.name}: {e}") from None
 
 
 # --- the engines' scheduler defaults --------------------------------------------------------------------------

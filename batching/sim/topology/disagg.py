@@ -168,10 +168,6 @@ class Disagg:
             return dep.node.gpu.nvlink_Bps
         return CROSS_NODE_GBPS * 1e9 / 8
 
-    def link_Bps(self, dep: Deployment) -> float:
-        """Bytes/s of the GPU pairs of one transfer together: min(prefill TP, decode TP) pairs at the link's speed."""
-        return min(self.prefill_tp, self.decode_tp) * self.link_per_gpu_Bps(dep)
-
     def kv_bytes_per_gpu_token(self, dep: Deployment, policy=None) -> float:
         """Bytes per prompt token the busiest GPU of a transfer moves: a prefill rank sends what it holds and a
         decode rank receives what it will hold (each side's KV bytes per token per GPU), all ranks in parallel.
