@@ -14,7 +14,11 @@ from batching.sim.workload.sessions import SessionSpec
 
 @pytest.mark.parametrize("value", [0, 0.0, 5, 10, 10.0, np.int64(7), np.float32(2.5), np.uint8(3)])
 def test_in_range_passes(value):
-    check_range("x", value, 0, 10)
+    check_range("x", value, 0, 10)  # no error in range, and the same value past either bound is refused
+    with pytest.raises(ValueError, match=r"^x=.* is out of range; allowed 11 to 20$"):
+        check_range("x", value, 11, 20)
+    with pytest.raises(ValueError, match=r"^x=.* is out of range; allowed -10 to -1$"):
+        check_range("x", value, -10, -1)
 
 
 @pytest.mark.parametrize("value, message", [
@@ -59,7 +63,11 @@ def test_bounds_are_shown_like_values():
 
 @pytest.mark.parametrize("value", [1, 16, np.int32(8), np.int64(16)])
 def test_int_in_range_passes(value):
-    check_int("k", value, 1, 16)
+    check_int("k", value, 1, 16)  # no error in range, and the same value past either bound is refused
+    with pytest.raises(ValueError, match=r"^k=.* is out of range; allowed 17 to 32$"):
+        check_int("k", value, 17, 32)
+    with pytest.raises(ValueError, match=r"^k=.* is out of range; allowed -5 to 0$"):
+        check_int("k", value, -5, 0)
 
 
 @pytest.mark.parametrize("value, message", [
