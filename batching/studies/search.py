@@ -1137,7 +1137,7 @@ def ranked(ledger: Ledger, rows: Mapping[Config, dict]) -> tuple[list[dict], lis
 # ---------------------------------------------------------------- the search
 
 
-def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Mapping[str, float] | None, grid: Grid,
+def search(base: Scenario, slo: SLO, target_rate_req_s: float, gpu_hour_usd: Mapping[str, float] | None, grid: Grid, *,
            backend=None, prune: bool = True, warm: bool = True, headroom: float = DEFAULT_HEADROOM,
            custom_gpus: Mapping[str, GPU] | None = None, rel_tol: float = REL_TOL,
            progress: Callable[[int, int, str], None] | None = None, router: str = ROUTER_DEFAULT,
