@@ -13,6 +13,7 @@ import datetime as _dt
 import html
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -220,13 +221,43 @@ def summary_json(summaries: Mapping[str, dict], scenario: Scenario,
     return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
 
 
+# what a chart's subtitle tells a reader who can click (charts.policy.request_timeline: "opens on the first 200 of
+# 2,000, double-click for all"), and what a static image says instead
+INTERACTIVE_HINTS = ((re.compile(r"[,;]? *double-click (?:or Autoscale )?(?:for all|shows the whole run)"), ""),
+                     (re.compile(r"\bopens on the first\b"), "shows the first"))
+
+
+def for_print(fig: go.Figure) -> go.Figure:
+    """The figure as a static image shows it: its title's and subtitle's hints to zoom by clicking taken out (a
+    copy; the figure itself is left as it was, for the interactive report)."""
+    title = fig.layout.title
+    texts = [getattr(title, "text", None), getattr(getattr(title, "subtitle", None), "text", None)]
+    changed = []
+    for text in texts:
+        new = text
+        for pattern, repl in INTERACTIVE_HINTS:
+            new = pattern.sub(repl, new) if new else new
+        changed.append(new)
+    if changed == texts:
+        return fig
+    out = go.Figure(fig)
+    out.layout.title.text = changed[0]
+    if changed[1] is not None:
+        out.layout.title.subtitle.text = changed[1]
+    return out
+
+
 def figure_png(fig: go.Figure, scale: float = 2, width: int = 1200, height: int | None = None) -> bytes:
-    """A chart as PNG through kaleido (needs Chrome/Chromium; the CLI uses this)."""
+    """A chart as PNG through kaleido (needs Chrome/Chromium; the CLI uses this), without interactive hints
+    (``for_print``)."""
+    fig = for_print(fig)
     return pio.to_image(fig, format="png", scale=scale, width=width, height=height or fig.layout.height or 450)
 
 
 def figure_svg(fig: go.Figure, width: int = 1200, height: int | None = None) -> bytes:
-    """A chart as SVG (vector, for documents) through kaleido, at the size its PNG has before scaling."""
+    """A chart as SVG (vector, for documents) through kaleido, at the size its PNG has before scaling, without
+    interactive hints (``for_print``)."""
+    fig = for_print(fig)
     return pio.to_image(fig, format="svg", width=width, height=height or fig.layout.height or 450)
 
 

@@ -59,6 +59,17 @@ def test_search_exports_csv_json_and_html():
     assert html.count("Plotly.newPlot") == 1 and "8× B200 180GB \\u002f H200 SXM 141GB" in html  # its caption
 
 
+def test_static_images_say_nothing_of_double_clicks():
+    from batching.sim.simulate import simulate
+
+    sc = Scenario(workload=workload_preset("chat", 4.0, 400, 1))
+    fig, _ = report.policy_figure(simulate(sc), "timeline")
+    assert "double-click" in fig.layout.title.subtitle.text  # the live chart and the HTML report keep the hint
+    svg = report.figure_svg(fig, width=900)
+    assert b"double-click" not in svg and b"shows the first 100" in svg
+    assert "double-click" in fig.layout.title.subtitle.text  # the figure itself is unchanged
+
+
 def test_view_export_has_csv_json_html():
     frame = pd.DataFrame({"rate_req_s": [1.0, 2.0], "tpot_p50_s_on": [0.01, 0.02]})
     files = report.view_export("tune_spec", "Speculation crossover", SC, {}, {"spec_crossover": frame}).files()
