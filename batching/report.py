@@ -13,6 +13,7 @@ import datetime as _dt
 import html
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -220,13 +221,43 @@ def summary_json(summaries: Mapping[str, dict], scenario: Scenario,
     return json.dumps(jsonable(doc), indent=2, allow_nan=False).encode()
 
 
+# what a chart's subtitle tells a reader who can click (charts.policy.request_timeline: "opens on the first 200 of
+# 2,000, double-click for all"), and what a static image says instead
+INTERACTIVE_HINTS = ((re.compile(r"[,;]? *double-click (?:or Autoscale )?(?:for all|shows the whole run)"), ""),
+                     (re.compile(r"\bopens on the first\b"), "shows the first"))
+
+
+def for_print(fig: go.Figure) -> go.Figure:
+    """The figure as a static image shows it: its title's and subtitle's hints to zoom by clicking taken out (a
+    copy; the figure itself is left as it was, for the interactive report)."""
+    title = fig.layout.title
+    texts = [getattr(title, "text", None), getattr(getattr(title, "subtitle", None), "text", None)]
+    changed = []
+    for text in texts:
+        new = text
+        for pattern, repl in INTERACTIVE_HINTS:
+            new = pattern.sub(repl, new) if new else new
+        changed.append(new)
+    if changed == texts:
+        return fig
+    out = go.Figure(fig)
+    out.layout.title.text = changed[0]
+    if changed[1] is not None:
+        out.layout.title.subtitle.text = changed[1]
+    return out
+
+
 def figure_png(fig: go.Figure, scale: float = 2, width: int = 1200, height: int | None = None) -> bytes:
-    """A chart as PNG through kaleido (needs Chrome/Chromium; the CLI uses this)."""
+    """A chart as PNG through kaleido (needs Chrome/Chromium; the CLI uses this), without interactive hints
+    (``for_print``)."""
+    fig = for_print(fig)
     return pio.to_image(fig, format="png", scale=scale, width=width, height=height or fig.layout.height or 450)
 
 
 def figure_svg(fig: go.Figure, width: int = 1200, height: int | None = None) -> bytes:
-    """A chart as SVG (vector, for documents) through kaleido, at the size its PNG has before scaling."""
+    """A chart as SVG (vector, for documents) through kaleido, at the size its PNG has before scaling, without
+    interactive hints (``for_print``)."""
+    fig = for_print(fig)
     return pio.to_image(fig, format="svg", width=width, height=height or fig.layout.height or 450)
 
 
@@ -365,10 +396,12 @@ def _frame_table(df: pd.DataFrame) -> str:
 
 def html_report(title: str, scenario: Scenario, *, figures: Sequence[tuple[go.Figure, str]] = (),
                 tables: Sequence[tuple[str, pd.DataFrame]] = (), policies: Mapping[str, BatchingPolicy] | None = None,
-                verdict: str = "", link: str = "", notes: Sequence[str] = (), rate: str | None = None) -> str:
+                verdict: str = "", link: str = "", notes: Sequence[str] = (), rate: str | None = None,
+                rows: Sequence[tuple[str, str]] | None = None) -> str:
     """A standalone HTML page: scenario, policies, tables and interactive figures (plotly.js inlined once).
     ``rate``: what the scenario rows and captions say instead of the workload's rate where the study varies it
-    ("rate searched": Capacity's report never names the sidebar's rate)."""
+    ("rate searched": Capacity's report never names the sidebar's rate). ``rows``: the scenario table's rows when
+    the study did not run the scenario's own deployment (a search's grid), else ``scenario_rows``."""
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     out = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -379,7 +412,7 @@ def html_report(title: str, scenario: Scenario, *, figures: Sequence[tuple[go.Fi
     ]
     if link:
         out.append(f'<p class="meta">Live view: <code>{html.escape(link)}</code></p>')
-    out.append("<h2>Scenario</h2>" + _kv_table(scenario_rows(scenario, rate)))
+    out.append("<h2>Scenario</h2>" + _kv_table(scenario_rows(scenario, rate) if rows is None else rows))
     if policies:
         out.append("<h2>Policies</h2>" + _kv_table(policy_rows(policies)))
     if verdict:
@@ -446,11 +479,12 @@ class PageExport:
     verdict: str = ""
     notes: tuple[str, ...] = ()
     rate: str | None = None  # html_report's: what the report says instead of the workload's rate
+    rows: tuple[tuple[str, str], ...] | None = None  # html_report's: the scenario table's rows, when not the scenario's
 
     def html(self, link: str = "", notes: Sequence[str] = ()) -> str:
         return html_report(self.title, self.scenario, figures=list(self.figures.values()),
                            tables=self.html_tables, policies=self.policies, verdict=self.verdict, link=link,
-                           notes=[*notes, *self.notes], rate=self.rate)
+                           notes=[*notes, *self.notes], rate=self.rate, rows=self.rows)
 
     def png_names(self) -> dict[str, str]:
         """figure key -> PNG file name."""
@@ -741,22 +775,202 @@ def view_export(page: str, title: str, scenario: Scenario, figures: Mapping[str,
                       notes=tuple(notes))
 
 
+def _shape(c: Mapping) -> str:
+    """A searched configuration's shape: 'TP 4', 'TP 16 over 2 nodes', '3×TP2 prefill + 1×TP2 decode'."""
+    sp = c.get("split")
+    if sp is None:
+        npc = int(c.get("nodes_per_copy") or 1)
+        return f"TP {c.get('tp')}" + (f" over {npc} nodes" if npc > 1 else "")
+    return (f"{sp['prefill_instances']}×TP{sp['prefill_tp']} prefill + {sp['decode_instances']}×TP{sp['decode_tp']} "
+            "decode")
+
+
+def _fleet_check(c: Mapping) -> str:
+    """How a row's nodes were found: 'met ✓ behind least-outstanding', 'missed ✗ ...' or 'perfect balance'."""
+    if not c.get("fleet_checked"):
+        return "not checked (perfect balance)"
+    verdict_ = "met the SLOs" if c.get("fleet_verified") else "missed the SLOs (at least this many)"
+    return f"{verdict_} behind {c.get('router', '?')}"
+
+
+def _num(v):
+    return float("nan") if v is None else v
+
+
+SPLIT_COLUMNS = ("Prefill instances", "Prefill TP", "Decode instances", "Decode TP")
+
+
+def search_frame(configs: Sequence[Mapping], target: float, tail: str = "P99") -> pd.DataFrame:
+    """Find a deployment's table of the configurations that meet the SLOs, ranked by cost, as the page shows it and
+    as its CSV holds it (the dashboard's download and ``report --page search`` write this frame): the columns a
+    planner reads, units in the headers, numbers as numbers (TP a whole number, empty for a prefill/decode split,
+    whose instances have their own columns), the latencies at ``tail`` (the percentile the attainment target
+    reads). Every other field stays in the JSON."""
+    key = "p99" if tail == "P99" else "tail"
+    rows = []
+    for i, c in enumerate(c for c in configs if c.get("meets_slo", True)):
+        sp = c.get("split") or {}
+        rows.append({
+            "Rank": i + 1, "Configuration": c["label"], "GPU": c["gpu"], "Precision": str(c["precision"]).upper(),
+            "Serving": "disaggregated" if c.get("split") is not None else "aggregated",
+            "TP": c.get("tp") if c.get("split") is None else None,
+            "Shape": _shape(c),
+            "Prefill instances": sp.get("prefill_instances"), "Prefill TP": sp.get("prefill_tp"),
+            "Decode instances": sp.get("decode_instances"), "Decode TP": sp.get("decode_tp"),
+            # a replica over two nodes: 0.5; a prefill/decode split: its copies (P + D instances each) per node
+            "Replicas per node": (c.get("copies_per_node") if c.get("split") is not None else
+                                  1 / c["nodes_per_copy"] if (c.get("nodes_per_copy") or 1) > 1 else
+                                  c.get("replicas_per_node")),
+            "Policy": c["policy"],
+            "Knobs": ", ".join(f"{k}={v:g}" for k, v in (c.get("knobs") or {}).items()) or "preset's",
+            "Rate per copy (req/s)": c["max_rate_req_s"],
+            f"Nodes for {target:,.4g} req/s": c["nodes_needed"], "Fleet check": _fleet_check(c),
+            "$ per M output tokens": c["usd_per_million_output_tokens"],
+            "Margin (% of capacity used)": None if c.get("margin") is None else 100 * c["margin"],
+            "$ per M output tokens at capacity": c.get("usd_per_million_output_tokens_at_capacity"),
+            "Output tok/s per GPU": c.get("output_tok_s_per_gpu"),
+            f"{tail} TTFT (s)": _num(c.get(f"ttft_{key}_s")),
+            f"{tail} TPOT (ms)": _num(None if c.get(f"tpot_{key}_s") is None else c[f"tpot_{key}_s"] * 1e3),
+            "Binding SLO": cp.binding_text(c.get("binding_slo")),
+            "Binding class": c.get("binding_class") or "none (node at capacity)",
+            "Pareto": bool(c.get("pareto")), "Calibrated": bool(c.get("calibrated", True)),
+        })
+    df = pd.DataFrame(rows, columns=list(rows[0]) if rows else None)
+    for col in ("Rank", "TP", *SPLIT_COLUMNS, f"Nodes for {target:,.4g} req/s"):
+        if col in df:
+            df[col] = df[col].astype("Int64")  # whole numbers, empty where they do not apply (never 4.0)
+    # TP when every row is a split, the split's columns when none is: columns no row uses
+    unused = [c for c in ("TP", *SPLIT_COLUMNS) if c in df and len(df) and df[c].isna().all()]
+    return df.drop(columns=unused)
+
+
+def search_table_html(table: pd.DataFrame) -> pd.DataFrame:
+    """``search_frame`` as the report prints it: ranked by its Rank column, yes/no for the flags, empty cells where
+    a column does not apply (TP of a prefill/decode split)."""
+    out = table.set_index("Rank") if len(table) else table.copy()
+    for col in ("Pareto", "Calibrated"):
+        if col in out:
+            out[col] = out[col].map({True: "yes", False: "no"})
+    return out.astype(object).where(out.notna(), "")
+
+
+def left_out_frame(found: Mapping) -> pd.DataFrame:
+    """The configurations the search left out and why, as the page's "Why not the others" shows them."""
+    rows = ([{"Configuration": s["label"], "Left out": s.get("reason", "skipped"), "Why": s.get("why", "")}
+             for s in found.get("skipped", ())]
+            + [{"Configuration": s["label"], "Left out": "pruned (cannot beat the best)", "Why": s.get("why", "")}
+               for s in found.get("pruned", ())]
+            + [{"Configuration": s["label"], "Left out": "failed on a worker",
+                "Why": f"{s.get('error', '')} ({s.get('tries', '?')} tries)"} for s in found.get("failed", ())])
+    return pd.DataFrame(rows, columns=["Configuration", "Left out", "Why"])
+
+
+def _searched(found: Mapping, key: str) -> list:
+    """The values of ``key`` over every configuration of the grid the search met (ranked, skipped, pruned,
+    failed), in their first order."""
+    seen = []
+    for part in ("configs", "skipped", "pruned", "failed"):
+        for r in found.get(part, ()):
+            v = r.get(key)
+            if v is not None and v not in seen:
+                seen.append(v)
+    return seen
+
+
+def search_slo_text(found: Mapping, scenario: Scenario) -> str:
+    """The search's SLOs in words ('TTFT ≤ 1,000 ms; TPOT ≤ 50 ms for 99 % of each class's requests')."""
+    from batching.studies.capacity import SLO
+
+    if not found.get("slo"):
+        return "SLOs not recorded"
+    try:
+        names = class_names(scenario)
+    except ValueError:
+        names = None
+    return SLO(**found["slo"]).describe(names)
+
+
+def search_rows(found: Mapping, scenario: Scenario) -> list[tuple[str, str]]:
+    """The report's scenario table for a search: what the search used (the GPUs, precisions, TPs or splits,
+    policies and serving it tried, the target traffic, the SLOs, prices, headroom, router), with the scenario's
+    model and workload; never the sidebar's own GPU, TP or rate, which the search replaced."""
+    from batching.charts.export import _gpu_name
+
+    dep, wl = scenario.deployment, scenario.workload
+    target = found.get("target_rate_req_s")
+    shapes = []
+    for part in ("configs", "skipped", "pruned", "failed"):
+        for r in found.get(part, ()):
+            if r.get("gpu") is not None and (r.get("tp") is not None or r.get("split") is not None):
+                shape = _shape(r)
+                if shape not in shapes:
+                    shapes.append(shape)
+    serving = {"agg": "aggregated", "disagg": "disaggregated (prefill/decode splits)",
+               "both": "aggregated and disaggregated"}
+    prices = found.get("gpu_hour_usd") or {}
+    rows = [
+        ("Target traffic", "n/a" if target is None else f"{target:,.4g} req/s"),
+        ("SLOs", search_slo_text(found, scenario)),
+        ("Model", dep.model.name),
+        ("GPUs searched", ", ".join(_gpu_name(g) for g in (_searched(found, "gpu") or list(prices))) or "none"),
+        ("GPUs per node", str(found.get("num_gpus_per_node", dep.node.num_gpus))),
+        ("Precisions searched", ", ".join(str(p).upper() for p in _searched(found, "precision")) or "none"),
+        ("Serving searched", serving.get(found.get("serving"), str(found.get("serving", "n/a")))),
+        ("Shapes searched", "; ".join(shapes) or "none"),
+        ("Policies searched", ", ".join(_searched(found, "policy")) or "none"),
+        ("Price per GPU-hour", ", ".join(f"{_gpu_name(g)} ${v:,.2f}" for g, v in prices.items()) or "n/a"),
+        ("Headroom", found.get("headroom_note") or (f"{found['headroom']:g}x" if found.get("headroom") else "n/a")),
+        ("Fleet check", f"the top {found.get('fleet_top', '?')} behind the {found.get('router', '?')} router"),
+        ("Workload", describe_workload(wl, "rate searched")),
+    ]
+    if isinstance(wl, SyntheticWorkload):
+        rows += [("Requests", f"{wl.num_requests:,}"), ("Seed", str(wl.seed))]
+    return rows
+
+
+def search_verdict(found: Mapping, chosen: int | None = 0) -> str:
+    """The page's answer: the chosen configuration (the cheapest by default) and what it takes at the target, or
+    that none meets the SLOs."""
+    from batching.studies.search import chosen_sentence
+
+    ok = [c for c in found.get("configs", ()) if c.get("meets_slo")]
+    if not ok:
+        return "No configuration meets these SLOs; the configurations left out say why."
+    pick = chosen if chosen is not None and 0 <= chosen < len(ok) else 0
+    best = ok[pick]
+    sentence = chosen_sentence(best, found["target_rate_req_s"], found.get("headroom", 1.0), found.get("tail", "P99"))
+    return f"{'Cheapest' if pick == 0 else f'Chosen (#{pick + 1})'}: {best['label']}: {sentence}"
+
+
 def search_export(found: Mapping, scenario: Scenario, chosen: int | None = 0) -> PageExport:
     """Find a deployment: the cost-against-latency chart (captioned with its points' own GPUs, precisions, TPs and
-    policies), every configuration searched (CSV), the ones left out and why, the search's JSON, the report."""
+    policies, the SLOs and the target drawn), the ranked configurations as the page's table (CSV and the report),
+    the ones left out and why, the search's JSON (every field), the report with the SLOs, the target and the
+    verdict. The dashboard's downloads and ``python -m batching report --page search`` both write this."""
     from batching.charts.export import configs_caption
     from batching.charts.search import pareto_chart
 
     configs = list(found.get("configs", ()))
-    fig = with_caption(pareto_chart(configs, chosen), configs_caption(configs, scenario), copy=False)
-    left = ([{**r, "left_out": r.get("reason", "skipped")} for r in found.get("skipped", ())]
-            + [{**r, "left_out": "pruned"} for r in found.get("pruned", ())]
-            + [{**r, "left_out": "failed"} for r in found.get("failed", ())])
-    tables = {"configurations": _flat(configs)}
-    if left:
-        tables["left_out"] = _flat(left)
-    return view_export("search", "Find a deployment", scenario,
-                       {"pareto": (fig, "Cost against P99 TTFT and TPOT per configuration; the Pareto front in "
-                                        "colour.")}, tables, doc=found,
-                       notes=tuple(found.get("notes", ())) + tuple(n for n in (found.get("headroom_note"),
-                                                                              found.get("rounding_note")) if n))
+    target = found.get("target_rate_req_s")
+    tail = found.get("tail", "P99")
+    fig = with_caption(pareto_chart(configs, chosen, found.get("slo"), target), configs_caption(configs, scenario),
+                       copy=False)
+    table = search_frame(configs, target or 0.0, tail)
+    tables = {"configurations": table}
+    left = left_out_frame(found)
+    if len(left):
+        tables["left_out"] = left
+    rows = search_rows(found, scenario)
+    doc = {"scenario": dict(rows), **found}
+    data = json.dumps(jsonable(doc), indent=2, allow_nan=False, default=str).encode()
+    html_tables = [("Configurations meeting the SLOs, ranked by cost", search_table_html(table))]
+    if len(left):
+        html_tables.append(("Left out, and why", left.set_index("Configuration")))
+    notes = tuple(found.get("notes", ())) + tuple(n for n in (found.get("headroom_note"),
+                                                              found.get("rounding_note")) if n)
+    return PageExport(
+        "search", f"Find a deployment: {search_slo_text(found, scenario)}", scenario,
+        {"pareto": (fig, "Cost against P99 TTFT and TPOT per configuration at the target traffic; the Pareto front "
+                         "in colour and labelled, dashed: the SLOs.")},
+        tables, "data", data, tuple(html_tables), verdict=search_verdict(found, chosen), notes=notes,
+        rate="rate searched", rows=tuple(rows))

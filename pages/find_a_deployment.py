@@ -5,7 +5,6 @@ a link that opens the chosen one on Explore."""
 import json
 import os
 
-import pandas as pd
 import streamlit as st
 
 from batching.ui.launch import launch_expander, with_launch_rows
@@ -151,51 +150,6 @@ def explore_link_params(cfg: dict) -> dict:
     return query
 
 
-def nodes_text(c: dict) -> str:
-    """The table's nodes cell: '3 ✓ fleet, least-outstanding' (the fleet of 3 met the SLOs behind that router),
-    '≥ 7 ✗ fleet, least-outstanding' (it still missed them with 3 more nodes), '2 (perfect balance)' (not
-    checked)."""
-    n = c["nodes_needed"]
-    if not c.get("fleet_checked"):
-        return f"{n} (perfect balance)"
-    if c.get("fleet_verified"):
-        return f"{n} ✓ fleet, {c['router']}"
-    return f"≥ {n} ✗ fleet, {c['router']}"
-
-
-def shape_text(c: dict) -> str:
-    """The table's TP cell: '4' (aggregated), '16 over 2 nodes', '2×TP2 P + 1×TP4 D' (a prefill/decode split)."""
-    sp = c.get("split")
-    if sp is None:
-        npc = int(c.get("nodes_per_copy") or 1)
-        return str(c["tp"]) + (f" over {npc} nodes" if npc > 1 else "")
-    return (f"{sp['prefill_instances']}×TP{sp['prefill_tp']} P + {sp['decode_instances']}×TP{sp['decode_tp']} D")
-
-
-def _table(configs: list[dict], target: float, tail: str = "P99") -> pd.DataFrame:
-    """The ranked rows; their latencies at ``tail``, the percentile the attainment target reads (P90 for 0.9)."""
-    key = "p99" if tail == "P99" else "tail"
-    rows = []
-    for i, c in enumerate(configs):
-        rows.append({
-            "Rank": i + 1, "GPU": c["gpu"], "Precision": c["precision"].upper(), "TP": shape_text(c),
-            "Replicas per node": (c["copies_per_node"] if c.get("split") is not None else
-                                  1 / c["nodes_per_copy"] if (c.get("nodes_per_copy") or 1) > 1 else
-                                  c["replicas_per_node"]),
-            "Policy": c["policy"],
-            "Knobs": ", ".join(f"{k}={v:g}" for k, v in c["knobs"].items()) or "preset's",
-            "Rate per copy (req/s)": c["max_rate_req_s"], f"Nodes for {target:,.4g} req/s": nodes_text(c),
-            "$ per M output tokens": c["usd_per_million_output_tokens"],
-            "Margin (% of capacity used)": None if c.get("margin") is None else 100 * c["margin"],
-            "$ per M at capacity": c.get("usd_per_million_output_tokens_at_capacity"),
-            "Output tok/s per GPU": c.get("output_tok_s_per_gpu"), f"{tail} TTFT (s)": c[f"ttft_{key}_s"],
-            f"{tail} TPOT (ms)": c[f"tpot_{key}_s"] * 1e3, "Binding SLO": c["binding_slo"] or "none",
-            "Pareto": "yes" if c["pareto"] else "",
-            "Calibrated": "yes" if c.get("calibrated", True) else "no",
-        })
-    return pd.DataFrame(rows)
-
-
 @st.fragment
 def search_view(base: Scenario) -> None:
     names = widgets.guarded(lambda: class_names(base), "The workload's classes")
@@ -326,17 +280,19 @@ def _results(res: dict, slo_text: str) -> None:
         if not best.get("calibrated", True):
             st.warning(f"**Not calibrated:** {plain(best['calibration_note'])}.", icon=":material/science:")
         launch_expander(best.get("launch"))
+        # numbers as numbers, units in the headers (no "$" or "%" in a cell): the table's own CSV download, the
+        # page's CSV and `report --page search` hold the same values (report.search_frame)
         cfg = {"Rate per copy (req/s)": st.column_config.NumberColumn(format="%.3g"),
-               "$ per M output tokens": st.column_config.NumberColumn(format="$%.3f"),
+               "$ per M output tokens": st.column_config.NumberColumn(format="%.3f"),
                "Margin (% of capacity used)": st.column_config.NumberColumn(
-                   format="%.0f %%", help="The target / the capacity of the fleet deployed: the share of it the "
-                                          "target uses."),
-               "$ per M at capacity": st.column_config.NumberColumn(
-                   format="$%.3f", help="One copy at its highest rate within the SLOs, no headroom."),
+                   format="%.0f", help="The target / the capacity of the fleet deployed: the share of it the "
+                                       "target uses."),
+               "$ per M output tokens at capacity": st.column_config.NumberColumn(
+                   format="%.3f", help="One copy at its highest rate within the SLOs, no headroom."),
                "Output tok/s per GPU": st.column_config.NumberColumn(format="%.0f", help="At that rate."),
                f"{tail} TTFT (s)": st.column_config.NumberColumn(format="%.3f"),
                f"{tail} TPOT (ms)": st.column_config.NumberColumn(format="%.1f")}
-        st.dataframe(_table(ok, target, tail), column_config=cfg, hide_index=True, width="stretch")
+        st.dataframe(report.search_frame(ok, target, tail), column_config=cfg, hide_index=True, width="stretch")
         if res.get("rounding_note"):
             st.warning(plain(res["rounding_note"]), icon=":material/calculate:")
         st.caption(f"{router_note(res.get('router', 'least-outstanding'), res.get('fleet_top', 3))} {COST_NOTE} "
@@ -359,19 +315,15 @@ def _results(res: dict, slo_text: str) -> None:
         for why, labels in uncal.items():
             st.caption(f"Not calibrated ({len(labels)} row{'s' if len(labels) != 1 else ''}: "
                        f"{plain(', '.join(labels[:3]))}{', ...' if len(labels) > 3 else ''}): {plain(why)}.")
-        widgets.chart(pareto_chart(res["configs"], pick), "Each point is a configuration at its highest rate "
-                      "within the SLOs: lower is cheaper, further left is faster. Coloured points are the Pareto "
-                      "front: none is beaten on cost, P99 TTFT, P99 TPOT and the fleet's capacity at once.",
+        widgets.chart(pareto_chart(res["configs"], pick, res.get("slo"), target), "Each point is a configuration at "
+                      "its highest rate within the SLOs: lower is cheaper, further left is faster. Coloured points "
+                      "are the Pareto front: none is beaten on cost, P99 TTFT, P99 TPOT and the fleet's capacity at once.",
                       charts.slug("search", "pareto"), scenario_line=configs_caption(res["configs"], scenario))
     with st.expander(f"Why not the others ({len(res['skipped'])} skipped, {len(res['pruned'])} pruned, "
                      f"{len(res['failed'])} failed)", expanded=not ok):
-        rows = ([{"Configuration": s["label"], "Left out": s["reason"], "Why": s["why"]} for s in res["skipped"]]
-                + [{"Configuration": s["label"], "Left out": "pruned (cannot beat the best)", "Why": s["why"]}
-                   for s in res["pruned"]]
-                + [{"Configuration": s["label"], "Left out": "failed on a worker",
-                    "Why": f"{s['error']} ({s['tries']} tries)"} for s in res["failed"]])
-        if rows:
-            st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        why = report.left_out_frame(res)
+        if len(why):
+            st.dataframe(why, hide_index=True, width="stretch")
         else:
             st.caption("Every configuration was searched.")
     downloads.export_buttons(report.search_export(res, scenario, pick if ok else None), "search")  # CSV JSON HTML PNG SVG

@@ -98,6 +98,10 @@ PAGES = {
              ("sweep",), "sweep"),
     "capacity": (["--policies", "static,chunked", "--slo-ttft-ms", "3000,30000", "--headroom", "1.5"],
                  ("bars", "goodput"), ("plan", "classes", "rates"), "plan"),
+    # issue 39 item 9: Find a deployment's page (a100 in FP8 does not fit: left out, with why)
+    "search": (["--gpus", "h100-sxm,a100-80gb", "--precisions", "fp8", "--tps", "8", "--target-rate", "5",
+                "--slo-ttft-ms", "3000", "--slo-tpot-ms", "100", "--fleet-top", "0"],
+               ("pareto",), ("configurations", "left_out"), "data"),
 }
 
 
@@ -137,15 +141,30 @@ def test_every_page_exports_its_files(tmp_path, monkeypatch, capsys, page):
         assert doc["target_rate_req_s"] == 20.0 and doc["gpu_hour_usd"] == 2.69 and doc["headroom"] == 1.5
         assert doc["gpu_hour_usd_source"].startswith("default: $2.69/GPU-h, h100-sxm default as of 2026-03-10")
         assert list(doc["policies"]) == ["static", "chunked"]
+    if page == "search":  # the grid, the target and the SLOs the flags gave; the page's table as CSV
+        assert doc["target_rate_req_s"] == 5.0 and doc["slo"]["ttft_s"] == 3.0 and doc["slo"]["tpot_s"] == 0.1
+        assert doc["scenario"]["Target traffic"] == "5 req/s" and doc["scenario"]["GPUs searched"] == (
+            "H100 SXM 80GB, A100 SXM 80GB")
+        assert "<th>Target traffic</th><td>5 req/s</td>" in html and '<div class="verdict">Cheapest: ' in html
+        assert "TTFT ≤ 3,000 ms; TPOT ≤ 100 ms" in html
+        configs = pd.read_csv(out / "search_configurations.csv")
+        assert configs["GPU"].tolist() == ["h100-sxm"] and configs["TP"].tolist() == [8]
+        assert configs["$ per M output tokens"].dtype.kind == "f" and "Binding class" in configs
+        assert (out / "search_configurations.csv").read_bytes() == report.frame_csv(
+            report.search_frame(doc["configs"], 5.0))  # the page's table: the dashboard's CSV
+        assert pd.read_csv(out / "search_left_out.csv")["Left out"].tolist() == ["does not fit"]
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--page", "capacity", "--knob", "max_num_seqs"], "--knob applies to --page tune, not --page capacity"),
     (["--page", "showdown", "--policies", "static,chunked"],
-     "--policies applies to --page compare or capacity, not --page showdown"),
+     "--policies applies to --page compare or capacity or search, not --page showdown"),
     (["--page", "explore", "--slo-ttft-ms", "500"],
-     "--slo-ttft-ms applies to --page tune or capacity, not --page explore"),
-    (["--page", "tune", "--headroom", "1.5"], "--headroom applies to --page capacity, not --page tune"),
+     "--slo-ttft-ms applies to --page tune or capacity or search, not --page explore"),
+    (["--page", "tune", "--headroom", "1.5"], "--headroom applies to --page capacity or search, not --page tune"),
+    (["--page", "capacity", "--gpus", "h100-sxm"], "--gpus applies to --page search, not --page capacity"),
+    (["--page", "search", "--gpus", "h100-sxm", "--precisions", "fp8", "--tps", "8", "--knobs", "max_num_seqs=0"],
+     "--knobs: knob max_num_seqs=0 is out of range; allowed 1 to 4096"),
     (["--page", "capacity", "--slo-ttft-ms", "1,2,3"], "--slo-ttft-ms: 3 values for 2 classes"),
     (["--page", "compare", "--max-num-seqs", "8"], "--max-num-seqs applies to --page explore or tune"),
     (["--page", "compare", "--policies", "static"], "--policies: 1 presets; --page compare takes 2 to 4"),

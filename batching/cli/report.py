@@ -22,7 +22,12 @@ Pages and their inputs:
 - ``capacity``: ``--policies`` (default all five), the SLOs below, ``--target-rate`` (20 req/s),
   ``--gpu-hour-usd`` (default: the GPU's row of the price table, ``studies.pricing``), ``--headroom``
   (``pricing.DEFAULT_HEADROOM``), the page's defaults;
-- tune and capacity: ``--slo-ttft-ms``, ``--slo-tpot-ms``, ``--slo-e2e-s`` (one value or one per priority class)
+- ``search`` (Find a deployment): the grid ``--gpus``, ``--precisions``, ``--tps``, ``--policies``, ``--serving``
+  and ``--knobs`` (default the page's: h100-sxm,h200-sxm; bf16,fp8; 2,4,8; chunked; agg), the SLOs below,
+  ``--target-rate`` (20 req/s), ``--gpu-hour-usd`` (one price for every GPU; default each GPU's row of the price
+  table), ``--headroom`` and ``--fleet-top``; the fleet check runs behind ``--router``, as the page's behind the
+  sidebar's;
+- tune, capacity and search: ``--slo-ttft-ms``, ``--slo-tpot-ms``, ``--slo-e2e-s`` (one value or one per priority class)
   and ``--attainment``, as ``capacity`` and ``sweep`` take them; without them the pages' shared default SLOs
   (``studies.capacity.default_slo``).
 
@@ -60,21 +65,25 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrom
 PROG = "python -m batching report"
 SCALE_LIMITS = (0.5, 6.0)
 WIDTH_LIMITS = (200, 4000)
-PAGES = ("showdown", "explore", "compare", "tune", "capacity")
+PAGES = ("showdown", "explore", "compare", "tune", "capacity", "search")
 PAGE_TITLES = {"showdown": "Strategy showdown (home)", "explore": "Explore a policy", "compare": "Compare policies",
-               "tune": "Tune a knob", "capacity": "Capacity planning"}
+               "tune": "Tune a knob", "capacity": "Capacity planning", "search": "Find a deployment"}
 COMPARE_DEFAULT = ("dynamic", "continuous", "chunked")  # the Compare page's slots A, B, C
 COMPARE_SLOTS = "ABCD"
 FRONTIERS = ("tpot_cap", "tpot", "ttft")  # charts.planning.FRONTIER_LATENCY
 # the Capacity page's defaults (its SLOs are studies.capacity.default_slo, as Tune's)
 # (the price: the scenario's GPU's default, studies.capacity.default_price, as the page's)
 CAPACITY_DEFAULTS = {"target_rate": 20.0, "headroom": DEFAULT_HEADROOM}
+# Find a deployment's defaults (pages/find_a_deployment.py params: its grid and target)
+SEARCH_DEFAULTS = {"gpus": ("h100-sxm", "h200-sxm"), "precisions": ("bf16", "fp8"), "tps": (2, 4, 8),
+                   "policies": ("chunked",), "serving": "agg", "target_rate": 20.0}
 # flag dest -> the pages it applies to (checked before anything runs)
 PAGE_FLAGS = {
-    "policies": ("compare", "capacity"),
+    "policies": ("compare", "capacity", "search"),
     **{k: ("tune",) for k in ("knob", "values", "knee_share", "others", "frontier")},
-    **{k: ("tune", "capacity") for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_s", "attainment")},
-    **{k: ("capacity",) for k in ("target_rate", "gpu_hour_usd", "headroom")},
+    **{k: ("tune", "capacity", "search") for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_s", "attainment")},
+    **{k: ("capacity", "search") for k in ("target_rate", "gpu_hour_usd", "headroom")},
+    **{k: ("search",) for k in ("gpus", "precisions", "tps", "serving", "knobs", "fleet_top")},
     **{k: ("explore", "tune") for k in ("mode", "max_batch_size", "max_wait_ms", "max_num_seqs",
                                         "max_num_batched_tokens", "chunked_prefill", "priority", "preemption")},
 }
@@ -126,17 +135,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_scenario_args(p)
     add_policy_args(p)
     p.add_argument("--page", choices=PAGES, default="explore",
-                   help="the page to export: showdown (home), explore (default), compare, tune, capacity")
+                   help="the page to export: showdown (home), explore (default), compare, tune, capacity, search "
+                        "(Find a deployment)")
     p.add_argument("--out", type=Path, required=True, help="folder for the files (created if missing)")
     p.add_argument("--scale", type=float_arg(*SCALE_LIMITS), default=2.0,
                    help="PNG pixel scale, 0.5 to 6 (default 2, as the dashboard's button)")
     p.add_argument("--width", type=int_arg(*WIDTH_LIMITS), default=1200,
                    help="PNG width in CSS pixels before scaling, 200 to 4000 (default 1200)")
     p.add_argument("--no-png", action="store_true", help="no PNG files (no Chromium needed)")
-    g = p.add_argument_group("compare and capacity pages")
+    g = p.add_argument_group("compare, capacity and search pages")
     g.add_argument("--policies", type=policies_arg, default=None,
                    help=f"presets, comma-separated: compare 2 to 4 (default {','.join(COMPARE_DEFAULT)}), capacity "
-                        "1 to 5 (default all)")
+                        f"1 to 5 (default all), search 1 to 5 (default {','.join(SEARCH_DEFAULTS['policies'])})")
     g = p.add_argument_group("tune page")
     g.add_argument("--knob", choices=list(KNOBS), default=None,
                    help="the knob to sweep (default the policy's batch cap: max_num_seqs or max_batch_size)")
@@ -148,8 +158,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="sweep the other presets that use the knob too, for the frontier (default on)")
     g.add_argument("--frontier", choices=FRONTIERS, default=None,
                    help="the frontier's latency axis (default ttft for the request rate, else tpot_cap)")
-    add_slo_args(p, "tune and capacity pages; default: the pages' shared default SLOs")
-    g = p.add_argument_group("capacity page")
+    add_slo_args(p, "tune, capacity and search pages; default: the pages' shared default SLOs")
+    _add_search_args(p)
+    g = p.add_argument_group("capacity and search pages")
     low, high = HEADROOM_LIMITS
     g.add_argument("--headroom", type=float_arg(low, high), default=None,
                    help=f"divide the rate per node by this factor for nodes and cost, {low:g} to {high:g} (default "
@@ -157,9 +168,35 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--target-rate", type=float_arg(0.0, MAX_TARGET_RATE_REQ_S, low_open=True), default=None,
                    help=f"traffic to plan for, req/s (default {CAPACITY_DEFAULTS['target_rate']:g})")
     g.add_argument("--gpu-hour-usd", type=float_arg(0.0, MAX_GPU_HOUR_USD, low_open=True), default=None,
-                   help="price of one GPU-hour, $ (default: the GPU's row of the price table, as the page)")
+                   help="price of one GPU-hour, $ (search: of every GPU searched; default: each GPU's row of the "
+                        "price table, as the pages)")
     p.set_defaults(func=cmd_report)
     return p
+
+
+def _add_search_args(p) -> None:
+    """The search page's grid (as Find a deployment's inputs), its fleet check."""
+    from batching.cli.search import _list_arg, int_fleet_top
+    from batching.sim.hardware.specs import GPUS, PRECISIONS
+    from batching.studies.search import AGG_TPS, FLEET_TOP, SERVING
+
+    d = SEARCH_DEFAULTS
+    g = p.add_argument_group("search page (Find a deployment)")
+    g.add_argument("--gpus", type=_list_arg("GPUs", tuple(GPUS), str, "h100-sxm,h200-sxm"), default=None,
+                   help=f"GPUs to try, comma-separated: {', '.join(GPUS)} (default {','.join(d['gpus'])})")
+    g.add_argument("--precisions", type=_list_arg("precisions", PRECISIONS, str, "bf16,fp8"), default=None,
+                   help=f"precisions to try: {', '.join(PRECISIONS)} (default {','.join(d['precisions'])})")
+    g.add_argument("--tps", type=_list_arg("TP degrees", AGG_TPS, int, "2,4,8"), default=None,
+                   help=f"tensor-parallel degrees to try: {', '.join(map(str, AGG_TPS))} (default "
+                        f"{','.join(map(str, d['tps']))})")
+    g.add_argument("--serving", choices=list(SERVING), default=None,
+                   help=f"agg, disagg (every prefill/decode split of a node) or both (default {d['serving']}, as "
+                        "the page)")
+    g.add_argument("--knobs", nargs="+", default=None, metavar="NAME=V1,V2",
+                   help="knob values to try, e.g. max_num_seqs=128,256 (default: each preset's own)")
+    g.add_argument("--fleet-top", type=int_fleet_top, default=None,
+                   help=f"check this many of the top configurations as a fleet behind --router (default "
+                        f"{FLEET_TOP}; 0: none)")
 
 
 def check_page_flags(args) -> None:
@@ -169,7 +206,7 @@ def check_page_flags(args) -> None:
             flag = "--" + dest.replace("_", "-")
             raise CliError(f"{flag} applies to --page {' or '.join(pages)}, not --page {args.page}")
     if args.policies is not None:
-        low, high = (2, 4) if args.page == "compare" else (1, len(PRESETS))
+        low, high = (2, 4) if args.page == "compare" else (1, len(PRESETS))  # capacity, search: 1 to 5
         if not low <= len(args.policies) <= high:
             raise CliError(f"--policies: {len(args.policies)} presets; --page {args.page} takes {low} to {high}")
 
@@ -184,6 +221,8 @@ def cmd_report(args) -> int:
             return 2
         os.environ.setdefault("BROWSER_PATH", chromium)
     scenario = build_scenario(args)
+    if args.page == "search":
+        search_grid(args, scenario)  # a grid that cannot be searched fails now, naming its flag
     if args.page == "capacity" and args.gpu_hour_usd is None:
         default_price(scenario)  # a price table that cannot be read fails now, in one line, not after the searches
     check_output_folder("--out", args.out)  # created now, before the simulation
@@ -254,7 +293,61 @@ def page_export(args, scenario):
         return report.compare_export(compare(scenario, policies, progress=progress), scenario, policies)
     if args.page == "tune":
         return report.tune_export(*_tune_study(args, scenario, label))
+    if args.page == "search":
+        return report.search_export(_search(args, scenario), scenario)
     return report.capacity_export(_capacity_plan(args, scenario))
+
+
+def search_grid(args, scenario):
+    """The grid Find a deployment searches, from the flags (the page's defaults where not given); CliError naming
+    the flag when it cannot be searched."""
+    from batching.sim.hardware.specs import GPUS_PER_NODE
+    from batching.studies.search import Grid, parse_knobs
+
+    d = SEARCH_DEFAULTS
+    try:
+        knobs = parse_knobs(args.knobs or ())
+    except ValueError as exc:
+        raise CliError(f"--knobs: {exc}") from None
+    grid = Grid(tuple(args.gpus or d["gpus"]), tuple(args.precisions or d["precisions"]), tuple(args.tps or d["tps"]),
+                tuple(args.policies or d["policies"]), knobs, args.serving or d["serving"],
+                min(scenario.deployment.node.num_gpus, GPUS_PER_NODE))
+    try:
+        grid.validate()
+    except ValueError as exc:
+        raise CliError(f"the grid (--gpus, --precisions, --tps, --policies, --serving, --knobs): {exc}") from None
+    return grid
+
+
+def _search(args, scenario) -> dict:
+    """Find a deployment's search on the scenario's model and workload (its GPU, TP, precision and rate replaced by
+    the grid's and the search's), the fleet check behind the scenario's router, each row's launch commands."""
+    from batching.studies import planning as sp
+    from batching.studies.backends import make_backend
+    from batching.studies.launch import with_launch
+    from batching.studies.search import FLEET_TOP, search
+
+    grid = search_grid(args, scenario)
+    slo, _ = sp.study_slo(scenario, slo_from_args(args, scenario))  # the flags', else the pages' default
+    if args.attainment is not None:
+        slo = replace(slo, attainment=args.attainment)
+    slo.validate()
+    target = SEARCH_DEFAULTS["target_rate"] if args.target_rate is None else args.target_rate
+    prices = None if args.gpu_hour_usd is None else {g: args.gpu_hour_usd for g in grid.gpus}
+    headroom = DEFAULT_HEADROOM if args.headroom is None else args.headroom
+    workers = max(1, min(4, os.cpu_count() or 1))
+
+    def backend(tasks: int):
+        return make_backend("threads", workers=max(1, min(workers, tasks)))
+
+    try:
+        res = search(scenario, slo, target, prices, grid, backend=backend, headroom=headroom, router=scenario.router,
+                     fleet_top=FLEET_TOP if args.fleet_top is None else args.fleet_top,
+                     progress=progress)
+    except ValueError as exc:
+        raise CliError(f"search: {exc}") from None
+    with_launch(res["configs"], scenario)
+    return res
 
 
 def _tune_study(args, scenario, label: str):

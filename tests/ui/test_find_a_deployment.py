@@ -52,10 +52,13 @@ def test_a_small_grid_searches_on_open():
 def test_search_ranks_marks_and_links():
     at = searched()
     df = at.dataframe[0].value
-    assert list(df.columns) == ["Rank", "GPU", "Precision", "TP", "Replicas per node", "Policy", "Knobs",
-                                "Rate per copy (req/s)", "Nodes for 20 req/s", "$ per M output tokens",
-                                "Margin (% of capacity used)", "$ per M at capacity", "Output tok/s per GPU",
-                                "P99 TTFT (s)", "P99 TPOT (ms)", "Binding SLO", "Pareto", "Calibrated"]
+    # the export's table (report.search_frame): numbers as numbers, so its CSV and the page's agree (issue 39 item 9)
+    assert list(df.columns) == ["Rank", "Configuration", "GPU", "Precision", "Serving", "TP", "Shape",
+                                "Replicas per node", "Policy", "Knobs", "Rate per copy (req/s)", "Nodes for 20 req/s",
+                                "Fleet check", "$ per M output tokens", "Margin (% of capacity used)",
+                                "$ per M output tokens at capacity", "Output tok/s per GPU", "P99 TTFT (s)",
+                                "P99 TPOT (ms)", "Binding SLO", "Binding class", "Pareto", "Calibrated"]
+    assert df["TP"].tolist() == [8] * len(df) and df["$ per M output tokens"].dtype.kind == "f"
     costs = list(df["$ per M output tokens"])
     assert costs == sorted(costs) and len(df) >= 2
     assert df.iloc[0]["GPU"] == "h100-sxm" and df.iloc[0]["Precision"] == "FP8"
