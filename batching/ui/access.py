@@ -28,6 +28,7 @@ import streamlit as st
 from streamlit import config
 from streamlit.errors import StreamlitAuthError
 
+from batching.ui import upload_guard
 from batching.ui.safe import plain
 
 PROMPT = "This team dashboard asks you to sign in first."
@@ -126,12 +127,15 @@ def gate() -> bool:
     cannot work (``secrets_problem``), and return False (the caller stops)."""
     problem = secrets_problem()
     if problem is not None:
+        upload_guard.refuse()
         st.title("Batching explorer")
         st.error(f"**{BROKEN}:** {plain(problem)}", icon=":material/error:")
         return False
     section = auth_section()
     if section is None or signed_in():
+        upload_guard.allow()
         return True
+    upload_guard.refuse()  # a visitor on the sign-in prompt leaves no file on the server
     st.title("Batching explorer")
     st.info(PROMPT, icon=":material/lock:")
     for name in providers(section):
