@@ -65,6 +65,12 @@ class Session:
 
 def upload(base: str, session_id: str, data: bytes, xsrf: str, name: str = "trace.csv",
            file_id: str | None = None, cookies: str = "") -> int:
+    return upload_response(base, session_id, data, xsrf, name, file_id, cookies)[0]
+
+
+def upload_response(base: str, session_id: str, data: bytes, xsrf: str, name: str = "trace.csv",
+                    file_id: str | None = None, cookies: str = "") -> tuple[int, bytes]:
+    """PUT one file; the HTTP status and the response's body (0 and b"" when the server closed mid-send)."""
     boundary = uuid.uuid4().hex
     body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n"
             f"Content-Type: text/csv\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
@@ -75,10 +81,9 @@ def upload(base: str, session_id: str, data: bytes, xsrf: str, name: str = "trac
             "Content-Type": f"multipart/form-data; boundary={boundary}", "X-Xsrftoken": xsrf,
             "Cookie": f"_streamlit_xsrf={xsrf}" + (f"; {cookies}" if cookies else "")})
         resp = conn.getresponse()
-        resp.read()
-        return resp.status
+        return resp.status, resp.read()
     except (ConnectionError, http.client.HTTPException):  # a server that refuses a body may close mid-send
-        return 0
+        return 0, b""
     finally:
         conn.close()
 
