@@ -65,7 +65,7 @@ def _manager() -> GuardedUploadedFileManager | None:
 
     if not Runtime.exists():
         return None
-    mgr = Runtime.instance().uploaded_file_mgr
+    mgr = Runtime.instance().uploaded_file_mgr  # the object the upload route holds (starlette_app.py)
     if isinstance(mgr, GuardedUploadedFileManager):
         return mgr
     if type(mgr) is not MemoryUploadedFileManager:  # another store: not ours to change
@@ -74,6 +74,10 @@ def _manager() -> GuardedUploadedFileManager | None:
         if not isinstance(mgr, GuardedUploadedFileManager):
             with mgr._lock:
                 mgr._allowed = set()
+                # what was put before the first page ran anywhere (between a session's first message and its gate)
+                # came from no allowed session: dropped
+                mgr.file_storage.clear()
+                mgr._total_bytes = mgr._file_count = 0
                 mgr.__class__ = GuardedUploadedFileManager
     return mgr  # type: ignore[return-value]
 
