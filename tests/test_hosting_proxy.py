@@ -61,13 +61,20 @@ class Proxy:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 15
         while _status(f"{self.url}/_stcore/health") != 200:
-            assert time.monotonic() < deadline and self.proc.poll() is None, "nginx did not start"
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.__exit__()
+                raise AssertionError(f"nginx did not start; see {self.url} and error.log")
             time.sleep(0.2)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
 
 
 async def _through_the_proxy(proxy: Proxy, server: StreamlitServer) -> dict:
