@@ -24,18 +24,21 @@ class StreamlitServer:
     """Starts the dashboard headless on 127.0.0.1, waits for /_stcore/health (bounded), logs to
     test-artifacts/<log_name>, and stops the process (terminate, then kill) on exit."""
 
-    def __init__(self, log_name: str = "streamlit-server.log", env: dict[str, str] | None = None) -> None:
+    def __init__(self, log_name: str = "streamlit-server.log", env: dict[str, str] | None = None,
+                 args: list[str] | None = None, cmd: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = ARTIFACTS / log_name
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.args = list(args or [])  # more `streamlit run` options, e.g. ["--secrets.files", path]
+        self.cmd = cmd  # instead of `python -m streamlit run app.py` (e.g. the deploy files' launcher)
 
     def __enter__(self) -> "StreamlitServer":
         ARTIFACTS.mkdir(exist_ok=True)
         self._log = self.log_path.open("w")
-        cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+        cmd = [*(self.cmd or [sys.executable, "-m", "streamlit", "run", "app.py"]), "--server.headless", "true",
                "--server.port", str(self.port), "--server.address", "127.0.0.1",
-               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+               "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false", *self.args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

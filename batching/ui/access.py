@@ -19,6 +19,8 @@ shows only an error naming the file and line, until the host fixes the file (it 
 """
 from __future__ import annotations
 
+import difflib
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -28,12 +30,14 @@ import streamlit as st
 from streamlit import config
 from streamlit.errors import StreamlitAuthError
 
+from batching.ui import upload_guard
 from batching.ui.safe import plain
 
 PROMPT = "This team dashboard asks you to sign in first."
 BROKEN = "Sign-in is configured wrongly on this server, so the dashboard shows nothing until the host fixes it"
 # what st.login needs (streamlit.auth_util.validate_auth_credentials): two keys in [auth], three per provider
 SECTION_KEYS = ("redirect_uri", "cookie_secret")
+LAUNCH_PROBLEM_ENV = "BATCHING_SECRETS_PROBLEM"  # set by batching.ui.serve only
 PROVIDER_KEYS = ("client_id", "client_secret", "server_metadata_url")
 _AUTH_HEADER = re.compile(r"^[ \t]*\[[ \t]*auth[ \t]*[.\]]|^[ \t]*auth[ \t]*[.=]", re.MULTILINE)
 
@@ -43,6 +47,11 @@ def auth_problem(section: Mapping) -> str | None:
     ``_``), or None when it is complete. An empty section configures no sign-in (None)."""
     if not len(section):
         return None
+    for key in (*SECTION_KEYS, *PROVIDER_KEYS):  # a number or a table where st.login needs a string
+        for name, where in (("[auth]", section), *((f"[auth.{n}]", section[n]) for n in providers(section) if n)):
+            value = where.get(key)
+            if value is not None and not isinstance(value, str):
+                return f"{name}: {key} must be a quoted string, not {type(value).__name__} {value!r}"
     missing = [k for k in SECTION_KEYS if not section.get(k)]
     for name in providers(section):
         where = section if name is None else section[name]
@@ -63,9 +72,45 @@ def _auth_line(text: str) -> int | None:
     return text.count("\n", 0, found.start()) + 1 if found else None
 
 
+def misspelt_auth(parsed: Mapping) -> str | None:
+    """The name of a top-level table that was meant as ``[auth]`` but is not read as it (``[Auth]``, ``[AUTH]``,
+    ``[auht]``, ``[oauth]``, or any table holding ``redirect_uri`` or ``cookie_secret``); ``"auth keys"`` when those keys
+    sit at the top level, without the ``[auth]`` header. None when nothing looks like a misspelt sign-in section."""
+    if "auth" in parsed:
+        return None
+    for key, value in parsed.items():
+        near = difflib.get_close_matches(key.strip().lower(), ["auth"], n=1, cutoff=0.75)
+        if isinstance(value, Mapping) and (near or any(k in value for k in SECTION_KEYS)):
+            return key
+    if any(k in parsed for k in SECTION_KEYS):
+        return "auth keys"
+    return None
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """The first line of a TOML file that names ``key`` as a table or a key (for the error's pointer)."""
+    if key == "auth keys":
+        key = next(k for k in SECTION_KEYS if k in text)
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip().lstrip("[").strip()
+        if stripped.startswith(key) or stripped.startswith(f'"{key}"'):
+            return number
+    return None
+
+
+def launch_problem() -> str | None:
+    """The problem ``batching.ui.serve`` found in the secrets before it started the server (it then starts it
+    without them, so that Streamlit does not exit at start-up), or None."""
+    return os.environ.get(LAUNCH_PROBLEM_ENV) or None
+
+
 def secrets_problem() -> str | None:
     """Why the host's secrets cannot say whether sign-in is on (a file Streamlit reads that cannot be read or
-    parsed, or an incomplete ``[auth]``), naming the file and line; None when they can (or there are none)."""
+    parsed, a misspelt or wrongly typed ``[auth]``, or an incomplete one), naming the file and line; None when they
+    can (or there are none)."""
+    launched = launch_problem()
+    if launched is not None:
+        return f"{launched} (fix the file, then restart the service)"
     auth_file: tuple[str, str] | None = None  # the last file with [auth]: its section wins (Streamlit merges files)
     found = False
     for name in config.get_option("secrets.files"):
@@ -84,6 +129,15 @@ def secrets_problem() -> str | None:
             parsed = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
             return f"{name} is not valid TOML: {exc}"
+        misspelt = misspelt_auth(parsed)
+        if misspelt is not None:
+            line = _line_of(text, misspelt)
+            return (f"{name}{f', line {line}' if line else ''}: [{misspelt}] is not read as sign-in settings "
+                    "(Streamlit reads only [auth], in lower case), so the dashboard would be open to everyone; "
+                    "rename it [auth], or remove it to run without sign-in")
+        if "auth" in parsed and not isinstance(parsed["auth"], Mapping):
+            return (f"{name}, line {_auth_line(text) or '?'}: auth must be a table ([auth] with its keys), "
+                    f"not {type(parsed['auth']).__name__} {parsed['auth']!r}")
         if "auth" in parsed:
             auth_file = (name, text)
     if found:
@@ -126,12 +180,15 @@ def gate() -> bool:
     cannot work (``secrets_problem``), and return False (the caller stops)."""
     problem = secrets_problem()
     if problem is not None:
+        upload_guard.refuse()
         st.title("Batching explorer")
         st.error(f"**{BROKEN}:** {plain(problem)}", icon=":material/error:")
         return False
     section = auth_section()
     if section is None or signed_in():
+        upload_guard.allow()
         return True
+    upload_guard.refuse()  # a visitor on the sign-in prompt leaves no file on the server
     st.title("Batching explorer")
     st.info(PROMPT, icon=":material/lock:")
     for name in providers(section):

@@ -217,3 +217,27 @@ def test_a_secrets_folder_streamlit_cannot_load_is_refused(tmp_path):
     finally:
         st.secrets = saved
     assert problem is not None and "stray.txt" in problem, problem
+
+
+@pytest.mark.parametrize("parsed, misspelt", [
+    ({"Auth": dict(ONE_PROVIDER["auth"])}, "Auth"),
+    ({"AUTH": {"redirect_uri": "u"}}, "AUTH"),
+    ({"auht": {}}, "auht"),
+    ({"signin": {"cookie_secret": "c"}}, "signin"),  # any table holding [auth]'s own keys
+    ({"cookie_secret": "c", "redirect_uri": "u"}, "auth keys"),  # the keys without their [auth] header
+    ({"authors": {"name": "x"}, "author": "x", "db": {"password": "p"}}, None),  # other secrets are left alone
+    ({**ONE_PROVIDER, "Auth": {}}, None),  # [auth] itself is there: it is what Streamlit reads
+])
+def test_a_misspelt_auth_section_is_found(parsed, misspelt):
+    assert access.misspelt_auth(parsed) == misspelt
+
+
+def test_a_misspelt_section_in_a_file_names_the_file_and_line(secrets_files):
+    secrets_files.write_text('title = "x"\n\n[Auth]\nredirect_uri = "u"\n')
+    problem = access.secrets_problem()
+    assert problem is not None and str(secrets_files) in problem and "line 3" in problem, problem
+
+
+def test_a_secret_that_is_not_a_string_is_named():
+    problem = access.auth_problem({**ONE_PROVIDER["auth"], "cookie_secret": 12345})
+    assert problem is not None and "cookie_secret" in problem and "12345" in problem, problem
