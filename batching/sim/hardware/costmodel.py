@@ -304,17 +304,19 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     kv_eff = 1.0 if m.is_mla else prof.kv_eff
     c[C_ENG_GEMM_EFF], c[C_ENG_ATTN_EFF], c[C_ENG_KV_EFF] = gemm_eff, prof.attn_eff, kv_eff
     c[C_LAYERS] = m.num_layers
-    c[C_LIN_FLOPS_TOK] = 2.0 * m.active_linear_params_per_layer / tp
+    # FLOPs and bytes per GPU: the replicated layers (MLA's q_a_proj and kv_a_proj_with_mqa, the MoE router) whole on
+    # every rank, the router's weights in BF16, the rest split by TP (specs.Deployment.layer_weight_bytes_per_gpu)
+    c[C_LIN_FLOPS_TOK] = 2.0 * dep.layer_params_run_per_gpu(m.active_linear_params_per_layer)
     if m.is_moe:
         # weights every step reads (attention, router; DeepSeek's shared experts and leading dense layers'
         # MLPs, averaged over the layers), then the routed experts the step touches: one expert's bytes
         # scaled by the share of layers that have experts (1 unless some are dense)
-        c[C_LIN_BYTES] = m.step_read_params_per_layer * bpw / tp
+        c[C_LIN_BYTES] = dep.layer_weight_bytes_per_gpu(m.step_read_params_per_layer)
         c[C_MOE_EXPERTS] = m.num_experts
         c[C_MOE_TOPK] = m.experts_per_token
         c[C_MOE_EXPERT_BYTES] = m.expert_params * m.moe_layer_fraction * bpw / tp
     else:
-        c[C_LIN_BYTES] = m.linear_params_per_layer * bpw / tp
+        c[C_LIN_BYTES] = dep.layer_weight_bytes_per_gpu(m.linear_params_per_layer)
     c[C_LIN_FLOPS_RATE] = peak * lin["eff_compute"] * gemm_eff
     c[C_LIN_BW] = gpu.hbm_bw_Bps * lin["eff_memory"] * gemm_eff
     c[C_LIN_P] = lin["p"]
@@ -396,9 +398,7 @@ def _apply_measured_kernels(c: np.ndarray, dep: Deployment, kernels: str = "vllm
         c[C_MOE_TAB_X:C_MOE_TAB_X + len(x)] = np.log(x)
         c[C_MOE_TAB_Y:C_MOE_TAB_Y + len(x)] = np.log(y)
         routed = m.experts_per_token * m.expert_params * m.moe_layer_fraction
-        c[C_MEAS_LIN_FLOPS_TOK] = 2.0 * (m.active_linear_params_per_layer - routed) / tp
-    if dep.dp_attention:  # every GPU reads the whole attention weights (the rest stays split over the group)
-        c[C_LIN_BYTES] += m.attn_params_per_layer * (tp - 1) * dep.bytes_per_weight / tp
+        c[C_MEAS_LIN_FLOPS_TOK] = 2.0 * dep.layer_params_run_per_gpu(m.active_linear_params_per_layer - routed)
     if t["decode_s_per_token"] is not None:
         c[C_KV_BW] = c[C_KV_BYTES_TOK_LAYER] / t["decode_s_per_token"]
     if t["prefill_s_per_pair"] is not None:
