@@ -58,7 +58,7 @@ from dataclasses import replace
 import numpy as np
 
 from batching.sim.hardware.costmodel import (
-    C_ATTN_FLOPS_COEF, C_ATTN_RATE, C_FIXED, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LIN_BW, C_LIN_FLOPS_RATE, C_LM_BYTES, C_LM_FLOPS_SEQ,
+    C_ATTN_FLOPS_COEF, C_ATTN_RATE, C_FIXED, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LM_BW, C_LM_BYTES, C_LM_FLOPS_RATE, C_LM_FLOPS_SEQ,
     CostModel, cost_model, token_time_table_nb,
 )
 from batching.sim.engine.state import NUM_SPF, NUM_SPI, Spec
@@ -249,8 +249,8 @@ def spec_for(policy, dep: Deployment, cm: CostModel | None = None, seed: int = 0
         coef, ar_x, ar_y = _draft_cost(policy, dep, ar, cm.engine if cm is not None else None)
         tab = draft_pass_table(coef, ar_x, ar_y, size)
         ctx_s = coef[C_LAYERS] * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
-        lm_f = coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE]
-        lm_b = coef[C_LM_BYTES] / coef[C_LIN_BW]
+        lm_f = coef[C_LM_FLOPS_SEQ] / coef[C_LM_FLOPS_RATE]  # the draft's LM head: BF16, as the target's
+        lm_b = coef[C_LM_BYTES] / coef[C_LM_BW]
         attn_s = coef[C_LAYERS] * coef[C_ATTN_FLOPS_COEF] / coef[C_ATTN_RATE]
     else:
         tab, ctx_s, lm_f, lm_b, attn_s = np.zeros(size), 0.0, 0.0, 0.0, 0.0

@@ -134,7 +134,9 @@ C_ENG_KV_EFF = 31  # the profile's decode-attention factor, already in C_KV_BW
 # measured MoE kernels (batching/sim/hardware/kernel_tables.py): 0 = none, else the points of the routed-expert table
 C_MOE_TAB_N = 35
 C_MEAS_LIN_FLOPS_TOK = 36  # with a routed-expert table: linear FLOPs per token per layer per GPU outside the experts
-C_FREE_FIRST = 37  # first index not yet given a meaning (all zero until then)
+C_LM_FLOPS_RATE = 37  # achieved FLOP/s of the LM head: a BF16 GEMM in every precision (the BF16 peak * e_c)
+C_LM_BW = 38  # achieved weight-read bytes/s of the LM head (bw * e_m at the BF16 GEMM factor)
+C_FREE_FIRST = 39  # first index not yet given a meaning (all zero until then)
 Q_MAX = 48  # room for segments of each factor
 C_LINQ_BOUNDS = 48
 C_LINQ_VALUES = C_LINQ_BOUNDS + Q_MAX
@@ -339,9 +341,12 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
         t_flops = decode_attn_flops_per_token(m) / tp / (gpu.peak_bf16_flops * MLA_DECODE_COMPUTE_EFF)
         if t_flops > t_bytes:
             c[C_KV_BW] = c[C_KV_BYTES_TOK_LAYER] / t_flops
-    # LM head: a BF16 GEMM in every precision (FP8 checkpoints keep it in BF16)
+    # LM head: a BF16 GEMM in every precision (FP8 and NVFP4 checkpoints keep it in BF16: specs.non_linear_params),
+    # so it runs at the BF16 peak and the engine's BF16 GEMM factor, whatever the linear layers' precision
     c[C_LM_FLOPS_SEQ] = 2.0 * m.vocab_size * m.hidden_size / tp
     c[C_LM_BYTES] = m.vocab_size * m.hidden_size * BYTES_PER_WEIGHT["bf16"] / tp
+    c[C_LM_FLOPS_RATE] = gpu.peak_bf16_flops * lin["eff_compute"] * prof.gemm_factor("bf16")
+    c[C_LM_BW] = gpu.hbm_bw_Bps * lin["eff_memory"] * prof.gemm_factor("bf16")
     c[C_AR_SCALE] = 0.0 if tp == 1 else H100_NVLINK_BPS / gpu.nvlink_Bps
     c[C_AR_BYTES_TOK] = m.hidden_size * ACTIVATION_BYTES
     c[C_SWAP_BW] = gpu.pcie_Bps
@@ -530,11 +535,12 @@ def allreduce_s_nb(coef, ar_x, ar_y, n_tokens):
 
 @njit(cache=True, nogil=True)
 def lm_head_s_nb(coef, n_lm):
-    """The LM head GEMM (BF16): a plain roofline at the linear layers' fitted efficiencies (no measurement
-    of it ships; a max keeps this per-step term free of powers in the engine's hot loop)."""
+    """The LM head GEMM (BF16 in every precision): a plain roofline at the BF16 peak and the linear layers' fitted
+    efficiencies (no measurement of it ships; a max keeps this per-step term free of powers in the engine's hot
+    loop)."""
     if n_lm <= 0:
         return 0.0
-    return max(n_lm * coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE], coef[C_LM_BYTES] / coef[C_LIN_BW])
+    return max(n_lm * coef[C_LM_FLOPS_SEQ] / coef[C_LM_FLOPS_RATE], coef[C_LM_BYTES] / coef[C_LM_BW])
 
 
 @njit(cache=True, nogil=True)
