@@ -456,8 +456,8 @@ def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
     was not run (the frame comes from batching.studies.deepseek_check, a study this module does not import)."""
     if frame is None or len(frame) == 0:
         return "not run", "-", "(the check was not run: `python -m batching calibrate --report` runs it)", ""
-    lines = ["| clients | published TPOT | before | now | aiconfigurator | error before | error now | error "
-             "aiconfigurator | published output tok/s | now | error before | error now |",
+    lines = ["| clients | published mean TPOT | before (mean) | now (mean) | aiconfigurator | error before | error now | "
+             "error aiconfigurator | published output tok/s | now | error before | error now |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in frame.itertuples():
         lines.append(f"| {r.clients} | {r.published_tpot_ms:.1f} ms | {r.before_tpot_ms:.2f} ms | {r.tpot_ms:.2f} ms | "
@@ -465,7 +465,8 @@ def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
                      f"{r.aiconfigurator_error:+.1%} | {r.published_output_tok_s:,.0f} | {r.output_tok_s:,.0f} | "
                      f"{r.output_error_before:+.1%} | {r.output_error:+.1%} |")
     err = frame.tpot_error.abs()
-    summary = (f"TPOT: median |error| {err.median():.1%} (worst {err.max():.1%}; before "
+    summary = (f"Mean TPOT (simulated means over requests against the published means): median |error| "
+               f"{err.median():.1%} (worst {err.max():.1%}; before "
                f"{frame.tpot_error_before.abs().median():.1%}, worst {frame.tpot_error_before.abs().max():.1%}); "
                f"output throughput: median |error| {frame.output_error.abs().median():.1%} (before "
                f"{frame.output_error_before.abs().median():.1%}). aiconfigurator: median |error| "
@@ -474,10 +475,14 @@ def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
     lo, hi = e.index.min(), e.index.max()
     med = frame.tpot_error.abs().median()
     holds = "holds" if med <= 0.15 else "does not hold"
-    why = (f"Why the target (within 15 %) {holds} for the median TPOT ({med:.1%}), and not at {hi} clients nor for "
-           f"throughput: the simulated step is too fast by a share that grows with the batch ({e.tpot_error[lo]:+.0%} at {lo} "
-           f"clients, {e.tpot_error[hi]:+.0%} at {hi}), and aiconfigurator's own estimate misses in the same "
-           f"direction at {hi} ({e.aiconfigurator_error[hi]:+.0%}).")
+    pace = "too fast" if e.tpot_error[hi] < 0 else "too slow"
+    trend = "grows" if abs(e.tpot_error[hi]) > abs(e.tpot_error[lo]) else "shrinks"
+    same = "the same" if (e.aiconfigurator_error[hi] < 0) == (e.tpot_error[hi] < 0) else "the other"
+    by = (f"by a share that {trend} with the batch ({e.tpot_error[lo]:+.0%} at {lo} clients, {e.tpot_error[hi]:+.0%} "
+          f"at {hi})") if hi != lo else f"({e.tpot_error[hi]:+.0%} at {hi} clients)"
+    why = (f"Why the target (within 15 %) {holds} for the mean TPOT's median |error| over the client counts "
+           f"({med:.1%}), and not at {hi} clients nor for throughput: the simulated step is {pace} {by}, and "
+           f"aiconfigurator's own estimate misses in {same} direction at {hi} ({e.aiconfigurator_error[hi]:+.0%}).")
     if "output_error_from_tpot" in frame:
         why += " " + _deepseek_throughput_why(frame)
     if "tpot_sglang_ms" in frame:
