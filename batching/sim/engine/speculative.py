@@ -58,7 +58,7 @@ from dataclasses import replace
 import numpy as np
 
 from batching.sim.hardware.costmodel import (
-    C_ATTN_FLOPS_COEF, C_ATTN_RATE, C_FIXED, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LM_BW, C_LM_BYTES, C_LM_FLOPS_RATE, C_LM_FLOPS_SEQ,
+    C_ATTN_FLOPS_COEF, C_ATTN_RATE, C_FIXED, C_GRAPH_SAVING_S, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LM_BW, C_LM_BYTES, C_LM_FLOPS_RATE, C_LM_FLOPS_SEQ,
     CostModel, cost_model, token_time_table_nb,
 )
 from batching.sim.engine.state import NUM_SPF, NUM_SPI, Spec
@@ -206,6 +206,7 @@ def _draft_cost(policy, dep: Deployment, allreduce: str, engine=None) -> tuple[n
         coef = cm.coef.copy()
         coef[C_LAYERS] = head_layers(dep)
     coef[C_FIXED] = 0.0  # inside the target's scheduler step
+    coef[C_GRAPH_SAVING_S] = 0.0  # (so no CUDA-graph saving of a fixed time it does not pay)
     return coef, cm.ar_log_bytes, cm.ar_s
 
 

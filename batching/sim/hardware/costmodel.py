@@ -32,7 +32,8 @@ from importlib import resources
 import numpy as np
 from numba import njit
 
-from batching.sim.hardware.engines import ATTN_DECODE_BASE, ATTN_PREFILL_BASE, SERIAL_STEP_S, EngineProfile, engine_profile
+from batching.sim.hardware.engines import (ATTN_DECODE_BASE, ATTN_PREFILL_BASE, GRAPH_MAX_TOKENS, SERIAL_STEP_S,
+                                          EngineProfile, engine_profile)
 from batching.sim.hardware.specs import BYTES_PER_WEIGHT, GPUS_PER_NODE, TWO_NODE_GPUS, Deployment
 
 # --- calibrated constants ------------------------------------------------------------
@@ -136,7 +137,9 @@ C_MOE_TAB_N = 35
 C_MEAS_LIN_FLOPS_TOK = 36  # with a routed-expert table: linear FLOPs per token per layer per GPU outside the experts
 C_LM_FLOPS_RATE = 37  # achieved FLOP/s of the LM head: a BF16 GEMM in every precision (the BF16 peak * e_c)
 C_LM_BW = 38  # achieved weight-read bytes/s of the LM head (bw * e_m at the BF16 GEMM factor)
-C_FREE_FIRST = 39  # first index not yet given a meaning (all zero until then)
+C_GRAPH_SAVING_S = 39  # of C_FIXED, what a pure-decode step of at most C_GRAPH_MAX_TOKENS saves (one full CUDA graph)
+C_GRAPH_MAX_TOKENS = 40  # the largest step (tokens) replayed as one CUDA graph
+C_FREE_FIRST = 41  # first index not yet given a meaning (all zero until then)
 Q_MAX = 48  # room for segments of each factor
 C_LINQ_BOUNDS = 48
 C_LINQ_VALUES = C_LINQ_BOUNDS + Q_MAX
@@ -299,6 +302,9 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     bpw = dep.bytes_per_weight
     c = np.zeros(NUM_COEFS)
     c[C_FIXED] = prof.step_s
+    # a pure-decode step at a captured size replays one full CUDA graph: less CPU time (engines.GRAPH_STEP_SAVING_S)
+    c[C_GRAPH_SAVING_S] = prof.step_s - prof.decode_graph_step_s()
+    c[C_GRAPH_MAX_TOKENS] = GRAPH_MAX_TOKENS
     c[C_ENG_SEQ_S] = prof.seq_s
     c[C_ENG_PREFILL_S] = prof.prefill_step_s
     gemm_eff = prof.gemm_factor(dep.precision)
@@ -544,6 +550,16 @@ def lm_head_s_nb(coef, n_lm):
 
 
 @njit(cache=True, nogil=True)
+def graph_saving_nb(coef, attn_work, n_lm):
+    """Seconds of the fixed per-step time a step does not pay because it replays one full CUDA graph: a step without
+    prompt tokens (attention work 0) whose tokens, all decodes (one logit position each, n_lm), are at most the
+    largest captured size. 0 for every other step (prompt tokens, larger batches, nothing computed)."""
+    if attn_work == 0.0 and 0.0 < n_lm <= coef[C_GRAPH_MAX_TOKENS]:
+        return coef[C_GRAPH_SAVING_S]
+    return 0.0
+
+
+@njit(cache=True, nogil=True)
 def step_parts_nb(coef, ar_x, ar_y, n_tokens, attn_work, decode_ctx, n_lm, swap_tokens, out):
     """Fill ``out`` with [linear, elementwise, prompt attention, decode attention,
     all-reduce, lm head, swap, fixed, per-sequence CPU, prefill launch] seconds for one step."""
@@ -560,7 +576,7 @@ def step_parts_nb(coef, ar_x, ar_y, n_tokens, attn_work, decode_ctx, n_lm, swap_
     out[3] = layers * decode_ctx * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
     out[5] = lm_head_s_nb(coef, n_lm)
     out[6] = swap_tokens * coef[C_KV_BYTES_TOK] / coef[C_SWAP_BW]
-    out[7] = coef[C_FIXED] if (n_tokens > 0 or swap_tokens > 0) else 0.0
+    out[7] = coef[C_FIXED] - graph_saving_nb(coef, attn_work, n_lm) if (n_tokens > 0 or swap_tokens > 0) else 0.0
     out[8] = n_lm * coef[C_ENG_SEQ_S]
     out[9] = coef[C_ENG_PREFILL_S] if attn_work > 0.0 else 0.0
 
@@ -579,9 +595,10 @@ def token_time_nb(coef, ar_x, ar_y, n_tokens, swap_tokens):
 
 @njit(cache=True, nogil=True)
 def rest_time_nb(coef, base, attn_work, decode_ctx, n_lm, swap_tokens):
-    """``base`` (token_time_nb) plus attention, LM head, swap and the engine profile's per-sequence and prefill-step
-    time (a step holds prompt tokens exactly when its attention work is positive)."""
-    t = base + n_lm * coef[C_ENG_SEQ_S]
+    """``base`` (token_time_nb, which holds the fixed per-step time) plus attention, LM head, swap and the engine
+    profile's per-sequence and prefill-step time (a step holds prompt tokens exactly when its attention work is
+    positive), less what a pure-decode step replayed as one CUDA graph saves of the fixed time."""
+    t = base + n_lm * coef[C_ENG_SEQ_S] - graph_saving_nb(coef, attn_work, n_lm)
     if attn_work > 0.0:
         t += coef[C_ENG_PREFILL_S]
     t += coef[C_LAYERS] * attn_work * coef[C_ATTN_FLOPS_COEF] / coef[C_ATTN_RATE]
