@@ -381,7 +381,7 @@ def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str |
     disagg_md = cal.disagg_markdown(spec_examples.eagle_split_example(), dict(zip(pub["id"], pub["error"])),
                                     published.dynamo_drift(pub))
     spec_md = cal.spec_markdown(speculative.DRAFT_PASS_FIXED_S, spec_check.markdown_table(),
-                                spec_examples.mtp_example())
+                                spec_examples.mtp_example(), spec_check.baseline_tok_s())
     ar_rows = _allreduce_rows(ar_frames["vllm_graph"])
     return f"""# Cost model calibration
 

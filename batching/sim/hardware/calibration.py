@@ -702,13 +702,16 @@ def _mtp_sentence(mtp: dict | None) -> str:
             "engine profile; `batching/studies/spec_examples.py`)")
 
 
-def spec_markdown(draft_pass_fixed_s: float, checks: str = "", mtp: dict | None = None) -> str:
+def spec_markdown(draft_pass_fixed_s: float, checks: str = "", mtp: dict | None = None,
+                  base_tok_s: float | None = None) -> str:
     """The "Speculative decoding" section of docs/CALIBRATION.md: where its formulas and costs come from, and
     what the simulator does not model (batching/sim/engine/speculative.py). ``draft_pass_fixed_s``:
     speculative.DRAFT_PASS_FIXED_S; ``checks``: the published points' table (batching/studies/spec_check.py). The
     CLI passes both: the engine layer sits above this module. ``mtp``: the MTP example's figures
-    (batching.studies.spec_examples.mtp_example)."""
+    (batching.studies.spec_examples.mtp_example). ``base_tok_s``: the simulated batch-1 throughput without
+    speculation at the fit's setting (spec_check.baseline_tok_s)."""
     share = f"{mtp['split_draft_share']:.0%}" if mtp else "a share"
+    base = f"{base_tok_s:.0f} tok/s" if base_tok_s else "below SGLang's (not simulated here)"
     return f"""## Speculative decoding
 
 Sources: Leviathan et al., ICML 2023, "Fast Inference from Transformers via Speculative Decoding" (expected
@@ -755,8 +758,8 @@ documentation's "Speculative Decoding" page; sgl-project/sglang PR #4247; vllm-p
   too optimistic everywhere: the issue's "43 % median" group. After it: see the table. The fixed cost absorbs
   what else the engine spends per pass at that version (SGLang v0.4.3-0.4.4 ran EAGLE with top-k 8 trees and
   without overlapped scheduling) and it leans on the target's step: the simulated batch-1 throughput without
-  speculation is 115 tok/s against SGLang's 158.34 (its 2 ms per-step overhead is vLLM V0's; an SGLang engine
-  profile would shorten it and the fit must then be redone: `fit_draft_fixed` reruns it).
+  speculation is {base} against SGLang's 158.34 (the default vllm engine profile's per-step CPU time; an
+  SGLang engine profile would shorten it and the fit must then be redone: `fit_draft_fixed` reruns it).
 - Tree drafting (SGLang's `--speculative-eagle-topk` / `--speculative-num-draft-tokens`) is not modelled: the
   published acceptance lengths already carry the tree's gain, and at batch 1 on an 8B model verifying 64 tree
   tokens instead of K + 1 costs little (the linear layers stay memory-bound below ~300 tokens per step on H100);

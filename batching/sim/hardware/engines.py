@@ -235,16 +235,18 @@ ENGINES: dict[str, EngineProfile] = {
                           source="vllm/engine/arg_utils.py (v0.11), EngineArgs.get_batch_defaults"),
     # SGLang's overlap ("zero-overhead") scheduler prepares the next batch while the GPU runs this one: its Nsight
     # profile of 5 consecutive decode batches shows no GPU idle time (SGLang v0.4 post, 2024-12-04): no per-step CPU
-    # time on the GPU's path; detokenisation in its own process (DetokenizerManager). Its all-reduce is vLLM's custom
-    # kernel (sgl-kernel's custom_all_reduce, ported from vLLM) captured in CUDA graphs: vllm_graph.
-    "sglang": EngineProfile(name="sglang", label="SGLang 0.5", step_s=0.0,
+    # time on the GPU's path (so none for a CUDA graph to save); detokenisation in its own process
+    # (DetokenizerManager). Its all-reduce is vLLM's custom kernel (sgl-kernel's custom_all_reduce, ported from vLLM)
+    # captured in CUDA graphs: vllm_graph.
+    "sglang": EngineProfile(name="sglang", label="SGLang 0.5", step_s=0.0, graph_step_saving_s=0.0,
                             gemm_eff=KERNEL_FACTORS["sglang"]["gemm"], gemm_fp8_eff=KERNEL_FACTORS["sglang"]["gemm_fp8"],
                             attn_eff=KERNEL_FACTORS["sglang"]["attn"], kv_eff=KERNEL_FACTORS["sglang"]["kv"],
                             policy=SGLANG_POLICY,
                             source="python/sglang/srt/server_args.py (v0.5), ServerArgs defaults"),
     # TensorRT-LLM's overlap scheduler (on by default; docs "Overlap Scheduler": step n's CPU work runs while step
-    # n+1's GPU work does) likewise hides the per-step CPU time; its custom all-reduce (aiconfigurator's trtllm table).
-    "trtllm": EngineProfile(name="trtllm", label="TensorRT-LLM 1.0", step_s=0.0,
+    # n+1's GPU work does) likewise hides the per-step CPU time (nothing left for a CUDA graph to save); its custom
+    # all-reduce (aiconfigurator's trtllm table).
+    "trtllm": EngineProfile(name="trtllm", label="TensorRT-LLM 1.0", step_s=0.0, graph_step_saving_s=0.0,
                             gemm_eff=KERNEL_FACTORS["trtllm"]["gemm"], gemm_fp8_eff=KERNEL_FACTORS["trtllm"]["gemm_fp8"],
                             attn_eff=KERNEL_FACTORS["trtllm"]["attn"], kv_eff=KERNEL_FACTORS["trtllm"]["kv"],
                             allreduce="trtllm", policy=TRTLLM_POLICY,
