@@ -58,8 +58,8 @@ from dataclasses import replace
 import numpy as np
 
 from batching.sim.hardware.costmodel import (
-    C_ATTN_FLOPS_COEF, C_ATTN_RATE, C_FIXED, C_GRAPH_SAVING_S, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LM_BW, C_LM_BYTES, C_LM_FLOPS_RATE, C_LM_FLOPS_SEQ,
-    CostModel, cost_model, token_time_table_nb,
+    C_ATTN_FLOPS_COEF, C_ATTN_RATE, C_FIXED, C_GRAPH_SAVING_S, C_KV_BW, C_KV_BYTES_TOK_LAYER, C_LAYERS, C_LM_BW,
+    C_LM_BYTES, C_LM_FLOPS_RATE, C_LM_FLOPS_SEQ, CostModel, cost_model, token_time_table_nb,
 )
 from batching.sim.engine.state import NUM_SPF, NUM_SPI, Spec
 from batching.sim.policy import SPEC_METHODS  # noqa: F401  (the methods, named once)

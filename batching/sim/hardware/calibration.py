@@ -456,8 +456,8 @@ def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
     was not run (the frame comes from batching.studies.deepseek_check, a study this module does not import)."""
     if frame is None or len(frame) == 0:
         return "not run", "-", "(the check was not run: `python -m batching calibrate --report` runs it)", ""
-    lines = ["| clients | published mean TPOT | before (mean) | now (mean) | aiconfigurator | error before | error now | "
-             "error aiconfigurator | published output tok/s | now | error before | error now |",
+    lines = ["| clients | published mean TPOT | before (mean) | now (mean) | aiconfigurator | error before | "
+             "error now | error aiconfigurator | published output tok/s | now | error before | error now |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in frame.itertuples():
         lines.append(f"| {r.clients} | {r.published_tpot_ms:.1f} ms | {r.before_tpot_ms:.2f} ms | {r.tpot_ms:.2f} ms | "

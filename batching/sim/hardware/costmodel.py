@@ -399,7 +399,7 @@ def _apply_measured_kernels(c: np.ndarray, dep: Deployment, kernels: str = "vllm
     seconds per query-key pair. Dense models and uncovered combinations keep the fitted roofline unchanged."""
     from batching.sim.hardware.kernel_tables import measured_terms
 
-    m, tp = dep.model, dep.node.tp
+    m = dep.model
     t = measured_terms(dep, kernels)
     if t["moe"] is not None:
         x, y = t["moe"]
