@@ -465,7 +465,8 @@ MODELS: dict[str, Model] = {
     # technical report, arXiv:2412.19437; 36.6B in the release's README_WEIGHTS.md); the MTP module
     # (num_nextn_predict_layers 1, 11.5B more) is left out of the weights, as vLLM loads it only for speculative
     # decoding (mtp_layers=1: what spec_decode 'mtp' runs).
-    # Published in FP8 (quantization_config: fp8 e4m3, 128x128 blocks): 78 GiB per GPU at TP 8.
+    # Published in FP8 (quantization_config: fp8 e4m3, 128x128 blocks): 79 GiB per GPU at TP 8 (the replicated
+    # q_a_proj, kv_a_proj_with_mqa and routers whole on every GPU: Deployment.layer_weight_bytes_per_gpu).
     "deepseek-v3": Model("DeepSeek-V3", 61, 7168, 128, 128, 192, 2048, 129280, num_experts=256,
                          experts_per_token=8, shared_experts=1, first_dense_layers=3, dense_ffn_size=18432,
                          kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128,
