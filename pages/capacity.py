@@ -114,8 +114,8 @@ def follow_gpu(base: Scenario) -> None:
 HEADROOM_HELP = (f"The cost model's known error: in the end-to-end check (docs/CALIBRATION.md) its TPOT is "
                  f"{TPOT_UNDERESTIMATE[0] * 100:.0f}–{TPOT_UNDERESTIMATE[1] * 100:.0f} % below published vLLM and "
                  f"SGLang runs, so a real node sustains about that much less: a factor of {HEADROOM_RANGE[0]:g}–"
-                 f"{HEADROOM_RANGE[1]:g} (default {DEFAULT_HEADROOM:g}, the middle). Nodes needed and $ per million "
-                 "tokens at the target are multiplied by it; 1 = the simulator's own figures.")
+                 f"{HEADROOM_RANGE[1]:g} (default {DEFAULT_HEADROOM:g}, inside that range). Nodes needed and $ per "
+                 "million tokens at the target are multiplied by it; 1 = the simulator's own figures.")
 
 
 def _chosen() -> list[str]:

@@ -29,9 +29,9 @@ def test_deepseek_v3_on_8xh200_json(capsys):
     assert list(d) == KEYS
     assert d["parameters"] == MODELS["deepseek-v3"].num_params and round(d["parameters"] / 1e9) == 671
     assert round(d["active_parameters"] / 1e9, 1) == 37.6
-    assert d["weight_gib_per_gpu"] == pytest.approx(78.33, abs=0.01)
+    assert d["weight_gib_per_gpu"] == pytest.approx(79.27, abs=0.01)
     assert d["kv_bytes_per_token"] == 70_272 and d["kv_bytes_per_token_per_gpu"] == 70_272
-    assert d["kv_capacity_tokens"] == 703_280 and d["replicas"] == 1 and d["attention"] == "MLA"
+    assert d["kv_capacity_tokens"] == 688_944 and d["replicas"] == 1 and d["attention"] == "MLA"
 
 
 def test_precision_defaults_to_the_published_one(capsys):
@@ -54,8 +54,8 @@ def test_text_output_and_json_file(tmp_path, capsys):
     for label in ("parameters", "active_parameters", "weight_gib_per_gpu", "kv_bytes_per_token",
                   "kv_capacity_tokens"):
         assert f"\n{label} " in "\n" + text
-    assert "Kimi-K2 (MLA)" in text and "70,272 B" in text and "601,904 per replica" in text
-    assert json.loads(out.read_text())["kv_capacity_tokens"] == 601_904
+    assert "Kimi-K2 (MLA)" in text and "70,272 B" in text and "585,984 per replica" in text
+    assert json.loads(out.read_text())["kv_capacity_tokens"] == 585_984
 
 
 def test_hugging_face_config_with_kv_lora_rank(tmp_path, capsys):
@@ -64,7 +64,7 @@ def test_hugging_face_config_with_kv_lora_rank(tmp_path, capsys):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(DEEPSEEK_V3_HF))
     d = specs_json(capsys, "--model-json", str(cfg), "--gpu", "h200-sxm", "--precision", "fp8")
-    assert d["attention"] == "MLA" and d["kv_bytes_per_token"] == 70_272 and d["kv_capacity_tokens"] == 703_280
+    assert d["attention"] == "MLA" and d["kv_bytes_per_token"] == 70_272 and d["kv_capacity_tokens"] == 688_944
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:
@@ -74,7 +74,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("argv, needle", [
     (["--model", "deepseek-v3", "--gpu", "h100-sxm", "--precision", "fp8"],
-     "model DeepSeek-V3 in fp8 does not fit on H100 SXM 80GB with tp=8: it needs 80.3 GiB per GPU for weights and "
+     "model DeepSeek-V3 in fp8 does not fit on H100 SXM 80GB with tp=8: it needs 81.3 GiB per GPU for weights and "
      "activations but 71.7 GiB are usable; no tensor-parallel degree or precision on this node fits it; it fits "
      "with tp=16 over two nodes (num_gpus=16); or use a GPU with more memory: it fits on 8x H200 SXM 141GB in fp8 "
      "with tp=8 or 8x B200 180GB in fp8 with tp=4"),
@@ -97,4 +97,4 @@ def test_in_process_errors(tmp_path, capsys):
     assert main(["specs", "--json", str(tmp_path)]) == 2
     assert "a folder, not a file" in capsys.readouterr().err
     assert main(["specs", "--gpu", "h200-sxm", "--model", "deepseek-v3", "--kv-cache-tokens", "1e9"]) == 2
-    assert "kv_cache_tokens=1000000000 is out of range; allowed 16 to 703280" in capsys.readouterr().err
+    assert "kv_cache_tokens=1000000000 is out of range; allowed 16 to 688944" in capsys.readouterr().err

@@ -124,8 +124,27 @@ def test_fp8_halves_weight_bytes_and_moves_the_roofline():
     # the ridge in FLOP/byte doubles; in tokens per step it stays where it was
     assert cm.ridge_intensity(f8) == pytest.approx(2 * cm.ridge_intensity(b16), rel=1e-4)
     assert cm.ridge_tokens(f8) == pytest.approx(cm.ridge_tokens(b16), rel=1e-4)
-    # the LM head stays a BF16 GEMM
+    # the LM head stays a BF16 GEMM (test_lm_head_is_a_bf16_gemm_in_every_precision)
     assert cm.step_breakdown(f8, 1, n_lm=1)["lm head"] > 0.9 * cm.step_breakdown(b16, 1, n_lm=1)["lm head"]
+
+
+@pytest.mark.parametrize("precision, gpu", [("bf16", "h100-sxm"), ("fp8", "h100-sxm"), ("nvfp4", "b200")])
+def test_lm_head_is_a_bf16_gemm_in_every_precision(precision, gpu):
+    """Llama-3.1-70B's LM head (vocab 128,256 x hidden 8,192, BF16 in every checkpoint) at TP 4, by hand: one
+    position reads its 128,256 x 8,192 x 2 / 4 bytes at the fitted weight-read bandwidth; 1,024 positions (a
+    verification step of 64 sequences x 16, or a long prompt's logits) run 2 x 128,256 x 8,192 / 4 FLOPs each at
+    the GPU's BF16 peak (989.4 TF on H100, 2,250 TF on B200) x the fitted compute efficiency, whatever the precision
+    of the linear layers."""
+    dep = deployment(gpu, "llama-3.1-70b", tp=4, num_gpus=4, precision=precision)
+    costs = cm.cost_model(dep)
+    lin = cm.linear_params_for(dep)
+    peak_bf16 = {"h100-sxm": 989.4e12, "b200": 2250e12}[gpu]
+    bw = {"h100-sxm": 3.35e12, "b200": 8.0e12}[gpu]
+    one = 128256 * 8192 * 2 / 4 / (bw * lin["eff_memory"])
+    many = 1024 * 2 * 128256 * 8192 / 4 / (peak_bf16 * lin["eff_compute"])
+    assert many > one  # 1,024 positions are compute-bound
+    assert cm.step_breakdown(costs, 1, n_lm=1)["lm head"] == pytest.approx(one, rel=1e-12)
+    assert cm.step_breakdown(costs, 1024, n_lm=1024)["lm head"] == pytest.approx(many, rel=1e-12)
 
 
 def test_fp8_kv_cache_halves_decode_reads():
@@ -147,7 +166,9 @@ def test_moe_uses_active_parameters_for_flops_and_touched_experts_for_reads():
     m = MODELS["mixtral-8x7b"]
     costs = cm.cost_model(deployment(model="mixtral-8x7b", tp=2))
     c = costs.coef
-    assert c[cm.C_LIN_FLOPS_TOK] == pytest.approx(2 * m.active_linear_params_per_layer / 2)
+    # the router (4,096 x 8) runs whole on both GPUs (vLLM's ReplicatedLinear), the rest split
+    router = 4096 * 8
+    assert c[cm.C_LIN_FLOPS_TOK] == pytest.approx(2 * ((m.active_linear_params_per_layer - router) / 2 + router))
     assert c[cm.C_LIN_FLOPS_TOK] < 0.35 * 2 * m.linear_params_per_layer / 2
     # one token reads attention + router + 2 of the 8 experts; many tokens read all 8
     assert cm.moe_experts_touched(8, 2, 1) == pytest.approx(2)

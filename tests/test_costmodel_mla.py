@@ -81,21 +81,39 @@ def test_moe_weight_reads_add_up_to_the_weights_in_memory():
     c = cm.cost_model(dep).coef
     every = c[cm.C_LAYERS] * (c[cm.C_LIN_BYTES] + c[cm.C_MOE_EXPERTS] * c[cm.C_MOE_EXPERT_BYTES])
     assert every == pytest.approx(dep.linear_weight_bytes_per_gpu, rel=1e-12)
-    # a one-token step reads 8 routed experts in each of the 58 layers with experts
+    # a one-token step reads 8 routed experts in each of the 58 layers with experts; by hand from config.json, what
+    # TP splits over 8 GPUs (FP8) and what every GPU holds whole: q_a_proj and kv_a_proj_with_mqa (FP8) and the
+    # router (BF16)
     one = c[cm.C_LAYERS] * (c[cm.C_LIN_BYTES] + cm.moe_experts_touched(256, 8, 1) * c[cm.C_MOE_EXPERT_BYTES])
-    expert = 3 * 7168 * 2048
-    assert one == pytest.approx((61 * V3.attn_params_per_layer + 58 * (9 * expert + 7168 * 256)
-                                 + 3 * 3 * 7168 * 18432) / 8, rel=1e-9)
-    # FLOPs per token: the active linear parameters
-    assert c[cm.C_LIN_FLOPS_TOK] * c[cm.C_LAYERS] * 8 == pytest.approx(
-        2 * (V3.active_params - V3.non_linear_params), rel=1e-12)
+    expert, replicated, router = 3 * 7168 * 2048, 7168 * 1536 + 7168 * (512 + 64), 7168 * 256
+    split = 61 * (V3.attn_params_per_layer - replicated) + 58 * 9 * expert + 3 * 3 * 7168 * 18432
+    assert one == pytest.approx(split / 8 + 61 * replicated + 58 * router * 2, rel=1e-9)
+    # FLOPs per token per GPU: the active linear parameters, the replicated ones whole on every GPU
+    active = V3.active_params - V3.non_linear_params
+    whole = 61 * replicated + 58 * router
+    assert c[cm.C_LIN_FLOPS_TOK] * c[cm.C_LAYERS] == pytest.approx(2 * ((active - whole) / 8 + whole), rel=1e-12)
+
+
+def test_replicated_layers_flops_are_not_divided_by_tp():
+    """Per token and GPU the replicated layers add 7/8 of 2 x (61 x 15.1 M + 58 x 1.8 M) FLOPs to what TP splits."""
+    dep = v3()
+    c = cm.cost_model(dep).coef
+    whole = 61 * (7168 * 1536 + 7168 * 576) + 58 * 7168 * 256
+    split_only = 2 * (V3.active_params - V3.non_linear_params) / 8
+    assert c[cm.C_LIN_FLOPS_TOK] * c[cm.C_LAYERS] - split_only == pytest.approx(2 * whole * 7 / 8, rel=1e-12)
+    # under DP attention each GPU runs the whole attention for its own tokens: the replicated attention layers are
+    # not counted twice, the routers (run on every gathered token) still are
+    dp = cm.cost_model(replace(dep, dp_attention=True)).coef
+    assert dp[cm.C_LIN_FLOPS_TOK] * dp[cm.C_LAYERS] - split_only == pytest.approx(2 * 58 * 7168 * 256 * 7 / 8,
+                                                                                  rel=1e-12)
 
 
 def test_existing_moe_coefficients_are_unchanged():
     for key in ("mixtral-8x7b", "qwen3-30b-a3b"):
         dep = deployment("h100-sxm", key, 2)
         m, c = dep.model, cm.cost_model(dep).coef
-        assert c[cm.C_LIN_BYTES] == (m.attn_params_per_layer + m.router_params_per_layer) * 2.0 / 2
+        # the router replicated on both GPUs (vLLM's ReplicatedLinear), the attention split
+        assert c[cm.C_LIN_BYTES] == m.attn_params_per_layer * 2.0 / 2 + m.router_params_per_layer * 2.0
         assert c[cm.C_MOE_EXPERT_BYTES] == m.expert_params * 2.0 / 2
         # the default (vllm) engine profile's measured decode-attention factor (GQA kernels)
         assert c[cm.C_KV_BW] == GPUS["h100-sxm"].hbm_bw_Bps * cm.ATTN_DECODE_MEMORY_EFF * ENGINES["vllm"].kv_eff

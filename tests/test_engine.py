@@ -13,6 +13,8 @@ def const_cost(step_s=1.0, swap_tokens_per_s=32.0):
     c[cmod.C_LAYERS] = 0.0
     c[cmod.C_LIN_FLOPS_RATE] = 1.0
     c[cmod.C_LIN_BW] = 1.0
+    c[cmod.C_LM_FLOPS_RATE] = 1.0
+    c[cmod.C_LM_BW] = 1.0
     c[cmod.C_ATTN_RATE] = 1.0
     c[cmod.C_KV_BW] = 1.0
     c[cmod.C_KV_BYTES_TOK] = 1.0

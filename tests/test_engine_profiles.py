@@ -14,6 +14,7 @@ from batching.sim.hardware.engines import ENGINES, EngineProfile, engine_profile
 from batching.sim.hardware.specs import deployment
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.workload.requests import workload_preset
+from batching.studies import graph_step
 
 DEP = deployment("h100-sxm", "llama-3.1-8b", 1, 1, "bf16")
 
@@ -32,6 +33,41 @@ def test_step_terms_add_as_defined():
     parts = cm.step_breakdown(b, 512, w, 0, 1)
     assert parts["prefill launch"] == pytest.approx(3e-3) and parts["per-sequence CPU"] == pytest.approx(10e-6)
     assert sum(parts.values()) == pytest.approx(pb)
+
+
+def test_a_pure_decode_step_replays_one_cuda_graph():
+    """vLLM 0.11 (cudagraph_mode FULL_AND_PIECEWISE) replays one full CUDA graph for a step of decodes only of at most
+    512 tokens and runs piecewise graphs otherwise: by hand, the vllm profile's 2.0 ms per step less 0.42 ms (vLLM
+    PR #20059's median ITL, 5.39 ms piecewise against 4.97 ms full) = 1.58 ms for such a step, 2.0 ms for the rest;
+    the overlapping profiles pay none either way."""
+    vllm = cm.cost_model(DEP, engine="vllm")
+    fixed = lambda c, *a: cm.step_breakdown(c, *a)["fixed overhead"]  # noqa: E731
+    w = cm.prompt_attn_work(512, 0)
+    assert fixed(vllm, 1, 0.0, 1500.0, 1) == pytest.approx(2.0e-3 - 0.42e-3, abs=1e-15)
+    assert fixed(vllm, 512, 0.0, 512 * 1500.0, 512) == pytest.approx(1.58e-3, abs=1e-15)
+    assert fixed(vllm, 513, 0.0, 513 * 1500.0, 513) == pytest.approx(2.0e-3, abs=1e-15)  # past the largest graph
+    assert fixed(vllm, 512, w, 0.0, 1) == pytest.approx(2.0e-3, abs=1e-15)  # prompt tokens: piecewise graphs
+    assert fixed(vllm, 513, w / 512, 1500.0, 2) == pytest.approx(2.0e-3, abs=1e-15)  # a mixed step
+    for name in ("sglang", "trtllm"):
+        c = cm.cost_model(DEP, engine=name)
+        assert fixed(c, 1, 0.0, 1500.0, 1) == 0.0 == fixed(c, 512, w, 0.0, 1)
+    # a profile cannot save more than its step's CPU time
+    assert replace(ENGINES["vllm"], step_s=0.2e-3).decode_graph_step_s() == 0.0
+
+
+def test_batch_one_decode_pays_the_graph_step_in_the_engine():
+    """One closed-loop client of Llama-3.1-8B on one H100: every TPOT step is a one-sequence decode, so the mean TPOT
+    is exactly 0.42 ms below the same engine's without the graph saving."""
+    eager = replace(ENGINES["vllm"], name="piecewise", graph_step_saving_s=0.0)
+    wl = workload_preset("sharegpt", 1.0, 8, 2).with_concurrency(1)
+    a = simulate(Scenario(DEP, wl, engine="vllm")).requests
+    b = simulate(Scenario(DEP, wl, engine=eager)).requests
+    np.testing.assert_allclose(b.tpot_s - a.tpot_s, 0.42e-3, atol=1e-9)
+    # the first token (a prefill step) is priced alike in both
+    np.testing.assert_allclose(a.ttft_s.iloc[0], b.ttft_s.iloc[0], atol=1e-12)
+    # the figure docs/CALIBRATION.md quotes (studies.graph_step): the same difference on the mean
+    graph, piecewise = graph_step.batch_one_tpots()
+    assert piecewise - graph == pytest.approx(0.42e-3, abs=1e-9)
 
 
 def test_kernel_factors_scale_rates():
@@ -104,6 +140,8 @@ def test_json_round_trip_and_validation(tmp_path):
         assert EngineProfile.from_dict(json.loads(prof.to_json())) == prof
     with pytest.raises(ValueError, match=r"step_s=-1 is out of range; allowed 0 to 1"):
         EngineProfile.from_dict({"name": "x", "step_s": -1})
+    with pytest.raises(ValueError, match=r"graph_step_saving_s=2 is out of range; allowed 0 to 1"):
+        EngineProfile.from_dict({"name": "x", "graph_step_saving_s": 2})
     with pytest.raises(ValueError, match="key 'bogus' is not a profile field"):
         EngineProfile.from_dict({"bogus": 1})
     with pytest.raises(ValueError, match="allreduce='x' is unknown"):

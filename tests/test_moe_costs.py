@@ -86,10 +86,14 @@ def test_deepseek_step_is_the_table_plus_the_roofline_of_the_rest(n):
     x, y = kt.moe_table("h200", V3, "fp8", 8)
     experts = float(np.exp(np.interp(np.log(n), np.log(x), np.log(y)))) * 58 / 61
     routed = 8 * V3.expert_params * 58 / 61
-    flops = 2 * (V3.active_linear_params_per_layer - routed) / 8
+    # per layer, replicated on every GPU (not divided by TP): q_a_proj and kv_a_proj_with_mqa (FP8) and the router
+    # (BF16), the router in 58 of the 61 layers
+    replicated, router = 7168 * (1536 + 512 + 64), 7168 * 256 * 58 / 61
+    flops = 2 * ((V3.active_linear_params_per_layer - routed - replicated - router) / 8 + replicated + router)
     lin = cm.linear_params_for(dep)
     t_c = n * flops / (GPUS["h200-sxm"].peak_fp8_flops * lin["eff_compute"])
-    t_m = V3.step_read_params_per_layer * 1.0 / 8 / (GPUS["h200-sxm"].hbm_bw_Bps * lin["eff_memory"])
+    read = (V3.step_read_params_per_layer - replicated - router) * 1.0 / 8 + replicated * 1.0 + router * 2.0
+    t_m = read / (GPUS["h200-sxm"].hbm_bw_Bps * lin["eff_memory"])
     rest = cm._pnorm_nb(t_c, t_m, lin["p"])
     ctx, work = n * 2000.0, n * 100.0
     b = cm.step_breakdown(cmod, n, work, ctx, n)
@@ -138,7 +142,18 @@ def test_dense_models_price_exactly_as_before(key):
     before = dc_replace(ENGINES["vllm"], attn_eff=1.0, kv_eff=1.0)
     c = cm.cost_model(deployment(gpu, model, tp, precision=prec), engine=before)
     got = [cm.step_time(c, n, attn_work=n * 300.0, decode_ctx=n * 1000.0, n_lm=n) for n in (1, 37, 512, 4096)]
-    assert got == list(DENSE_BEFORE[key])
+    # since then the LM head of an FP8 deployment runs at the BF16 peak (it stays a BF16 GEMM): by hand, the roofline
+    # max(n x 2 x vocab x hidden / tp / (peak x e_c), vocab x hidden x 2 / tp / (bw x e_m)) at the BF16 peak instead
+    # of the FP8 one; everything else as before
+    dep = deployment(gpu, model, tp, precision=prec)
+    m, lin = dep.model, cm.linear_params_for(dep)
+    g = GPUS[gpu]
+    def lm(n, peak):  # noqa: E306
+        return max(n * 2 * m.vocab_size * m.hidden_size / tp / (peak * lin["eff_compute"]),
+                   m.vocab_size * m.hidden_size * 2 / tp / (g.hbm_bw_Bps * lin["eff_memory"]))
+    shift = [lm(n, g.peak_bf16_flops) - lm(n, g.peak_flops(prec)) for n in (1, 37, 512, 4096)]
+    assert got == pytest.approx([b + d for b, d in zip(DENSE_BEFORE[key], shift)], rel=1e-12)
+    assert (prec == "fp8") == (shift[-1] > 0)
     assert c.coef[cm.C_MOE_TAB_N] == 0 and not c.coef[cm.C_MOE_TAB_X:].any()
     assert kt.calibration_status_dep(deployment(gpu, model, tp, precision=prec)) == (True, "")
 
@@ -150,7 +165,9 @@ def test_nvfp4_on_b200_uses_fp4_peak_block_scales_and_an_fp8_kv_cache():
     assert GPUS["b200"].peak_flops("nvfp4") == 9.0e15  # HGX B200: 144 PF sparse FP4 / 8 GPUs / 2
     assert dep.kv_bytes_per_element == 1.0 and dep.kv_bytes_per_token_per_gpu == 576 * 61
     fp8 = v3("b200")
-    assert dep.linear_weight_bytes_per_gpu == pytest.approx(fp8.linear_weight_bytes_per_gpu * 0.5625)
+    router = 58 * 7168 * 256 * 2.0  # BF16 in every precision (vLLM's GateLinear is unquantized)
+    assert dep.linear_weight_bytes_per_gpu == pytest.approx((fp8.linear_weight_bytes_per_gpu - router) * 0.5625
+                                                            + router)
     assert dep.kv_capacity_tokens > 2 * fp8.kv_capacity_tokens  # half the KV bytes and the weights' room
     c = cm.cost_model(dep).coef
     assert c[cm.C_PEAK_FLOPS] == 9.0e15 and c[cm.C_MOE_TAB_N] > 0  # B200's measured NVFP4 expert kernels
@@ -212,7 +229,8 @@ def test_dp_attention_holds_each_latent_once_and_replicates_attention_weights():
     tp_dep = v3()
     dp = deployment("h200-sxm", "deepseek-v3", 8, precision="fp8", dp_attention=True)
     assert dp.kv_bytes_per_token_per_gpu == 70_272 / 8
-    attn = 61 * V3.attn_params_per_layer * 1.0  # FP8
+    # FP8; q_a_proj and kv_a_proj_with_mqa are whole on every GPU under TP attention already
+    attn = 61 * (V3.attn_params_per_layer - 7168 * (1536 + 512 + 64)) * 1.0
     assert dp.weight_bytes_per_gpu == pytest.approx(tp_dep.weight_bytes_per_gpu + attn * 7 / 8)
     # less room for KV on each GPU (the replicated attention weights), but 8x the tokens per byte
     free = lambda d: d.kv_bytes_available_per_gpu  # noqa: E731
@@ -224,7 +242,7 @@ def test_dp_attention_holds_each_latent_once_and_replicates_attention_weights():
     b = cm.step_breakdown(cdp, 64, 0.0, 64 * 2000.0, 64)
     assert b["decode attention"] == pytest.approx(61 * 64 * 2000 * s128 / 8, rel=1e-9)
     assert cm.step_breakdown(cdp, 64)["all-reduce"] == pytest.approx(cm.step_breakdown(ctp, 64)["all-reduce"] / 2)
-    assert cdp.coef[cm.C_LIN_BYTES] == pytest.approx(ctp.coef[cm.C_LIN_BYTES] + V3.attn_params_per_layer * 7 / 8)
+    assert cdp.coef[cm.C_LIN_BYTES] == pytest.approx(ctp.coef[cm.C_LIN_BYTES] + attn / 61 * 7 / 8)
     assert kt.calibration_status_dep(dp) == (True, "")
 
 

@@ -108,12 +108,36 @@ def test_existing_presets_keep_their_parameter_counts():
 
 
 # --- weights and fit ----------------------------------------------------------------------------
+# DeepSeek-V3 config.json by hand: per layer q_a_proj 7168 x 1536 and kv_a_proj_with_mqa 7168 x (512 + 64), which
+# every TP rank holds whole (vLLM's and SGLang's ReplicatedLinear), and in each of the 58 layers with experts a
+# router of 7168 x 256, replicated and unquantized (vLLM's GateLinear, quant_config=None: BF16)
+V3_REPLICATED = 7168 * 1536 + 7168 * (512 + 64)
+V3_ROUTER = 7168 * 256
+
+
 def test_deepseek_v3_fp8_weights_per_gpu():
     dep = deployment("h200-sxm", "deepseek-v3", 8, precision="fp8")
-    assert dep.weight_bytes_per_gpu / GIB == pytest.approx(78.33, abs=0.01)
-    # FP8 linear layers, BF16 embeddings / LM head / norms
+    assert V3.replicated_attn_params_per_layer == V3_REPLICATED == 15_138_816
+    # FP8 linear layers split over 8 GPUs, the replicated ones whole, the routers whole in BF16; BF16 embeddings,
+    # LM head and norms split
     linear = V3.num_params - V3.non_linear_params
-    assert dep.weight_bytes_per_gpu == pytest.approx((linear + 2 * V3.non_linear_params) / 8)
+    split = linear - 61 * V3_REPLICATED - 58 * V3_ROUTER
+    by_hand = split / 8 + 61 * V3_REPLICATED + 2 * 58 * V3_ROUTER + 2 * V3.non_linear_params / 8
+    assert dep.weight_bytes_per_gpu == pytest.approx(by_hand, rel=1e-12)
+    assert dep.weight_bytes_per_gpu / GIB == pytest.approx(79.27, abs=0.01)
+    # 0.94 GiB more than every layer split eight ways: 7/8 of the 61 x 15.1 M replicated FP8 weights (0.75 GiB) and
+    # of the 58 routers, at 2 bytes (0.19 GiB)
+    assert (dep.weight_bytes_per_gpu - (linear + 2 * V3.non_linear_params) / 8) / GIB == pytest.approx(0.938, abs=0.001)
+
+
+def test_replicated_layers_do_not_shrink_with_tp():
+    """Going from TP 4 to TP 8 halves what tensor parallelism splits; the replicated layers stay whole per GPU."""
+    four, eight = (deployment("b200", "deepseek-v3", tp, precision="fp8") for tp in (4, 8))
+    whole = 61 * V3_REPLICATED + 2 * 58 * V3_ROUTER
+    assert four.linear_weight_bytes_per_gpu - whole == pytest.approx(2 * (eight.linear_weight_bytes_per_gpu - whole))
+    # a model without MLA or experts keeps every linear layer split
+    llama = deployment("h100-sxm", "llama-3.1-70b", 8)
+    assert llama.linear_weight_bytes_per_gpu == llama.model.num_layers * llama.model.linear_params_per_layer * 2 / 8
 
 
 def test_deepseek_v3_fp8_does_not_fit_8xh100_and_says_what_fits():
@@ -121,12 +145,12 @@ def test_deepseek_v3_fp8_does_not_fit_8xh100_and_says_what_fits():
         deployment("h100-sxm", "deepseek-v3", 8, precision="fp8")
     msg = str(info.value)
     assert "DeepSeek-V3 in fp8 does not fit on H100 SXM 80GB with tp=8" in msg
-    assert "80.3 GiB per GPU" in msg and "71.7 GiB are usable" in msg
+    assert "81.3 GiB per GPU" in msg and "71.7 GiB are usable" in msg
     assert "it fits on 8x H200 SXM 141GB in fp8 with tp=8 or 8x B200 180GB in fp8 with tp=4" in msg
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize("gpu, capacity", [("h200-sxm", 703_280), ("b200", 1_234_928)])
+@pytest.mark.parametrize("gpu, capacity", [("h200-sxm", 688_944), ("b200", 1_220_592)])
 def test_deepseek_v3_fp8_fits_8xh200_and_8xb200(gpu, capacity):
     dep = deployment(gpu, "deepseek-v3", 8, precision="fp8")
     assert dep.kv_capacity_tokens == capacity
@@ -146,16 +170,22 @@ def test_kimi_k2_fits_8xh200_and_8xb200_in_fp8_only():
         deployment("h100-sxm", "kimi-k2", 8, precision="fp8")
     h200 = deployment("h200-sxm", "kimi-k2", 8, precision="fp8")
     b200 = deployment("b200", "kimi-k2", 8, precision="fp8")
-    assert h200.weight_bytes_per_gpu / GIB == pytest.approx(119.76, abs=0.01)
-    assert h200.kv_capacity_tokens == 70_256 and b200.kv_capacity_tokens == 601_904
+    assert h200.weight_bytes_per_gpu / GIB == pytest.approx(120.80, abs=0.01)
+    assert h200.kv_capacity_tokens == 54_336 and b200.kv_capacity_tokens == 585_984
+    # by hand from Kimi-K2's config.json: q_a_proj and kv_a_proj_with_mqa whole (FP8), 60 routers of 7168 x 384
+    # whole (BF16), the rest split over 8 GPUs
+    replicated, router = 7168 * (1536 + 512 + 64), 7168 * 384
+    split = K2.num_params - K2.non_linear_params - 61 * replicated - 60 * router
+    assert h200.weight_bytes_per_gpu == pytest.approx(
+        split / 8 + 61 * replicated + 2 * 60 * router + 2 * K2.non_linear_params / 8, rel=1e-12)
 
 
 def test_deployment_figures():
     f = deployment_figures(deployment("h200-sxm", "deepseek-v3", 8, precision="fp8"))
     assert f["parameters"] == V3.num_params and f["active_parameters"] == V3.active_params
-    assert f["kv_bytes_per_token"] == 70_272 and f["kv_capacity_tokens"] == 703_280 and f["replicas"] == 1
-    assert f["kv_capacity_tokens_node"] == 703_280 and f["attention"] == "MLA"
-    assert f["weight_gib_per_gpu"] == pytest.approx(78.33, abs=0.01)
+    assert f["kv_bytes_per_token"] == 70_272 and f["kv_capacity_tokens"] == 688_944 and f["replicas"] == 1
+    assert f["kv_capacity_tokens_node"] == 688_944 and f["attention"] == "MLA"
+    assert f["weight_gib_per_gpu"] == pytest.approx(79.27, abs=0.01)
     two = deployment_figures(deployment("b200", "deepseek-v3", 4, precision="fp8"))
     assert two["replicas"] == 2 and two["kv_capacity_tokens_node"] == 2 * two["kv_capacity_tokens"]
     json.dumps(f)  # plain JSON

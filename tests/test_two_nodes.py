@@ -76,7 +76,8 @@ def test_deepseek_v3_on_two_h100_nodes_uses_its_measured_kernels_and_says_what_i
     with pytest.raises(ValueError, match=r"does not fit on H100 .* it fits with tp=16 over two nodes"):
         deployment(tp=8, **DS_H100)
     dep = deployment(tp=16, **DS_H100)
-    assert dep.weight_bytes_per_gpu / 2**30 == pytest.approx(39.17, abs=0.01)
+    # half the split weights of TP 8; q_a_proj, kv_a_proj_with_mqa and the routers stay whole on every GPU
+    assert dep.weight_bytes_per_gpu / 2**30 == pytest.approx(40.17, abs=0.01)
     t = measured_terms(dep)
     assert t["missing"] == [] and t["moe"] is not None and t["decode_s_per_token"] is not None
     ok, why = calibration_status_dep(dep)

@@ -18,7 +18,7 @@ from batching.cli.calibrate_bench import BENCH_ONLY, add_bench_args, cmd_bench
 from batching.cli.calibrate_published import add_published_args, cmd_published
 from batching.sim.engine import speculative
 from batching.sim.hardware import calibration as cal
-from batching.studies import deepseek_check
+from batching.studies import deepseek_check, graph_step
 from batching.studies import end_to_end as e2e_check
 from batching.studies import published
 from batching.studies import spec_check, spec_examples
@@ -208,7 +208,8 @@ def trtllm_check() -> pd.DataFrame:
     (vLLM's kernels, 2 ms per step, no client time), both with TensorRT-LLM's scheduler defaults."""
     from dataclasses import replace
 
-    before = replace(eng_profiles.ENGINES["vllm"], name="before", attn_eff=1.0, kv_eff=1.0, in_per_token_s=0.0)
+    before = replace(eng_profiles.ENGINES["vllm"], name="before", attn_eff=1.0, kv_eff=1.0, in_per_token_s=0.0,
+                     graph_step_saving_s=0.0)
     after = trtllm_table.table_check("trtllm")
     prior = trtllm_table.table_check(before, policy=eng_profiles.ENGINES["trtllm"].policy)
     after["before_tok_s"], after["error_before"] = prior["simulated_tok_s"], prior["error"]
@@ -235,6 +236,8 @@ def engines_markdown(trtllm: pd.DataFrame | None) -> str:
     ep = eng_profiles
     rows = []
     for key, unit, what in (("label", "", "engine and version"), ("step_s", "ms", "CPU per step"),
+                            ("graph_step_saving_s", "ms", "of it, saved by a pure-decode step of at most "
+                             f"{eng_profiles.GRAPH_MAX_TOKENS} tokens (one CUDA graph)"),
                             ("seq_s", "µs", "CPU per sequence emitting a token per step"),
                             ("prefill_step_s", "ms", "launch overhead of a step with prompt tokens"),
                             ("in_fixed_s", "ms", "client -> queue, fixed (HTTP)"),
@@ -362,6 +365,7 @@ def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str |
         trtllm = pd.read_csv(TRTLLM_CSV)
     pct = _pct
     deepseek = deepseek_check.deepseek_frame() if deepseek is None else deepseek
+    b1_graph, b1_piecewise = graph_step.batch_one_tpots()
     fit = cm.linear_fit()
     lin = cal.op_error_summary("linear")
     el = cal.op_error_summary("elementwise")
@@ -377,7 +381,7 @@ def report_markdown(e2e_frame: pd.DataFrame, ar_frames: dict, figures_dir: str |
     disagg_md = cal.disagg_markdown(spec_examples.eagle_split_example(), dict(zip(pub["id"], pub["error"])),
                                     published.dynamo_drift(pub))
     spec_md = cal.spec_markdown(speculative.DRAFT_PASS_FIXED_S, spec_check.markdown_table(),
-                                spec_examples.mtp_example())
+                                spec_examples.mtp_example(), spec_check.baseline_tok_s())
     ar_rows = _allreduce_rows(ar_frames["vllm_graph"])
     return f"""# Cost model calibration
 
@@ -498,6 +502,16 @@ profiles") for scheduling, input preparation, sampling and launch gaps:
 SGLang's v0.4 post (2024-12-04) measured 1.1× throughput from overlapping v0.3's CPU scheduling
 with the GPU, i.e. ~9 % of a ~20 ms 70B decode step; vLLM's v0.6.0 post reports that multi-step
 scheduling (used in the reference runs) hides most of its larger CPU overhead.
+
+A step's CPU time depends on what it runs: vLLM 0.11 (cudagraph_mode FULL_AND_PIECEWISE) replays one full CUDA
+graph for a step of decodes only of at most {eng_profiles.GRAPH_MAX_TOKENS} tokens (its largest captured size,
+`VllmConfig._set_cudagraph_sizes`) and runs piecewise graphs, attention launched eagerly between them, for a step
+holding prompt tokens or a larger one. Such a decode step saves {eng_profiles.GRAPH_STEP_SAVING_S * 1e3:.2f} ms of
+the {cm.STEP_FIXED_S * 1e3:.1f} ms (the `graph_step_saving_s` field): vLLM PR #20059's benchmark (Qwen2.5-1.5B-Instruct,
+ShareGPT at 1 req/s) measured a median ITL of 5.39 ms with piecewise graphs only and 4.97 ms with full graphs for
+decode batches. Measured on a small model at about one sequence a step, where every launch gap is exposed, it is
+an upper bound for larger models, whose kernels hide more of them. Llama-3.1-8B at batch 1 on one H100 (one
+closed-loop ShareGPT client): mean TPOT {b1_graph * 1e3:.2f} ms ({b1_piecewise * 1e3:.2f} ms without the saving).
 
 ## End to end
 

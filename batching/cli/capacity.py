@@ -37,8 +37,8 @@ def add_parser(subparsers):
                         "multiplies the nodes needed and the $ per million tokens). The cost model's known error: "
                         f"its TPOT is {TPOT_UNDERESTIMATE[0] * 100:.0f}-{TPOT_UNDERESTIMATE[1] * 100:.0f} %% below "
                         f"published vLLM and SGLang runs (docs/CALIBRATION.md), i.e. {HEADROOM_RANGE[0]:g} to "
-                        f"{HEADROOM_RANGE[1]:g}. Default {DEFAULT_HEADROOM:g}, the middle; 1: the simulator's own "
-                        "figures")
+                        f"{HEADROOM_RANGE[1]:g}. Default {DEFAULT_HEADROOM:g}, inside that range; 1: the simulator's "
+                        "own figures")
     p.add_argument("--json", type=Path, help="write the result as JSON")
     p.set_defaults(func=cmd_capacity)
     return p

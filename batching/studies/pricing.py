@@ -31,8 +31,8 @@ PRICES_ENV = "BATCHING_GPU_PRICES"
 MAX_GPU_HOUR_USD = 1e6
 
 # The cost model's known error (docs/CALIBRATION.md, "End to end"): the simulated median TPOT of Llama-3.1-70B on
-# 4xH100 is 14 % to 25 % below published vLLM and SGLang runs, so a real node sustains about 0.75 to 0.86 of the
-# simulated rate: 1 / (1 - error) = 1.16 to 1.33. The default is the middle of that range.
+# 4xH100 is 17 % to 27 % below published vLLM and SGLang runs, so a real node sustains about 0.73 to 0.83 of the
+# simulated rate: 1 / (1 - error) = 1.2 to 1.37. The default lies inside that range.
 DEFAULT_HEADROOM = 1.25
 
 

@@ -89,6 +89,13 @@ def simulated_speedup(p: Point) -> float:
     return float(on / _OFF[p])
 
 
+def baseline_tok_s() -> float:
+    """The simulated batch-1 output throughput without speculation at the fit's setting (tok/s)."""
+    p = CALIBRATION[0]
+    simulated_speedup(p)
+    return float(_OFF[p])
+
+
 def check(points=HELD_OUT) -> pd.DataFrame:
     """published | simulated | error per point (error = simulated / published - 1)."""
     rows = []

@@ -13,6 +13,7 @@ MAX_PROFILE_BYTES = 64 * 1024  # a profile is a few hundred bytes of JSON
 # field -> (what it is, unit and scale for the table)
 FIELDS = {
     "step_s": ("CPU time per step: scheduling, input preparation, launch gaps", "ms", 1e3),
+    "graph_step_saving_s": ("of that, saved by a pure-decode step replayed as one CUDA graph", "ms", 1e3),
     "seq_s": ("CPU time per sequence emitting a token, per step", "µs", 1e6),
     "prefill_step_s": ("launch overhead of a step holding prompt tokens", "ms", 1e3),
     "in_fixed_s": ("client → engine queue: HTTP, request parsing", "ms", 1e3),

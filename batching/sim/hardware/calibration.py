@@ -456,8 +456,8 @@ def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
     was not run (the frame comes from batching.studies.deepseek_check, a study this module does not import)."""
     if frame is None or len(frame) == 0:
         return "not run", "-", "(the check was not run: `python -m batching calibrate --report` runs it)", ""
-    lines = ["| clients | published TPOT | before | now | aiconfigurator | error before | error now | error "
-             "aiconfigurator | published output tok/s | now | error before | error now |",
+    lines = ["| clients | published mean TPOT | before (mean) | now (mean) | aiconfigurator | error before | "
+             "error now | error aiconfigurator | published output tok/s | now | error before | error now |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in frame.itertuples():
         lines.append(f"| {r.clients} | {r.published_tpot_ms:.1f} ms | {r.before_tpot_ms:.2f} ms | {r.tpot_ms:.2f} ms | "
@@ -465,7 +465,8 @@ def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
                      f"{r.aiconfigurator_error:+.1%} | {r.published_output_tok_s:,.0f} | {r.output_tok_s:,.0f} | "
                      f"{r.output_error_before:+.1%} | {r.output_error:+.1%} |")
     err = frame.tpot_error.abs()
-    summary = (f"TPOT: median |error| {err.median():.1%} (worst {err.max():.1%}; before "
+    summary = (f"Mean TPOT (simulated means over requests against the published means): median |error| "
+               f"{err.median():.1%} (worst {err.max():.1%}; before "
                f"{frame.tpot_error_before.abs().median():.1%}, worst {frame.tpot_error_before.abs().max():.1%}); "
                f"output throughput: median |error| {frame.output_error.abs().median():.1%} (before "
                f"{frame.output_error_before.abs().median():.1%}). aiconfigurator: median |error| "
@@ -474,10 +475,14 @@ def deepseek_parts(frame: pd.DataFrame | None) -> tuple[str, str, str, str]:
     lo, hi = e.index.min(), e.index.max()
     med = frame.tpot_error.abs().median()
     holds = "holds" if med <= 0.15 else "does not hold"
-    why = (f"Why the target (within 15 %) {holds} for the median TPOT ({med:.1%}), and not at {hi} clients nor for "
-           f"throughput: the simulated step is too fast by a share that grows with the batch ({e.tpot_error[lo]:+.0%} at {lo} "
-           f"clients, {e.tpot_error[hi]:+.0%} at {hi}), and aiconfigurator's own estimate misses in the same "
-           f"direction at {hi} ({e.aiconfigurator_error[hi]:+.0%}).")
+    pace = "too fast" if e.tpot_error[hi] < 0 else "too slow"
+    trend = "grows" if abs(e.tpot_error[hi]) > abs(e.tpot_error[lo]) else "shrinks"
+    same = "the same" if (e.aiconfigurator_error[hi] < 0) == (e.tpot_error[hi] < 0) else "the other"
+    by = (f"by a share that {trend} with the batch ({e.tpot_error[lo]:+.0%} at {lo} clients, {e.tpot_error[hi]:+.0%} "
+          f"at {hi})") if hi != lo else f"({e.tpot_error[hi]:+.0%} at {hi} clients)"
+    why = (f"Why the target (within 15 %) {holds} for the mean TPOT's median |error| over the client counts "
+           f"({med:.1%}), and not at {hi} clients nor for throughput: the simulated step is {pace} {by}, and "
+           f"aiconfigurator's own estimate misses in {same} direction at {hi} ({e.aiconfigurator_error[hi]:+.0%}).")
     if "output_error_from_tpot" in frame:
         why += " " + _deepseek_throughput_why(frame)
     if "tpot_sglang_ms" in frame:
@@ -697,13 +702,16 @@ def _mtp_sentence(mtp: dict | None) -> str:
             "engine profile; `batching/studies/spec_examples.py`)")
 
 
-def spec_markdown(draft_pass_fixed_s: float, checks: str = "", mtp: dict | None = None) -> str:
+def spec_markdown(draft_pass_fixed_s: float, checks: str = "", mtp: dict | None = None,
+                  base_tok_s: float | None = None) -> str:
     """The "Speculative decoding" section of docs/CALIBRATION.md: where its formulas and costs come from, and
     what the simulator does not model (batching/sim/engine/speculative.py). ``draft_pass_fixed_s``:
     speculative.DRAFT_PASS_FIXED_S; ``checks``: the published points' table (batching/studies/spec_check.py). The
     CLI passes both: the engine layer sits above this module. ``mtp``: the MTP example's figures
-    (batching.studies.spec_examples.mtp_example)."""
+    (batching.studies.spec_examples.mtp_example). ``base_tok_s``: the simulated batch-1 throughput without
+    speculation at the fit's setting (spec_check.baseline_tok_s)."""
     share = f"{mtp['split_draft_share']:.0%}" if mtp else "a share"
+    base = f"{base_tok_s:.0f} tok/s" if base_tok_s else "below SGLang's (not simulated here)"
     return f"""## Speculative decoding
 
 Sources: Leviathan et al., ICML 2023, "Fast Inference from Transformers via Speculative Decoding" (expected
@@ -750,8 +758,8 @@ documentation's "Speculative Decoding" page; sgl-project/sglang PR #4247; vllm-p
   too optimistic everywhere: the issue's "43 % median" group. After it: see the table. The fixed cost absorbs
   what else the engine spends per pass at that version (SGLang v0.4.3-0.4.4 ran EAGLE with top-k 8 trees and
   without overlapped scheduling) and it leans on the target's step: the simulated batch-1 throughput without
-  speculation is 115 tok/s against SGLang's 158.34 (its 2 ms per-step overhead is vLLM V0's; an SGLang engine
-  profile would shorten it and the fit must then be redone: `fit_draft_fixed` reruns it).
+  speculation is {base} against SGLang's 158.34 (the default vllm engine profile's per-step CPU time; an
+  SGLang engine profile would shorten it and the fit must then be redone: `fit_draft_fixed` reruns it).
 - Tree drafting (SGLang's `--speculative-eagle-topk` / `--speculative-num-draft-tokens`) is not modelled: the
   published acceptance lengths already carry the tree's gain, and at batch 1 on an 8B model verifying 64 tree
   tokens instead of K + 1 costs little (the linear layers stay memory-bound below ~300 tokens per step on H100);

@@ -32,7 +32,8 @@ from importlib import resources
 import numpy as np
 from numba import njit
 
-from batching.sim.hardware.engines import ATTN_DECODE_BASE, ATTN_PREFILL_BASE, SERIAL_STEP_S, EngineProfile, engine_profile
+from batching.sim.hardware.engines import (ATTN_DECODE_BASE, ATTN_PREFILL_BASE, GRAPH_MAX_TOKENS, SERIAL_STEP_S,
+                                          EngineProfile, engine_profile)
 from batching.sim.hardware.specs import BYTES_PER_WEIGHT, GPUS_PER_NODE, TWO_NODE_GPUS, Deployment
 
 # --- calibrated constants ------------------------------------------------------------
@@ -134,7 +135,11 @@ C_ENG_KV_EFF = 31  # the profile's decode-attention factor, already in C_KV_BW
 # measured MoE kernels (batching/sim/hardware/kernel_tables.py): 0 = none, else the points of the routed-expert table
 C_MOE_TAB_N = 35
 C_MEAS_LIN_FLOPS_TOK = 36  # with a routed-expert table: linear FLOPs per token per layer per GPU outside the experts
-C_FREE_FIRST = 37  # first index not yet given a meaning (all zero until then)
+C_LM_FLOPS_RATE = 37  # achieved FLOP/s of the LM head: a BF16 GEMM in every precision (the BF16 peak * e_c)
+C_LM_BW = 38  # achieved weight-read bytes/s of the LM head (bw * e_m at the BF16 GEMM factor)
+C_GRAPH_SAVING_S = 39  # of C_FIXED, what a pure-decode step of at most C_GRAPH_MAX_TOKENS saves (one full CUDA graph)
+C_GRAPH_MAX_TOKENS = 40  # the largest step (tokens) replayed as one CUDA graph
+C_FREE_FIRST = 41  # first index not yet given a meaning (all zero until then)
 Q_MAX = 48  # room for segments of each factor
 C_LINQ_BOUNDS = 48
 C_LINQ_VALUES = C_LINQ_BOUNDS + Q_MAX
@@ -297,6 +302,9 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     bpw = dep.bytes_per_weight
     c = np.zeros(NUM_COEFS)
     c[C_FIXED] = prof.step_s
+    # a pure-decode step at a captured size replays one full CUDA graph: less CPU time (engines.GRAPH_STEP_SAVING_S)
+    c[C_GRAPH_SAVING_S] = prof.step_s - prof.decode_graph_step_s()
+    c[C_GRAPH_MAX_TOKENS] = GRAPH_MAX_TOKENS
     c[C_ENG_SEQ_S] = prof.seq_s
     c[C_ENG_PREFILL_S] = prof.prefill_step_s
     gemm_eff = prof.gemm_factor(dep.precision)
@@ -304,17 +312,19 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     kv_eff = 1.0 if m.is_mla else prof.kv_eff
     c[C_ENG_GEMM_EFF], c[C_ENG_ATTN_EFF], c[C_ENG_KV_EFF] = gemm_eff, prof.attn_eff, kv_eff
     c[C_LAYERS] = m.num_layers
-    c[C_LIN_FLOPS_TOK] = 2.0 * m.active_linear_params_per_layer / tp
+    # FLOPs and bytes per GPU: the replicated layers (MLA's q_a_proj and kv_a_proj_with_mqa, the MoE router) whole on
+    # every rank, the router's weights in BF16, the rest split by TP (specs.Deployment.layer_weight_bytes_per_gpu)
+    c[C_LIN_FLOPS_TOK] = 2.0 * dep.layer_params_run_per_gpu(m.active_linear_params_per_layer)
     if m.is_moe:
         # weights every step reads (attention, router; DeepSeek's shared experts and leading dense layers'
         # MLPs, averaged over the layers), then the routed experts the step touches: one expert's bytes
         # scaled by the share of layers that have experts (1 unless some are dense)
-        c[C_LIN_BYTES] = m.step_read_params_per_layer * bpw / tp
+        c[C_LIN_BYTES] = dep.layer_weight_bytes_per_gpu(m.step_read_params_per_layer)
         c[C_MOE_EXPERTS] = m.num_experts
         c[C_MOE_TOPK] = m.experts_per_token
         c[C_MOE_EXPERT_BYTES] = m.expert_params * m.moe_layer_fraction * bpw / tp
     else:
-        c[C_LIN_BYTES] = m.linear_params_per_layer * bpw / tp
+        c[C_LIN_BYTES] = dep.layer_weight_bytes_per_gpu(m.linear_params_per_layer)
     c[C_LIN_FLOPS_RATE] = peak * lin["eff_compute"] * gemm_eff
     c[C_LIN_BW] = gpu.hbm_bw_Bps * lin["eff_memory"] * gemm_eff
     c[C_LIN_P] = lin["p"]
@@ -337,9 +347,12 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
         t_flops = decode_attn_flops_per_token(m) / tp / (gpu.peak_bf16_flops * MLA_DECODE_COMPUTE_EFF)
         if t_flops > t_bytes:
             c[C_KV_BW] = c[C_KV_BYTES_TOK_LAYER] / t_flops
-    # LM head: a BF16 GEMM in every precision (FP8 checkpoints keep it in BF16)
+    # LM head: a BF16 GEMM in every precision (FP8 and NVFP4 checkpoints keep it in BF16: specs.non_linear_params),
+    # so it runs at the BF16 peak and the engine's BF16 GEMM factor, whatever the linear layers' precision
     c[C_LM_FLOPS_SEQ] = 2.0 * m.vocab_size * m.hidden_size / tp
     c[C_LM_BYTES] = m.vocab_size * m.hidden_size * BYTES_PER_WEIGHT["bf16"] / tp
+    c[C_LM_FLOPS_RATE] = gpu.peak_bf16_flops * lin["eff_compute"] * prof.gemm_factor("bf16")
+    c[C_LM_BW] = gpu.hbm_bw_Bps * lin["eff_memory"] * prof.gemm_factor("bf16")
     c[C_AR_SCALE] = 0.0 if tp == 1 else H100_NVLINK_BPS / gpu.nvlink_Bps
     c[C_AR_BYTES_TOK] = m.hidden_size * ACTIVATION_BYTES
     c[C_SWAP_BW] = gpu.pcie_Bps
@@ -386,7 +399,7 @@ def _apply_measured_kernels(c: np.ndarray, dep: Deployment, kernels: str = "vllm
     seconds per query-key pair. Dense models and uncovered combinations keep the fitted roofline unchanged."""
     from batching.sim.hardware.kernel_tables import measured_terms
 
-    m, tp = dep.model, dep.node.tp
+    m = dep.model
     t = measured_terms(dep, kernels)
     if t["moe"] is not None:
         x, y = t["moe"]
@@ -396,9 +409,7 @@ def _apply_measured_kernels(c: np.ndarray, dep: Deployment, kernels: str = "vllm
         c[C_MOE_TAB_X:C_MOE_TAB_X + len(x)] = np.log(x)
         c[C_MOE_TAB_Y:C_MOE_TAB_Y + len(x)] = np.log(y)
         routed = m.experts_per_token * m.expert_params * m.moe_layer_fraction
-        c[C_MEAS_LIN_FLOPS_TOK] = 2.0 * (m.active_linear_params_per_layer - routed) / tp
-    if dep.dp_attention:  # every GPU reads the whole attention weights (the rest stays split over the group)
-        c[C_LIN_BYTES] += m.attn_params_per_layer * (tp - 1) * dep.bytes_per_weight / tp
+        c[C_MEAS_LIN_FLOPS_TOK] = 2.0 * dep.layer_params_run_per_gpu(m.active_linear_params_per_layer - routed)
     if t["decode_s_per_token"] is not None:
         c[C_KV_BW] = c[C_KV_BYTES_TOK_LAYER] / t["decode_s_per_token"]
     if t["prefill_s_per_pair"] is not None:
@@ -530,11 +541,22 @@ def allreduce_s_nb(coef, ar_x, ar_y, n_tokens):
 
 @njit(cache=True, nogil=True)
 def lm_head_s_nb(coef, n_lm):
-    """The LM head GEMM (BF16): a plain roofline at the linear layers' fitted efficiencies (no measurement
-    of it ships; a max keeps this per-step term free of powers in the engine's hot loop)."""
+    """The LM head GEMM (BF16 in every precision): a plain roofline at the BF16 peak and the linear layers' fitted
+    efficiencies (no measurement of it ships; a max keeps this per-step term free of powers in the engine's hot
+    loop)."""
     if n_lm <= 0:
         return 0.0
-    return max(n_lm * coef[C_LM_FLOPS_SEQ] / coef[C_LIN_FLOPS_RATE], coef[C_LM_BYTES] / coef[C_LIN_BW])
+    return max(n_lm * coef[C_LM_FLOPS_SEQ] / coef[C_LM_FLOPS_RATE], coef[C_LM_BYTES] / coef[C_LM_BW])
+
+
+@njit(cache=True, nogil=True)
+def graph_saving_nb(coef, attn_work, n_lm):
+    """Seconds of the fixed per-step time a step does not pay because it replays one full CUDA graph: a step without
+    prompt tokens (attention work 0) whose tokens, all decodes (one logit position each, n_lm), are at most the
+    largest captured size. 0 for every other step (prompt tokens, larger batches, nothing computed)."""
+    if attn_work == 0.0 and 0.0 < n_lm <= coef[C_GRAPH_MAX_TOKENS]:
+        return coef[C_GRAPH_SAVING_S]
+    return 0.0
 
 
 @njit(cache=True, nogil=True)
@@ -554,7 +576,7 @@ def step_parts_nb(coef, ar_x, ar_y, n_tokens, attn_work, decode_ctx, n_lm, swap_
     out[3] = layers * decode_ctx * coef[C_KV_BYTES_TOK_LAYER] / coef[C_KV_BW]
     out[5] = lm_head_s_nb(coef, n_lm)
     out[6] = swap_tokens * coef[C_KV_BYTES_TOK] / coef[C_SWAP_BW]
-    out[7] = coef[C_FIXED] if (n_tokens > 0 or swap_tokens > 0) else 0.0
+    out[7] = coef[C_FIXED] - graph_saving_nb(coef, attn_work, n_lm) if (n_tokens > 0 or swap_tokens > 0) else 0.0
     out[8] = n_lm * coef[C_ENG_SEQ_S]
     out[9] = coef[C_ENG_PREFILL_S] if attn_work > 0.0 else 0.0
 
@@ -573,9 +595,10 @@ def token_time_nb(coef, ar_x, ar_y, n_tokens, swap_tokens):
 
 @njit(cache=True, nogil=True)
 def rest_time_nb(coef, base, attn_work, decode_ctx, n_lm, swap_tokens):
-    """``base`` (token_time_nb) plus attention, LM head, swap and the engine profile's per-sequence and prefill-step
-    time (a step holds prompt tokens exactly when its attention work is positive)."""
-    t = base + n_lm * coef[C_ENG_SEQ_S]
+    """``base`` (token_time_nb, which holds the fixed per-step time) plus attention, LM head, swap and the engine
+    profile's per-sequence and prefill-step time (a step holds prompt tokens exactly when its attention work is
+    positive), less what a pure-decode step replayed as one CUDA graph saves of the fixed time."""
+    t = base + n_lm * coef[C_ENG_SEQ_S] - graph_saving_nb(coef, attn_work, n_lm)
     if attn_work > 0.0:
         t += coef[C_ENG_PREFILL_S]
     t += coef[C_LAYERS] * attn_work * coef[C_ATTN_FLOPS_COEF] / coef[C_ATTN_RATE]

@@ -24,6 +24,21 @@ from batching.sim.policy import BatchingPolicy
 # keeps the same value and sources: SGLang v0.4 post, 2024-12-04, overlap gained 1.1x, ~9 % of a ~20 ms 70B step;
 # vLLM v0.6.0 post, 2024-09-05).
 SERIAL_STEP_S = 2.0e-3
+# What a pure-decode step run as one captured CUDA graph saves of that per-step CPU time. vLLM 0.11 runs
+# cudagraph_mode FULL_AND_PIECEWISE by default (vllm/config/compilation.py, CompilationConfig.cudagraph_mode): a
+# step of decodes only (uniform query length) at a captured size replays one full graph; a step holding prompt
+# tokens, or past the largest captured size, runs piecewise graphs with attention launched eagerly between them.
+# Measured in vLLM PR #20059 ("Allow full cudagraph with separate attention routines ...", 2025-06-29, benchmark
+# comment: Qwen2.5-1.5B-Instruct, ShareGPT, 100 prompts at 1 req/s): median ITL 5.39 ms with piecewise graphs only,
+# 4.97 ms with full graphs for decode batches and piecewise ones for the rest: 0.42 ms per step. A small model at
+# about one sequence a step, where the launch gaps are all exposed: for larger models more of them hide behind the
+# kernels, so this is an upper bound there (and it is never more than the step's CPU time).
+GRAPH_STEP_SAVING_S = 0.42e-3
+# The largest captured step, in tokens: vLLM 0.11 captures up to min(max_num_seqs x decode query length x 2, 512)
+# tokens, capped by max_num_batched_tokens (vllm/config/vllm.py, VllmConfig._set_cudagraph_sizes); with vLLM's
+# defaults on H100/H200 (max_num_seqs 1,024) that is 512, and cudagraph_dispatcher runs any larger step without
+# a full graph.
+GRAPH_MAX_TOKENS = 512
 # Tokenisation: Hugging Face tokenizers README ("takes less than 20 seconds to tokenize a GB of text on a server's
 # CPU"), at ~4 bytes of English text per token: 20 s / 2.5e8 tokens = 80 ns per prompt token.
 TOKENIZE_PER_TOKEN_S = 80e-9
@@ -52,6 +67,7 @@ KERNEL_FACTORS = {
 # field -> (lowest, highest) a profile accepts (seconds, or a factor)
 FIELD_LIMITS: dict[str, tuple[float, float]] = {
     "step_s": (0.0, 1.0),
+    "graph_step_saving_s": (0.0, 1.0),
     "seq_s": (0.0, 0.01),
     "prefill_step_s": (0.0, 1.0),
     "in_fixed_s": (0.0, 60.0),
@@ -75,6 +91,8 @@ class EngineProfile:
     name: str = "vllm"
     label: str = "vLLM 0.11"  # the engine and version the values describe
     step_s: float = SERIAL_STEP_S  # CPU per step: scheduling, input preparation, launch gaps
+    # of step_s, what a pure-decode step of at most GRAPH_MAX_TOKENS tokens saves (one full CUDA graph replayed)
+    graph_step_saving_s: float = GRAPH_STEP_SAVING_S
     seq_s: float = 0.0  # CPU per sequence emitting a token per step: sampling, detokenisation, streaming
     prefill_step_s: float = 0.0  # launch overhead of a step that holds prompt tokens
     in_fixed_s: float = 0.0  # client -> engine queue: HTTP, request parsing
@@ -101,6 +119,10 @@ class EngineProfile:
         if not isinstance(self.policy, BatchingPolicy):
             raise ValueError(f"policy={show(self.policy)} is not a BatchingPolicy")
         self.policy.validate()
+
+    def decode_graph_step_s(self) -> float:
+        """CPU time of a pure-decode step replayed as one CUDA graph: step_s less the graph's saving (never < 0)."""
+        return self.step_s - min(self.step_s, self.graph_step_saving_s)
 
     def gemm_factor(self, precision: str) -> float:
         return self.gemm_fp8_eff if precision == "fp8" else self.gemm_eff
@@ -199,22 +221,25 @@ TRTLLM_POLICY = BatchingPolicy(mode="continuous", chunked_prefill=True, max_num_
 
 ENGINES: dict[str, EngineProfile] = {
     # vLLM 0.11's EngineCore schedules, prepares inputs and samples between steps (async scheduling is opt-in), so
-    # the serial per-step CPU time stays; detokenisation and streaming run in the API-server process, overlapped with
-    # the GPU (vLLM V1 post, 2025-01-27): no per-sequence term on the step.
+    # the serial per-step CPU time stays (less GRAPH_STEP_SAVING_S in a pure-decode step replayed as one CUDA graph);
+    # detokenisation and streaming run in the API-server process, overlapped with the GPU (vLLM V1 post,
+    # 2025-01-27): no per-sequence term on the step.
     "vllm": EngineProfile(attn_eff=KERNEL_FACTORS["vllm"]["attn"], kv_eff=KERNEL_FACTORS["vllm"]["kv"],
                           source="vllm/engine/arg_utils.py (v0.11), EngineArgs.get_batch_defaults"),
     # SGLang's overlap ("zero-overhead") scheduler prepares the next batch while the GPU runs this one: its Nsight
     # profile of 5 consecutive decode batches shows no GPU idle time (SGLang v0.4 post, 2024-12-04): no per-step CPU
-    # time on the GPU's path; detokenisation in its own process (DetokenizerManager). Its all-reduce is vLLM's custom
-    # kernel (sgl-kernel's custom_all_reduce, ported from vLLM) captured in CUDA graphs: vllm_graph.
-    "sglang": EngineProfile(name="sglang", label="SGLang 0.5", step_s=0.0,
+    # time on the GPU's path (so none for a CUDA graph to save); detokenisation in its own process
+    # (DetokenizerManager). Its all-reduce is vLLM's custom kernel (sgl-kernel's custom_all_reduce, ported from vLLM)
+    # captured in CUDA graphs: vllm_graph.
+    "sglang": EngineProfile(name="sglang", label="SGLang 0.5", step_s=0.0, graph_step_saving_s=0.0,
                             gemm_eff=KERNEL_FACTORS["sglang"]["gemm"], gemm_fp8_eff=KERNEL_FACTORS["sglang"]["gemm_fp8"],
                             attn_eff=KERNEL_FACTORS["sglang"]["attn"], kv_eff=KERNEL_FACTORS["sglang"]["kv"],
                             policy=SGLANG_POLICY,
                             source="python/sglang/srt/server_args.py (v0.5), ServerArgs defaults"),
     # TensorRT-LLM's overlap scheduler (on by default; docs "Overlap Scheduler": step n's CPU work runs while step
-    # n+1's GPU work does) likewise hides the per-step CPU time; its custom all-reduce (aiconfigurator's trtllm table).
-    "trtllm": EngineProfile(name="trtllm", label="TensorRT-LLM 1.0", step_s=0.0,
+    # n+1's GPU work does) likewise hides the per-step CPU time (nothing left for a CUDA graph to save); its custom
+    # all-reduce (aiconfigurator's trtllm table).
+    "trtllm": EngineProfile(name="trtllm", label="TensorRT-LLM 1.0", step_s=0.0, graph_step_saving_s=0.0,
                             gemm_eff=KERNEL_FACTORS["trtllm"]["gemm"], gemm_fp8_eff=KERNEL_FACTORS["trtllm"]["gemm_fp8"],
                             attn_eff=KERNEL_FACTORS["trtllm"]["attn"], kv_eff=KERNEL_FACTORS["trtllm"]["kv"],
                             allreduce="trtllm", policy=TRTLLM_POLICY,

@@ -25,6 +25,8 @@ PRECISIONS = ("bf16", "fp8", "nvfp4")
 # weights with one FP8 E4M3 scale per block of 16 (plus one FP32 scale per tensor, negligible): 0.5 + 1/16 bytes
 NVFP4_BLOCK = 16
 BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5 + 1.0 / NVFP4_BLOCK}
+# The MoE router stays BF16 in every precision (vLLM builds it unquantized: Deployment.layer_weight_bytes_per_gpu)
+ROUTER_BYTES_PER_WEIGHT = 2.0
 KV_DTYPES = ("auto", "fp8")
 
 
@@ -284,6 +286,22 @@ class Model:
         return self.hidden_size * self.num_experts
 
     @property
+    def router_params_mean_per_layer(self) -> int | float:
+        """The routers as a mean per layer (layers without experts have none)."""
+        return self._per_layer(self.num_moe_layers * self.router_params_per_layer)
+
+    @property
+    def replicated_attn_params_per_layer(self) -> int:
+        """MLA's down-projections, which tensor parallelism does not split: q_a_proj (hidden x q_lora_rank) and
+        kv_a_proj_with_mqa (hidden x (kv_lora_rank + rope)); 0 without MLA. vLLM builds both as ReplicatedLinear
+        (vllm/model_executor/models/deepseek_v2.py, DeepseekV2Attention.__init__; its MLA path fuses them into
+        fused_qkv_a_proj with disable_tp=True), as SGLang does (python/sglang/srt/models/deepseek_v2.py): every TP
+        rank holds and runs them whole."""
+        if not self.is_mla:
+            return 0
+        return self.hidden_size * (self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim)
+
+    @property
     def always_run_params_per_moe_layer(self) -> int:
         """What every token of a layer with experts runs besides its top-k: the router and the shared experts."""
         return self.router_params_per_layer + self.shared_experts * self.expert_params
@@ -457,7 +475,8 @@ MODELS: dict[str, Model] = {
     # technical report, arXiv:2412.19437; 36.6B in the release's README_WEIGHTS.md); the MTP module
     # (num_nextn_predict_layers 1, 11.5B more) is left out of the weights, as vLLM loads it only for speculative
     # decoding (mtp_layers=1: what spec_decode 'mtp' runs).
-    # Published in FP8 (quantization_config: fp8 e4m3, 128x128 blocks): 78 GiB per GPU at TP 8.
+    # Published in FP8 (quantization_config: fp8 e4m3, 128x128 blocks): 79 GiB per GPU at TP 8 (the replicated
+    # q_a_proj, kv_a_proj_with_mqa and routers whole on every GPU: Deployment.layer_weight_bytes_per_gpu).
     "deepseek-v3": Model("DeepSeek-V3", 61, 7168, 128, 128, 192, 2048, 129280, num_experts=256,
                          experts_per_token=8, shared_experts=1, first_dense_layers=3, dense_ffn_size=18432,
                          kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128,
@@ -645,14 +664,35 @@ class Deployment:
         exports write hf_quant_config.json with quant_algo NVFP4, group_size 16, kv_cache_quant_algo FP8), else 2."""
         return 1.0 if self.kv_dtype == "fp8" or self.precision == "nvfp4" else 2.0
 
+    def layer_weight_bytes_per_gpu(self, params_per_layer: float) -> float:
+        """Bytes on one GPU of ``params_per_layer`` linear parameters per layer (a mean; they include the layer's
+        attention and routers): the replicated layers whole on every rank, the router in BF16, the rest split
+        over the TP group (the attention projections whole under DP attention).
+
+        Replicated: MLA's q_a_proj and kv_a_proj_with_mqa (Model.replicated_attn_params_per_layer) and the MoE
+        router, which vLLM builds as GateLinear / ReplicatedLinear with quant_config=None (deepseek_v2.py,
+        DeepseekV2MoE.__init__; qwen3_moe.py and mixtral.py alike): unquantized, so BF16 in FP8 deployments."""
+        m, tp, bpw = self.model, self.node.tp, self.bytes_per_weight
+        replicated, router = m.replicated_attn_params_per_layer, m.router_params_mean_per_layer
+        split = params_per_layer - replicated - router
+        out = split * bpw / tp + replicated * bpw + router * ROUTER_BYTES_PER_WEIGHT
+        if self.dp_attention:  # the attention projections whole on every GPU, the rest split over the group
+            out += (m.attn_params_per_layer - replicated) * bpw * (tp - 1) / tp
+        return out
+
+    def layer_params_run_per_gpu(self, params_per_layer: float) -> float:
+        """Of ``params_per_layer`` parameters one token runs through per layer (a mean; attention and routers
+        included), those one GPU computes: the replicated layers whole, the rest a 1/tp share. Under DP attention
+        each GPU runs the whole attention for its own 1/tp of the tokens (a 1/tp share per token of the step),
+        the router for every token (gathered before the experts)."""
+        m, tp = self.model, self.node.tp
+        whole = m.router_params_mean_per_layer + (0 if self.dp_attention else m.replicated_attn_params_per_layer)
+        return params_per_layer / tp + whole * (1.0 - 1.0 / tp)
+
     @property
     def linear_weight_bytes_per_gpu(self) -> float:
-        """Transformer-block linear layers (attention projections, MLP or experts) per GPU."""
-        m = self.model
-        params = m.linear_params_per_layer
-        if self.dp_attention:  # the attention projections whole on every GPU, the rest split over the group
-            params += m.attn_params_per_layer * (self.node.tp - 1)
-        return m.num_layers * params * self.bytes_per_weight / self.node.tp
+        """Transformer-block linear layers (attention projections, routers, MLP or experts) per GPU."""
+        return self.model.num_layers * self.layer_weight_bytes_per_gpu(self.model.linear_params_per_layer)
 
     @property
     def weight_bytes_per_gpu(self) -> float:
