@@ -125,13 +125,11 @@ C_MOE_TOPK = 23  # experts each token runs
 C_MOE_EXPERT_BYTES = 24  # weight bytes of one expert per layer per GPU
 C_LINQ_N = 25  # segments of the linear tile factor (0 = none)
 C_ELQ_N = 26  # segments of the element-wise factor (0 = none)
-# 27-34: engine profile terms (batching/sim/hardware/engines.py; C_FIXED holds the profile's per-step CPU time);
-# 35-47: measured MoE/MLA kernel terms
+# 27-28: engine profile terms (batching/sim/hardware/engines.py; C_FIXED holds the profile's per-step CPU time;
+# the profile's GEMM, attention and KV factors are folded into the rates); 29-34 unused;
+# 35-40: measured MoE kernel terms, the LM head's BF16 rates, the CUDA-graph step; 41-47 unused
 C_ENG_SEQ_S = 27  # seconds per sequence emitting a token (n_lm) per step: sampling, detokenisation, streaming
 C_ENG_PREFILL_S = 28  # seconds added to a step that holds prompt tokens (prefill launches)
-C_ENG_GEMM_EFF = 29  # the profile's GEMM factor, already in C_LIN_FLOPS_RATE / C_LIN_BW (kept for readers)
-C_ENG_ATTN_EFF = 30  # the profile's prompt-attention factor, already in C_ATTN_RATE
-C_ENG_KV_EFF = 31  # the profile's decode-attention factor, already in C_KV_BW
 # measured MoE kernels (batching/sim/hardware/kernel_tables.py): 0 = none, else the points of the routed-expert table
 C_MOE_TAB_N = 35
 C_MEAS_LIN_FLOPS_TOK = 36  # with a routed-expert table: linear FLOPs per token per layer per GPU outside the experts
@@ -139,7 +137,6 @@ C_LM_FLOPS_RATE = 37  # achieved FLOP/s of the LM head: a BF16 GEMM in every pre
 C_LM_BW = 38  # achieved weight-read bytes/s of the LM head (bw * e_m at the BF16 GEMM factor)
 C_GRAPH_SAVING_S = 39  # of C_FIXED, what a pure-decode step of at most C_GRAPH_MAX_TOKENS saves (one full CUDA graph)
 C_GRAPH_MAX_TOKENS = 40  # the largest step (tokens) replayed as one CUDA graph
-C_FREE_FIRST = 41  # first index not yet given a meaning (all zero until then)
 Q_MAX = 48  # room for segments of each factor
 C_LINQ_BOUNDS = 48
 C_LINQ_VALUES = C_LINQ_BOUNDS + Q_MAX
@@ -310,7 +307,6 @@ def cost_model(dep: Deployment, allreduce: str | None = None, engine: "str | Eng
     gemm_eff = prof.gemm_factor(dep.precision)
     # the decode factor was measured on paged GQA/MHA kernels; MLA's latent kernels keep the calibrated efficiency
     kv_eff = 1.0 if m.is_mla else prof.kv_eff
-    c[C_ENG_GEMM_EFF], c[C_ENG_ATTN_EFF], c[C_ENG_KV_EFF] = gemm_eff, prof.attn_eff, kv_eff
     c[C_LAYERS] = m.num_layers
     # FLOPs and bytes per GPU: the replicated layers (MLA's q_a_proj and kv_a_proj_with_mqa, the MoE router) whole on
     # every rank, the router's weights in BF16, the rest split by TP (specs.Deployment.layer_weight_bytes_per_gpu)
