@@ -417,7 +417,7 @@ LATENCY_METRICS = ("ttft", "tpot", "e2e")
 # Capacity's table (pages/capacity.py COLUMNS): CapacityResult field -> header with unit
 CAPACITY_COLUMNS = {
     "max_rate_req_s": "Rate per node (req/s)",
-    "throughput_output_tok_s": "Throughput (output tok/s)",
+    "steady_output_tok_s": "Steady throughput (output tok/s)",
     "goodput_req_s": "Goodput (req/s)",
     "binding_slo": "Binding SLO",
     "binding_class": "Binding class",

@@ -41,9 +41,11 @@ COLUMNS = {  # CapacityResult field -> (header with unit, tooltip, format)
     "max_rate_req_s": ("Rate per node (req/s)", "The highest request rate one node sustains with the attainment "
                        "target met: bracketing, then bisecting on the rate (same requests, arrivals rescaled).",
                        "%.3g"),
-    "throughput_output_tok_s": ("Throughput (output tok/s)", "Output tokens per second the node serves at that rate.",
-                                "%.0f"),
-    "goodput_req_s": ("Goodput (req/s)", "Requests per second that meet every SLO at that rate.", "%.3g"),
+    "steady_output_tok_s": ("Steady throughput (output tok/s)", "Output tokens per second the node serves at that "
+                            "rate while requests arrive (the drain after the last arrival not counted): the rate × "
+                            "mean output tokens that the $ per M tokens uses.", "%.0f"),
+    "goodput_req_s": ("Goodput (req/s)", "Requests per second that meet every SLO at that rate, while requests "
+                      "arrive (the drain not counted): the rate × the share within the SLOs.", "%.3g"),
     "binding_slo": ("Binding SLO", "The SLO the binding class's requests miss most at the first rate that fails: "
                     "the one to relax for more traffic; none when every class met its SLOs up to the node's "
                     "capacity.", None),
@@ -377,8 +379,11 @@ def _results(plan: CapacityPlan) -> None:
                   scenario_line=line)
     # the same searches draw the same curves: a target, price or headroom move keeps this chart as it was
     curves = _figure("goodput", drawn, lambda: cp.goodput_curves(plan.points(), plan.max_rates(), slo.attainment))
-    widgets.chart(curves, "Top: requests per second within every SLO against the rate offered; it follows the "
-                  "dashed diagonal until the SLOs start to fail. Bottom: the worst class's share of its requests "
+    widgets.chart(curves, "Top: requests per second within every SLO while requests arrive (the drain after the "
+                  "last arrival not counted), against the rate asked: the run's own arrival rate × its share within "
+                  "the SLOs, so it lies on the dashed diagonal (every request within them) up to the chance "
+                  "difference between a finite run's arrival rate and the rate asked, and falls below it as the "
+                  "SLOs start to fail. Bottom: the worst class's share of its requests "
                   "within its own SLOs; each policy's dotted line is where it last stays above the dashed target.",
                   f"{name}_goodput",
                   scenario_line=line)

@@ -334,12 +334,12 @@ def test_capacity_takes_an_slo_per_class(tmp_path):
                            "--json", str(out))
     assert p.returncode == 0, p.stderr
     c = json.loads(out.read_text())
-    assert list(c)[:4] == ["max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "binding_slo"]
+    assert list(c)[:4] == ["max_rate_req_s", "steady_output_tok_s", "goodput_req_s", "binding_slo"]
     assert c["gpu_hour_usd"] == 2.5 and c["gpu_hour_usd_source"] == "given"
     assert c["slo"] == {"ttft_s": [1.0, 30.0], "tpot_s": 0.1, "e2e_s": None, "attainment": 0.99}
     lib = capacity(Scenario(workload=workload_preset("mixed", 3.0, 400, 0)), SLO(ttft_s=(1.0, 30.0), tpot_s=0.1),
                    policy=PRESETS["priority"], target_rate_req_s=30.0, gpu_hour_usd=2.5, headroom=1.2)
-    for key in ("max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "usd_per_million_output_tokens",
+    for key in ("max_rate_req_s", "steady_output_tok_s", "goodput_req_s", "usd_per_million_output_tokens",
                 "usd_per_million_output_tokens_at_capacity", "mean_output_tokens"):
         assert c[key] == pytest.approx(lib.to_dict()[key])
     assert (c["binding_slo"], c["binding_class"], c["nodes_needed"]) == (lib.binding_slo, lib.binding_class,
