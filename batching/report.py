@@ -702,7 +702,8 @@ def capacity_export(plan: CapacityPlan) -> PageExport:
         "bars": (capacity_bars(plan), f"Rate per node, nodes needed and cost per policy, with {plan.headroom:g}× "
                                       f"headroom; {plan.slo.describe(class_names(plan.scenario))}."),
         "goodput": (cp.goodput_curves(plan.points(), plan.max_rates(), plan.slo.attainment),
-                    "Goodput and SLO attainment against the request rate."),
+                    "Goodput (requests within every SLO per second while requests arrive, the drain not counted) "
+                    "and SLO attainment against the request rate."),
     }, line)
     table = capacity_frame(plan)
     shown = table

@@ -262,7 +262,8 @@ def _frame(plan: CapacityPlan) -> pd.DataFrame:
 # per-class table: by_priority key -> (header, factor, format, tooltip)
 CLASS_COLUMNS = {
     "attainment": ("Attainment (%)", 100, "%.1f", "Share of the class's requests that meet its SLOs."),
-    "goodput_req_s": ("Goodput (req/s)", 1, "%.3g", "The class's requests per second that meet its SLOs."),
+    "goodput_req_s": ("Goodput (req/s)", 1, "%.3g", "The class's requests per second that meet its SLOs, while "
+                      "requests arrive (the drain not counted)."),
     "ttft_p50_s": ("TTFT P50 (s)", 1, "%.3f", "Median time to first token of the class, queueing included."),
     "ttft_p99_s": ("TTFT P99 (s)", 1, "%.3f", "99th percentile time to first token of the class."),
     "tpot_p50_s": ("TPOT P50 (ms)", 1e3, "%.1f", "Median time per output token of the class."),
@@ -404,16 +405,18 @@ def _results(plan: CapacityPlan) -> None:
             tables.append(("Per class at each policy's rate", per_class.round(4)))
         return report.html_report(f"Capacity planning: {slo_text}", base,
                                   figures=[(bars, "Rate per node, nodes needed and cost per policy."),
-                                           (curves, "Goodput and SLO attainment against the request rate.")],
+                                           (curves, "Goodput (requests within every SLO per second "
+                                                    "while requests arrive, the drain not counted) and SLO "
+                                                    "attainment against the request rate.")],
                                   tables=tables, policies={n: PRESETS[n] for n in plan.results},
                                   verdict=sentence, link=link, rate="rate searched")
 
     table_csv = df.rename_axis("policy").reset_index()
     planning.download_row(name, [
         ("Plan (CSV)", lambda: table_csv.to_csv(index=False).encode(), "plan.csv", "text/csv",
-         "One row per policy: rate per node, throughput, goodput, binding SLO, nodes, $ per M tokens."),
+         "One row per policy: rate per node, steady throughput, goodput, binding SLO, nodes, $ per M tokens."),
         ("Rates tried (CSV)", lambda: points.to_csv(index=False).encode(), "rates.csv", "text/csv",
-         "Every rate each search simulated: attainment, goodput, throughput, P99 TTFT and TPOT."),
+         "Every rate each search simulated: attainment, goodput, steady throughput, P99 TTFT and TPOT."),
         ("Plan (JSON)", _json, "plan.json", "application/json",
          "The SLOs, target, price, headroom, each policy's result (per class too) and every rate tried, with the "
          "scenario."),

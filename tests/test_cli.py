@@ -10,9 +10,9 @@ from batching.cli.compare import COMPARE_JSON_KEYS
 from batching.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = ["num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s",
-        "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
-        "preemptions", "by_priority"]
+KEYS = ["num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "steady_output_tok_s",
+        "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu",
+        "batch_efficiency", "preemptions", "by_priority"]
 
 
 def test_run_writes_json_and_csv(tmp_path, capsys):

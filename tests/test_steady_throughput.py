@@ -72,3 +72,26 @@ def test_the_issues_gap_is_closed_below_capacity():
     s = simulate(sc, steps=False).summary()
     assert s["throughput_output_tok_s"] < 0.95 * planned  # the run's figure, drain included, stays as vLLM's
     assert s["steady_output_tok_s"] == p["steady_output_tok_s"]
+
+
+def test_tunes_rate_sweep_shows_the_steady_throughput_beside_the_offered_load():
+    """Tune's table and throughput chart, and `sweep`'s table, put the throughput at each rate beside the offered
+    output tok/s (rate x mean output): the steady figure, which agrees with it below capacity, where the run's
+    (drain included) fell short of it."""
+    from batching.charts import planning as cp
+    from batching.cli.sweep import COLUMNS
+    from batching.sim.simulate import Scenario
+    from batching.sim.workload.requests import workload_preset
+    from batching.studies.planning import with_readings
+    from batching.studies.sweeps import sweep
+
+    sc = Scenario(workload=workload_preset("mixed", 4.0, 400, 0))
+    df = with_readings(sweep(sc, "rate_req_s", [4.0, 8.0], with_capacity=False, workers=1), sc, "rate_req_s")
+    assert "steady_output_tok_s" in COLUMNS and "throughput_output_tok_s" not in COLUMNS
+    for _, row in df.iterrows():
+        assert row["steady_output_tok_s"] == pytest.approx(row["offered_output_tok_s"], rel=0.02)
+        # the drain's share: 1,072 and 1,732 tok/s against 1,159 and 2,319 offered
+        assert row["throughput_output_tok_s"] < 0.95 * row["offered_output_tok_s"]
+    fig = cp.sweep_throughput(df.assign(capacity_output_tok_s=1e4), "rate_req_s")
+    assert fig.data[0].name == "Throughput at this load"
+    assert list(fig.data[0].y) == pytest.approx(list(df["steady_output_tok_s"]))

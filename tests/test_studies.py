@@ -153,7 +153,7 @@ def test_cli_sweep_and_capacity_json(tmp_path):
     assert main(["capacity", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "100", "--requests", "300",
                  "--target-rate", "30", "--gpu-hour-usd", "2.5", "--json", str(out)]) == 0
     c = json.loads(out.read_text())
-    for k in ("max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "binding_slo", "nodes_needed",
+    for k in ("max_rate_req_s", "steady_output_tok_s", "goodput_req_s", "binding_slo", "nodes_needed",
               "usd_per_million_output_tokens"):
         assert k in c
     assert c["nodes_needed"] >= 1
@@ -290,7 +290,7 @@ def test_one_value_for_every_class_is_todays_slo():
     one = capacity(sc, SLO(ttft_s=2.0, tpot_s=0.1))
     listed = capacity(sc, SLO(ttft_s=(2.0, 2.0), tpot_s=(0.1, 0.1)))
     assert listed.max_rate_req_s == one.max_rate_req_s and listed.points.equals(one.points)
-    assert {"max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "binding_slo", "binding_class", "nodes_needed",
+    assert {"max_rate_req_s", "steady_output_tok_s", "goodput_req_s", "binding_slo", "binding_class", "nodes_needed",
             "usd_per_million_output_tokens", "usd_per_million_output_tokens_at_capacity", "mean_output_tokens",
             "headroom", "gpu_hour_usd"} <= set(one.to_dict())
     with pytest.raises(ValueError, match="slo ttft_s has 3 values for 2 classes"):

@@ -19,8 +19,8 @@ from batching.ui import cache
 from batching.ui.safe import unescape
 
 PAGE = "pages/capacity.py"
-COLUMNS = ["Rate per node (req/s)", "Steady throughput (output tok/s)", "Goodput (req/s)", "Binding SLO", "Binding class",
-           "Nodes needed", "$ per M output tokens at target", "$ per M output tokens at capacity",
+COLUMNS = ["Rate per node (req/s)", "Steady throughput (output tok/s)", "Goodput (req/s)", "Binding SLO",
+           "Binding class", "Nodes needed", "$ per M output tokens at target", "$ per M output tokens at capacity",
            "Margin (% of capacity used)", "Output tok/s per GPU", "Rates simulated"]  # issue 39 item 2: margin, tok/s/GPU
 
 
