@@ -450,7 +450,7 @@ LATENCY_METRICS = ("ttft", "tpot", "e2e")
 # Capacity's table (pages/capacity.py COLUMNS): CapacityResult field -> header with unit
 CAPACITY_COLUMNS = {
     "max_rate_req_s": "Rate per node (req/s)",
-    "throughput_output_tok_s": "Throughput (output tok/s)",
+    "steady_output_tok_s": "Steady throughput (output tok/s)",
     "goodput_req_s": "Goodput (req/s)",
     "binding_slo": "Binding SLO",
     "binding_class": "Binding class",
@@ -736,7 +736,8 @@ def capacity_export(plan: CapacityPlan) -> PageExport:
         "bars": (capacity_bars(plan), f"Rate per node, nodes needed and cost per policy, with {plan.headroom:g}× "
                                       f"headroom; {plan.slo.describe(class_names(plan.scenario))}."),
         "goodput": (cp.goodput_curves(plan.points(), plan.max_rates(), plan.slo.attainment),
-                    "Goodput and SLO attainment against the request rate."),
+                    "Goodput (requests within every SLO per second while requests arrive, the drain not counted) "
+                    "and SLO attainment against the request rate."),
     }, line)
     table = capacity_frame(plan)
     shown = table

@@ -41,9 +41,11 @@ COLUMNS = {  # CapacityResult field -> (header with unit, tooltip, format)
     "max_rate_req_s": ("Rate per node (req/s)", "The highest request rate one node sustains with the attainment "
                        "target met: bracketing, then bisecting on the rate (same requests, arrivals rescaled).",
                        "%.3g"),
-    "throughput_output_tok_s": ("Throughput (output tok/s)", "Output tokens per second the node serves at that rate.",
-                                "%.0f"),
-    "goodput_req_s": ("Goodput (req/s)", "Requests per second that meet every SLO at that rate.", "%.3g"),
+    "steady_output_tok_s": ("Steady throughput (output tok/s)", "Output tokens per second the node serves at that "
+                            "rate while requests arrive (the drain after the last arrival not counted): the rate × "
+                            "mean output tokens that the $ per M tokens uses.", "%.0f"),
+    "goodput_req_s": ("Goodput (req/s)", "Requests per second that meet every SLO at that rate, while requests "
+                      "arrive (the drain not counted): the rate × the share within the SLOs.", "%.3g"),
     "binding_slo": ("Binding SLO", "The SLO the binding class's requests miss most at the first rate that fails: "
                     "the one to relax for more traffic; none when every class met its SLOs up to the node's "
                     "capacity.", None),
@@ -260,7 +262,8 @@ def _frame(plan: CapacityPlan) -> pd.DataFrame:
 # per-class table: by_priority key -> (header, factor, format, tooltip)
 CLASS_COLUMNS = {
     "attainment": ("Attainment (%)", 100, "%.1f", "Share of the class's requests that meet its SLOs."),
-    "goodput_req_s": ("Goodput (req/s)", 1, "%.3g", "The class's requests per second that meet its SLOs."),
+    "goodput_req_s": ("Goodput (req/s)", 1, "%.3g", "The class's requests per second that meet its SLOs, while "
+                      "requests arrive (the drain not counted)."),
     "ttft_p50_s": ("TTFT P50 (s)", 1, "%.3f", "Median time to first token of the class, queueing included."),
     "ttft_p99_s": ("TTFT P99 (s)", 1, "%.3f", "99th percentile time to first token of the class."),
     "tpot_p50_s": ("TPOT P50 (ms)", 1e3, "%.1f", "Median time per output token of the class."),
@@ -377,8 +380,11 @@ def _results(plan: CapacityPlan) -> None:
                   scenario_line=line)
     # the same searches draw the same curves: a target, price or headroom move keeps this chart as it was
     curves = _figure("goodput", drawn, lambda: cp.goodput_curves(plan.points(), plan.max_rates(), slo.attainment))
-    widgets.chart(curves, "Top: requests per second within every SLO against the rate offered; it follows the "
-                  "dashed diagonal until the SLOs start to fail. Bottom: the worst class's share of its requests "
+    widgets.chart(curves, "Top: requests per second within every SLO while requests arrive (the drain after the "
+                  "last arrival not counted), against the rate asked: the run's own arrival rate × its share within "
+                  "the SLOs, so it lies on the dashed diagonal (every request within them) up to the chance "
+                  "difference between a finite run's arrival rate and the rate asked, and falls below it as the "
+                  "SLOs start to fail. Bottom: the worst class's share of its requests "
                   "within its own SLOs; each policy's dotted line is where it last stays above the dashed target.",
                   f"{name}_goodput",
                   scenario_line=line)
@@ -399,16 +405,18 @@ def _results(plan: CapacityPlan) -> None:
             tables.append(("Per class at each policy's rate", per_class.round(4)))
         return report.html_report(f"Capacity planning: {slo_text}", base,
                                   figures=[(bars, "Rate per node, nodes needed and cost per policy."),
-                                           (curves, "Goodput and SLO attainment against the request rate.")],
+                                           (curves, "Goodput (requests within every SLO per second "
+                                                    "while requests arrive, the drain not counted) and SLO "
+                                                    "attainment against the request rate.")],
                                   tables=tables, policies={n: PRESETS[n] for n in plan.results},
                                   verdict=sentence, link=link, rate="rate searched")
 
     table_csv = df.rename_axis("policy").reset_index()
     planning.download_row(name, [
         ("Plan (CSV)", lambda: table_csv.to_csv(index=False).encode(), "plan.csv", "text/csv",
-         "One row per policy: rate per node, throughput, goodput, binding SLO, nodes, $ per M tokens."),
+         "One row per policy: rate per node, steady throughput, goodput, binding SLO, nodes, $ per M tokens."),
         ("Rates tried (CSV)", lambda: points.to_csv(index=False).encode(), "rates.csv", "text/csv",
-         "Every rate each search simulated: attainment, goodput, throughput, P99 TTFT and TPOT."),
+         "Every rate each search simulated: attainment, goodput, steady throughput, P99 TTFT and TPOT."),
         ("Plan (JSON)", _json, "plan.json", "application/json",
          "The SLOs, target, price, headroom, each policy's result (per class too) and every rate tried, with the "
          "scenario."),

@@ -45,7 +45,9 @@ TABLE = {
                        "read on it."),
     "slo_attainment": ("SLO attainment (%)", 100, "%.1f", "Share of requests meeting the SLOs of their class at the "
                        "offered load."),
-    "throughput_output_tok_s": ("Throughput (tok/s)", 1, "%.0f", "Output tokens/s at the offered load."),
+    "steady_output_tok_s": ("Throughput (tok/s)", 1, "%.0f", "Output tokens/s at the offered load while requests "
+                            "arrive (the drain after the last arrival not counted): the offered output tok/s while "
+                            "the node keeps up."),
     "capacity_output_tok_s": ("Capacity (tok/s)", 1, "%.0f", "Output tokens/s with every request queued at t = 0."),
     "offered_output_tok_s": ("Offered (tok/s)", 1, "%.0f", "Output tokens/s the traffic brings: mean rate × mean "
                              "output length."),

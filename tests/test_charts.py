@@ -518,7 +518,7 @@ def _all_figures(runs, summaries) -> dict[str, go.Figure]:
     sc = res.scenario
     costs = cm.cost_model(sc.deployment, cm.DEFAULT_ALLREDUCE)
     values = {k: r.requests["ttft_s"].to_numpy() for k, r in runs.items()}
-    sweep = pd.DataFrame({"max_num_seqs": [8.0, 16.0, 32.0, 64.0, 128.0], "throughput_output_tok_s": 800.0,
+    sweep = pd.DataFrame({"max_num_seqs": [8.0, 16.0, 32.0, 64.0, 128.0], "steady_output_tok_s": 800.0,
                           "capacity_output_tok_s": [250.0, 500.0, 1000.0, 2000.0, 2000.0],
                           "offered_output_tok_s": 850.0, "ttft_p50_s": [50.0, 5.0, 0.08, 0.08, 0.08],
                           "ttft_p99_s": [120.0, 12.0, 0.5, 0.5, 0.5], "tpot_p50_s": 0.017, "tpot_p99_s": 0.029,

@@ -24,7 +24,7 @@ def sweep_frame(knob: str = "max_num_seqs", values=(8, 16, 32, 64, 128, 256)) ->
     cap = 2000 * np.minimum(x, 64) / 64
     return pd.DataFrame({
         knob: x,
-        "throughput_output_tok_s": np.minimum(cap, 800.0),
+        "steady_output_tok_s": np.minimum(cap, 800.0),
         "capacity_output_tok_s": cap,
         "offered_output_tok_s": np.full(len(x), 850.0),
         "ttft_p50_s": np.where(x < 32, 50.0, 0.08),

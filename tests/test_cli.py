@@ -10,9 +10,9 @@ from batching.cli.compare import COMPARE_JSON_KEYS
 from batching.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = ["num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s", "ttft_p99_s",
-        "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
-        "preemptions", "by_priority"]
+KEYS = ["num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "steady_output_tok_s",
+        "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu",
+        "batch_efficiency", "preemptions", "by_priority"]
 
 
 def test_run_writes_json_and_csv(tmp_path, capsys):
@@ -334,12 +334,12 @@ def test_capacity_takes_an_slo_per_class(tmp_path):
                            "--json", str(out))
     assert p.returncode == 0, p.stderr
     c = json.loads(out.read_text())
-    assert list(c)[:4] == ["max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "binding_slo"]
+    assert list(c)[:4] == ["max_rate_req_s", "steady_output_tok_s", "goodput_req_s", "binding_slo"]
     assert c["gpu_hour_usd"] == 2.5 and c["gpu_hour_usd_source"] == "given"
     assert c["slo"] == {"ttft_s": [1.0, 30.0], "tpot_s": 0.1, "e2e_s": None, "attainment": 0.99}
     lib = capacity(Scenario(workload=workload_preset("mixed", 3.0, 400, 0)), SLO(ttft_s=(1.0, 30.0), tpot_s=0.1),
                    policy=PRESETS["priority"], target_rate_req_s=30.0, gpu_hour_usd=2.5, headroom=1.2)
-    for key in ("max_rate_req_s", "throughput_output_tok_s", "goodput_req_s", "usd_per_million_output_tokens",
+    for key in ("max_rate_req_s", "steady_output_tok_s", "goodput_req_s", "usd_per_million_output_tokens",
                 "usd_per_million_output_tokens_at_capacity", "mean_output_tokens"):
         assert c[key] == pytest.approx(lib.to_dict()[key])
     assert (c["binding_slo"], c["binding_class"], c["nodes_needed"]) == (lib.binding_slo, lib.binding_class,

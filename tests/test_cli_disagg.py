@@ -170,7 +170,7 @@ def test_capacity_of_the_split_is_a_positive_rate_and_plans_its_gpus(tmp_path, c
     assert text.startswith("# engine: vLLM 0.11 profile (vllm)\n# disaggregated: 2 prefill x TP 4 + 2 decode x TP 4, "
                            "16 GPUs on 2 nodes")
     c = json.loads(out.read_text())
-    assert c["max_rate_req_s"] > 0 and c["throughput_output_tok_s"] > 0
+    assert c["max_rate_req_s"] > 0 and c["steady_output_tok_s"] > 0
     assert (c["gpus"], c["nodes"]) == (16, 2) and c["disaggregated"].startswith("disaggregated: 2 prefill")
     copies = math.ceil(20 * 1.25 / c["max_rate_req_s"] - 1e-9)  # the default headroom
     assert c["headroom"] == 1.25

@@ -84,7 +84,7 @@ def _sweep(values=(16, 32, 64, 128, 256), scale=1.0, shift=1.0):
 
     x = np.asarray(values, float)
     cap = 1600 * scale * np.minimum(x, 128) / 128 + 20 * np.log2(x)
-    return pd.DataFrame({"max_num_seqs": x, "throughput_output_tok_s": np.full(len(x), 300.0),
+    return pd.DataFrame({"max_num_seqs": x, "steady_output_tok_s": np.full(len(x), 300.0),
                          "capacity_output_tok_s": cap, "offered_output_tok_s": np.full(len(x), 300.0),
                          "ttft_p50_s": 0.1, "ttft_p99_s": 0.5, "tpot_p50_s": 0.02, "tpot_p99_s": 0.03,
                          "capacity_tpot_p99_s": 0.012 * shift * np.sqrt(x)})

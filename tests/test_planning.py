@@ -24,7 +24,7 @@ def mixed(rate: float = 3.0, n: int = 200) -> Scenario:
 
 def frame(x, **cols) -> pd.DataFrame:
     n = len(x)
-    base = dict(throughput_output_tok_s=800.0, capacity_output_tok_s=2000.0, offered_output_tok_s=800.0,
+    base = dict(steady_output_tok_s=800.0, capacity_output_tok_s=2000.0, offered_output_tok_s=800.0,
                 offered_req_s=3.0, ttft_p50_s=0.1, ttft_p99_s=0.5, tpot_p50_s=0.02, tpot_p99_s=0.03,
                 capacity_tpot_p99_s=0.05, sol_util=0.4, batch_efficiency=0.3, preemptions=0, kv_pressure=0.1,
                 mean_running=10.0)

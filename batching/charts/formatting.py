@@ -85,7 +85,7 @@ def metric_spec(key: str) -> MetricSpec:
     if key == "overloaded":
         label, definition = DEFINITIONS.get(key, (key, ""))
         return MetricSpec(key, label, 1.0, "%s", "", None, definition)
-    if key.startswith(("throughput", "capacity", "goodput", "offered", "queue_growth")):
+    if key.startswith(("throughput", "steady", "capacity", "goodput", "offered", "queue_growth")):
         label, definition = DEFINITIONS.get(key, (COMPARE_COLUMNS.get(key, key), ""))
         header = SHORT_HEADERS.get(key, COMPARE_COLUMNS.get(key, label))
         unit = "req/s" if key.endswith("req_s") else "tok/s"

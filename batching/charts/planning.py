@@ -147,14 +147,15 @@ BOTTOM_LEGEND = SIDE_LEGEND  # beside the plot: one below it ran into the x-axis
 
 def sweep_throughput(df: pd.DataFrame, knob: str, knee: float | None = None, log_x: bool = False,
                      policy: str = "") -> go.Figure:
-    """Throughput at the offered load, capacity and the offered load against the knob, knee marked."""
+    """Throughput at the offered load (``steady_output_tok_s``: while requests arrive, the drain not counted),
+    capacity and the offered load against the knob, knee marked."""
     sub = f"Policy: {policy}. " if policy else ""
     fig = _figure(f"Throughput and capacity vs {knob_short(knob)}",
-                  sub + "Capacity: every request queued at t = 0", 460)
+                  sub + "Throughput: the drain excluded. Capacity: all queued at t = 0", 460)
     if df.empty:
         return _no_data(fig)
     x = _x(df, knob)
-    fig.add_trace(_line(x, df["throughput_output_tok_s"], "Throughput at this load", LIGHT_BLUE, "tok/s", knob,
+    fig.add_trace(_line(x, df["steady_output_tok_s"], "Throughput at this load", LIGHT_BLUE, "tok/s", knob,
                         fmt=",.0f"))
     fig.add_trace(_line(x, df["capacity_output_tok_s"], "Capacity", DARK_BLUE, "tok/s", knob, fmt=",.0f"))
     if "offered_output_tok_s" in df:
@@ -240,8 +241,8 @@ def sweep_frontier(sweeps: Mapping[str, pd.DataFrame], knob: str, latency: str =
     labelled, each label placed clear of every marker, line and other label: ``charts.labels``), the Pareto front
     over every point dashed, each policy's knee starred."""
     col, lat_name, unit, factor = FRONTIER_LATENCY[latency]
-    thr_key = throughput or ("throughput_output_tok_s" if knob == "rate_req_s" else "capacity_output_tok_s")
-    thr_name = "Throughput at the offered load" if thr_key == "throughput_output_tok_s" else "Capacity"
+    thr_key = throughput or ("steady_output_tok_s" if knob == "rate_req_s" else "capacity_output_tok_s")
+    thr_name = "Throughput at the offered load" if thr_key == "steady_output_tok_s" else "Capacity"
     short = {"tpot_cap": "P99 TPOT at capacity", "tpot": "P99 TPOT", "ttft": "P99 TTFT"}[latency]
     fig = _figure(f"Frontier: {thr_name.split(' at ')[0].lower()} vs {short}",
                   f"One point per {knob_short(knob)} value; up and to the left is better", 460)
@@ -435,7 +436,7 @@ def _goodput_layout(attainment: float) -> go.Layout:
     fig = _figure("Goodput and SLO attainment vs request rate", "Every rate the search tried; dotted: each "
                   "policy's sustainable rate; dashed: the target", 680, rows=2, cols=1,
                   shared_xaxes=True, vertical_spacing=0.14,
-                  subplot_titles=("Goodput: requests per second within every SLO",
+                  subplot_titles=("Goodput: requests per second within every SLO while requests arrive",
                                   f"Worst class's share within its SLOs (target {attainment * 100:.3g} %)"))
     # tick labels under both panels, the axis title once (under the bottom one: nothing between a panel and the
     # title of the one below it)

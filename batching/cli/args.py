@@ -41,8 +41,8 @@ MAX_SEED = 2**63 - 1
 DEFAULT_REQUESTS = 2000
 DEFAULT_WORKLOAD = "mixed"
 FIXED_CLASS = "fixed lengths"  # the one class of --prompt-tokens N --output-tokens M without --workload
-SUMMARY_KEYS = ("num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "ttft_p50_s",
-                "ttft_p99_s", "tpot_p50_s",
+SUMMARY_KEYS = ("num_requests", "rejected_requests", "num_steps", "throughput_output_tok_s", "steady_output_tok_s",
+                "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
                 "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "gpu_util", "busy", "mfu", "mbu", "batch_efficiency",
                 "preemptions")
 # printed and written beside SUMMARY_KEYS when the policy caches prefixes (issue 12)

@@ -23,7 +23,7 @@ VALUE_LIMITS: dict[str, tuple[float, float, bool]] = {
     "rate_req_s": (0.0, MAX_RATE_REQ_S, True),
     "kv_cache_tokens": (KV_BLOCK_TOKENS, 2**40, False),  # and at most the deployment's cache
 }
-COLUMNS = ("max_rate_req_s", "slo_attainment", "throughput_output_tok_s", "capacity_output_tok_s", "ttft_p50_s",
+COLUMNS = ("max_rate_req_s", "slo_attainment", "steady_output_tok_s", "capacity_output_tok_s", "ttft_p50_s",
            "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "gpu_util", "batch_efficiency", "preemptions")
 
 

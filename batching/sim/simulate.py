@@ -19,7 +19,7 @@ from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.topology import sizing
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
-                                  spec_summary, summary_columns, wall_time)
+                                  spec_summary, steady_rate, summary_columns, wall_time)
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.engine.speculative import check_spec, spec_for, spec_kv_blocks
 from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment, Model
@@ -128,6 +128,8 @@ def summarize(res: SimResult) -> dict:
     wall = wall_time(req)
     cols = summary_columns(req)
     s = latency_summary(cols, res.itl_hist.sum(axis=0), res.itl_edges, wall)
+    out_tok = req["output_tokens"].to_numpy()
+    s["steady_output_tok_s"] = steady_rate(req, out_tok)
     s["duration_s"] = wall
     s["engine"], s["engine_label"] = sc.profile.name, sc.profile.label
     rejected = tuple(res.rejected) + (0,) * (len(res.class_names) - len(res.rejected))
@@ -153,6 +155,7 @@ def summarize(res: SimResult) -> dict:
         if not mine.any():
             continue
         cls = latency_summary({c: v[mine] for c, v in cols.items()}, res.itl_hist[level], res.itl_edges, wall)
+        cls["steady_output_tok_s"] = steady_rate(req, out_tok, mine)
         cls["class_name"] = name
         cls["rejected_requests"] = int(rejected[level])
         by[str(level)] = cls

@@ -249,8 +249,8 @@ def slo_reading(res, slo: SLO) -> dict:
     """What a run (``SimResult``) gives against the SLOs: attainment overall, per SLO and per class
     (``by_priority``: each class's attainment, whether it meets ``slo.attainment``, goodput and latency
     percentiles), the lowest class attainment (``class_attainment``, what ``meets_slo`` holds to the target),
-    goodput, throughput."""
-    from batching.sim.metrics import percentile, slo_mask, wall_time
+    goodput and the steady throughput (both over the arrival window, the drain not counted: ``metrics.steady_rate``)."""
+    from batching.sim.metrics import percentile, slo_mask, steady_rate
 
     req = res.requests
     names = tuple(res.class_names)
@@ -259,7 +259,6 @@ def slo_reading(res, slo: SLO) -> dict:
     level = req["priority"].to_numpy()
     masks = {name: slo_mask(req, **{f"slo_{name}": slo.limits(name, k)[level]}) for name, _ in slo.items()}
     ok = np.logical_and.reduce(list(masks.values()))
-    wall = wall_time(req)
     q = slo.attainment * 100  # the percentile the attainment target reads (``tail_label``)
     ttft_all, tpot_all = req["ttft_s"].to_numpy(float), req["tpot_s"].to_numpy(float)
     s = res.summary()
@@ -272,7 +271,7 @@ def slo_reading(res, slo: SLO) -> dict:
         attained = float(ok[m].mean())
         by[str(lvl)] = {"class_name": cls, "num_requests": int(m.sum()), "slo": slo.for_class(lvl),
                         "attainment": attained, "meets_slo": attained >= slo.attainment,
-                        "goodput_req_s": float(ok[m].sum()) / wall if wall > 0 else float("nan"),
+                        "goodput_req_s": steady_rate(req, mask=ok & m),
                         "per_slo": {n: float(mask[m].mean()) for n, mask in masks.items()},
                         **{key: lat.get(key, float("nan")) for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
                                                                        "tpot_p99_s")},
@@ -281,8 +280,8 @@ def slo_reading(res, slo: SLO) -> dict:
     return {"rate_req_s": res.scenario.workload.rate_req_s, "attainment": overall,
             "class_attainment": min((c["attainment"] for c in by.values()), default=overall),
             "per_slo": {n: float(mask.mean()) for n, mask in masks.items()},
-            "goodput_req_s": float(ok.sum()) / wall if wall > 0 else float("nan"),
-            "throughput_output_tok_s": s["throughput_output_tok_s"], "ttft_p99_s": s["ttft_p99_s"],
+            "goodput_req_s": steady_rate(req, mask=ok),
+            "steady_output_tok_s": s["steady_output_tok_s"], "ttft_p99_s": s["ttft_p99_s"],
             "tpot_p99_s": s["tpot_p99_s"], "ttft_tail_s": percentile(ttft_all, q),
             "tpot_tail_s": percentile(tpot_all, q), "offered_req_s": s["offered_req_s"],
             "queue_growth_req_s": s["queue_growth_req_s"], "by_priority": by}
@@ -461,12 +460,12 @@ def plan_price(scenario: Scenario, rate_req_s: float, target_rate_req_s: float |
 @dataclass(frozen=True, eq=False)
 class CapacityResult:
     max_rate_req_s: float
-    throughput_output_tok_s: float
+    steady_output_tok_s: float  # at max_rate_req_s, over the arrival window (metrics.steady_rate)
     goodput_req_s: float
     binding_slo: str | None
     nodes_needed: int | None
     usd_per_million_output_tokens: float | None  # at the target traffic (pricing.price)
-    points: pd.DataFrame  # every rate tried: rate, attainment, goodput, throughput
+    points: pd.DataFrame  # every rate tried: rate, attainment, goodput, steady throughput
     # per class at the rate found (or, when none met the SLOs, at the lowest rate tried): class_name, slo,
     # attainment, meets_slo, goodput_req_s, per_slo, TTFT and TPOT P50/P99
     by_priority: dict = field(default_factory=dict)
@@ -500,7 +499,7 @@ class CapacityResult:
                                           mean_output))
 
     def to_dict(self) -> dict:
-        return {"max_rate_req_s": self.max_rate_req_s, "throughput_output_tok_s": self.throughput_output_tok_s,
+        return {"max_rate_req_s": self.max_rate_req_s, "steady_output_tok_s": self.steady_output_tok_s,
                 "goodput_req_s": self.goodput_req_s, "binding_slo": self.binding_slo,
                 "binding_class": self.binding_class, "target_rate_req_s": self.target_rate_req_s,
                 "nodes_needed": self.nodes_needed, "usd_per_hour": self.usd_per_hour,
@@ -634,7 +633,7 @@ def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None,
         progress(max_iter, max_iter, "done")
     binding, binding_class = binding_of(points, slo)
     rate = best["rate_req_s"] if best is not None else 0.0
-    thr = best["throughput_output_tok_s"] if best else 0.0
+    thr = best["steady_output_tok_s"] if best else 0.0
     at = best if best is not None else min(points, key=lambda p: p["rate_req_s"])
     df = pd.DataFrame([{k: v for k, v in p.items() if k not in ("per_slo", "by_priority")} for p in points])
     df = df.sort_values("rate_req_s").reset_index(drop=True)
@@ -706,7 +705,7 @@ def capacity_concurrency(scenario: Scenario, slo: SLO, policy: BatchingPolicy | 
     df = pd.DataFrame([{k: v for k, v in p.items() if k not in ("per_slo", "by_priority")} for p in points])
     df = df.sort_values("concurrency").reset_index(drop=True)
     rate = best["rate_req_s"] if best is not None else 0.0
-    found = CapacityResult(rate, best["throughput_output_tok_s"] if best else 0.0,
+    found = CapacityResult(rate, best["steady_output_tok_s"] if best else 0.0,
                            best["goodput_req_s"] if best else 0.0, binding, None, None, df, at["by_priority"],
                            binding_class, float(headroom), max_concurrency=lo)
     return found.with_plan(scenario, target_rate_req_s, gpu_hour_usd, headroom)

@@ -95,12 +95,13 @@ def knee_series(df: pd.DataFrame, knob: str):
 
 def sweep_knee(df: pd.DataFrame, knob: str, share: float = DEFAULT_SHARE):
     """Knee of a sweep. With SLOs (``sweeps.sweep(..., slo=...)``): where the capacity within the SLOs stops
-    growing by ``share`` (``capacity_knee`` on ``knee_basis``). Without: for the request rate, throughput at
-    the offered load against P99 TTFT and TPOT; for the other knobs, capacity against P99 TTFT and TPOT at the
-    offered load and P99 TPOT at capacity (what a fuller batch costs each token)."""
+    growing by ``share`` (``capacity_knee`` on ``knee_basis``). Without: for the request rate, the steady
+    throughput at the offered load (``steady_output_tok_s``) against P99 TTFT and TPOT; for the other knobs,
+    capacity against P99 TTFT and TPOT at the offered load and P99 TPOT at capacity (what a fuller batch costs
+    each token)."""
     if knee_basis(df, knob) is not None:
         return capacity_knee(df[knob], knee_series(df, knob), share)
     if knob == "rate_req_s":
-        return find_knee(df[knob], df["throughput_output_tok_s"], [df["ttft_p99_s"], df["tpot_p99_s"]], share)
+        return find_knee(df[knob], df["steady_output_tok_s"], [df["ttft_p99_s"], df["tpot_p99_s"]], share)
     lats = [df["ttft_p99_s"], df["tpot_p99_s"], df["capacity_tpot_p99_s"]]
     return find_knee(df[knob], df["capacity_output_tok_s"], lats, share)

@@ -572,7 +572,7 @@ def knee_sentence(df: pd.DataFrame, knob: str, knee: float | None, share: float,
     if basis is not None:
         return _slo_knee_sentence(df, knob, knee, share, basis, unit)
     rate = knob == "rate_req_s"
-    thr_key = "throughput_output_tok_s" if rate else "capacity_output_tok_s"
+    thr_key = "steady_output_tok_s" if rate else "capacity_output_tok_s"
     what = "throughput at the offered load" if rate else "capacity"
     if knee is None:
         return (f"No knee in this range: {what} grows by {share * 100:.0f} % or more past every value, or P99 latency "

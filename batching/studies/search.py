@@ -454,7 +454,7 @@ def search_task(payload: dict) -> dict:
             best = None
             if res.max_rate_req_s > 0:
                 row = pts.iloc[(pts["rate_req_s"] - res.max_rate_req_s).abs().argmin()]
-                best = {k: float(row[k]) for k in ("rate_req_s", "throughput_output_tok_s", "ttft_p99_s",
+                best = {k: float(row[k]) for k in ("rate_req_s", "steady_output_tok_s", "ttft_p99_s",
                                                    "tpot_p99_s", "goodput_req_s", "attainment")}
             out = {"status": "done", "simulations": res.rates_tried, "warm": False,
                    "max_rate_req_s": float(res.max_rate_req_s), "binding_slo": res.binding_slo,
@@ -464,7 +464,7 @@ def search_task(payload: dict) -> dict:
             points = warm_capacity(sc, slo, ceiling, start, known, rel_tol=rel_tol)
             b = _best_point(points, slo)
             binding, cls = _binding(points, slo)
-            best = None if b is None else {k: float(b[k]) for k in ("rate_req_s", "throughput_output_tok_s",
+            best = None if b is None else {k: float(b[k]) for k in ("rate_req_s", "steady_output_tok_s",
                                                                      "ttft_p99_s", "tpot_p99_s", "goodput_req_s",
                                                                      "attainment")}
             out = {"status": "done", "simulations": len(points), "warm": True,
@@ -862,7 +862,7 @@ def capacity_row(setup: Setup, cfg: Config, ceiling: float, out: dict, sc: Scena
         "ttft_tail_s": t.get("ttft_tail_s"), "tpot_tail_s": t.get("tpot_tail_s"),
         "attainment_at_target": t.get("attainment"), "rate_per_copy_at_target_req_s": t.get("rate_per_copy_req_s"),
         "ttft_p99_at_max_rate_s": b.get("ttft_p99_s"), "tpot_p99_at_max_rate_s": b.get("tpot_p99_s"),
-        "throughput_output_tok_s": b.get("throughput_output_tok_s"),
+        "steady_output_tok_s": b.get("steady_output_tok_s"),
         "binding_slo": out["binding_slo"], "binding_class": out["binding_class"],
         "meets_slo": rate > 0, "ceiling_req_s": ceiling, "simulations": out["simulations"] + 1,
         "warm_start": bool(out.get("warm")), "calibrated": calibrated, "calibration_note": note}

@@ -21,9 +21,9 @@ KNOBS: dict[str, str] = {
 }
 # knobs that take whole numbers
 INT_KNOBS = frozenset({"max_batch_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"})
-SWEEP_METRICS = ("throughput_output_tok_s", "capacity_output_tok_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-                 "tpot_p99_s", "e2e_p99_s", "itl_p99_s", "gpu_util", "sol_util", "busy", "mfu", "mbu", "kv_util",
-                 "batch_efficiency",
+SWEEP_METRICS = ("throughput_output_tok_s", "steady_output_tok_s", "capacity_output_tok_s", "ttft_p50_s",
+                 "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p99_s", "itl_p99_s", "gpu_util", "sol_util", "busy",
+                 "mfu", "mbu", "kv_util", "batch_efficiency",
                  "preemptions", "mean_running", "max_kv_blocks", "kv_capacity_tokens", "capacity_tpot_p99_s")
 
 

@@ -19,8 +19,8 @@ from batching.ui import cache
 from batching.ui.safe import unescape
 
 PAGE = "pages/capacity.py"
-COLUMNS = ["Rate per node (req/s)", "Throughput (output tok/s)", "Goodput (req/s)", "Binding SLO", "Binding class",
-           "Nodes needed", "$ per M output tokens at target", "$ per M output tokens at capacity",
+COLUMNS = ["Rate per node (req/s)", "Steady throughput (output tok/s)", "Goodput (req/s)", "Binding SLO",
+           "Binding class", "Nodes needed", "$ per M output tokens at target", "$ per M output tokens at capacity",
            "Margin (% of capacity used)", "Output tok/s per GPU", "Rates simulated"]  # issue 39 item 2: margin, tok/s/GPU
 
 
@@ -88,7 +88,7 @@ def test_tables_equal_the_library_for_the_same_inputs():
                        headroom=DEFAULT_HEADROOM)
         row = df.loc[name]
         assert row["Rate per node (req/s)"] == pytest.approx(lib.max_rate_req_s)
-        assert row["Throughput (output tok/s)"] == pytest.approx(lib.throughput_output_tok_s)
+        assert row["Steady throughput (output tok/s)"] == pytest.approx(lib.steady_output_tok_s)
         assert row["Goodput (req/s)"] == pytest.approx(lib.goodput_req_s)
         if lib.nodes_needed is None:
             assert row["Nodes needed"] == "–" and row["$ per M output tokens at target"] == "–"  # never None
