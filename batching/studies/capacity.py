@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from batching.sim.metrics import saturated_capacity
 from batching.sim.hardware.specs import GPUS
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
@@ -582,8 +583,7 @@ def bracket_and_bisect(probe: Callable[[float], dict], meets: Callable[[dict], b
 
 def ceiling_req_s(scenario: Scenario) -> float:
     """Requests/s the node serves flat out: every request at t = 0 (no policy sustains more)."""
-    s = simulate(scenario, saturated=True).summary()
-    return s["num_requests"] / max(s["duration_s"], 1e-9)
+    return saturated_capacity(simulate(scenario, saturated=True).summary())[0]
 
 
 def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None, target_rate_req_s: float | None = None,
