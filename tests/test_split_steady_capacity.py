@@ -53,3 +53,19 @@ def test_aggregated_capacity_is_the_whole_runs_throughput():
     assert "steady_capacity_req_s" not in s
     assert saturated_capacity(s) == (s["throughput_req_s"], s["throughput_output_tok_s"])
 
+
+def test_a_splits_nodes_are_whole_copies_per_node_as_the_search_counts_them():
+    """capacity's split lines: a 6-GPU split is one copy per 8-GPU node (a copy never straddles two nodes), so 4
+    copies need 4 nodes, as search.copies_at_target counts them (3 before: 4 x 6 GPUs packed into 24 / 8)."""
+    from batching.studies.capacity import plan_price
+    from batching.studies.search import copies_at_target
+
+    for split, copies_per_node in ((Disagg(1, 4, 1, 2), 1), (Disagg(1, 1, 1, 1), 4), (Disagg(1, 2, 1, 1), 2)):
+        sc = replace(_split(10), disagg=split)
+        for usd in (None, 2.5):
+            got = plan_price(sc, 10.0, 35.0, usd, headroom=1.0, mean_output=200.0)
+            nodes = copies_at_target(10.0, 35.0, 1.0, copies_per_node)[0]
+            assert got["nodes_needed"] == nodes, (split, usd, got["nodes_needed"], nodes)
+            assert got["fleet_capacity_req_s"] == nodes * copies_per_node * 10.0
+            if usd is not None:
+                assert got["usd_per_hour"] == nodes * 8 * usd
