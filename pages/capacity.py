@@ -431,8 +431,11 @@ SPLIT_COLUMNS = {  # frame column -> (header with unit, tooltip, factor, format)
              "instances × their TP).", 1, "%d"),
     "capacity_req_s": ("Capacity (req/s)", "The highest request rate at which the attainment target of requests "
                        "meet the SLOs and the queues keep up (the same search as the per-policy view).", 1, "%.3g"),
-    "req_s_per_gpu": ("req/s per GPU", "Capacity / GPUs: compares configurations on different numbers of GPUs.",
-                      1, "%.3g"),
+    "copies_per_node": ("Copies per node", "Copies of the configuration one node holds (an aggregated node: 1; a "
+                        "split: the node's GPUs // its GPUs), as the deployment search counts them.", 1, "%d"),
+    "req_s_per_node": ("req/s per node", "Capacity × copies per node: what a node carries, the ranking (nodes are "
+                       "what a deployment buys; a split that leaves GPUs idle pays for them).", 1, "%.3g"),
+    "req_s_per_gpu": ("req/s per GPU", "Capacity / the GPUs the configuration runs on.", 1, "%.3g"),
     "binding_slo": ("Binding SLO", "The SLO most requests miss at the first rate that fails: TTFT binds where "
                     "prefill is short of GPUs, TPOT where decodes wait behind prompts; none: the node's capacity "
                     "binds.", None, None),
@@ -452,9 +455,10 @@ def split_view(base: Scenario, names: tuple[str, ...], vps: list[Param]) -> None
     st.caption(f"The sidebar's model, hardware and workload served two ways on the same GPUs: aggregated (every "
                f"replica prefills and decodes; the sidebar's TP and every other TP that divides the node) and "
                f"disaggregated (prefill instances hand each prompt's KV cache to decode instances): the sidebar's "
-               f"split if it has one, and splits of the node's {gpus} GPUs that fit the model. Each "
-               "configuration's highest rate within the SLOs is searched as in the per-policy view. The SLOs are "
-               "the page's (shared with Tune a knob).")
+               f"split if it has one, and every split of the node's {gpus} GPUs that Find a deployment enumerates "
+               "and that fits the model. Each configuration's highest rate within the SLOs is searched as in the "
+               "per-policy view; they are ranked by requests/s per node, as Find a deployment ranks them. The SLOs "
+               "are the page's (shared with Tune a knob).")
     planning.slo_inputs(names)
     st.selectbox("Policy", list(SPLIT_POLICIES), help="The batching policy every configuration runs: iteration-level "
                  "presets only (static and dynamic batching run each batch as a whole; disaggregation needs "
@@ -488,6 +492,15 @@ def split_frame(study: dc.SplitCapacity, base: Scenario) -> pd.DataFrame:
     return out
 
 
+def _refusal(why: str) -> str:
+    """A configuration's refusal without the role it names ('the prefill instances (TP 1): model ... does not fit'
+    -> 'TP 1: model ... does not fit'), so the splits one cause refuses share a line."""
+    for role in ("the prefill instances ", "the decode instances "):
+        if why.startswith(role):
+            return why[len(role):].lstrip("(").replace(")", "", 1)
+    return why
+
+
 def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
     names = class_names(base)
     slo_text = study.slo.describe(names)
@@ -505,8 +518,11 @@ def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
             st.column_config.NumberColumn(header, help=tip, format=fmt)
     st.dataframe(df, column_config=config, width="stretch", hide_index=True)
     note = ""
-    if study.failed:
-        note = " Not run: " + "; ".join(f"{plain(k)} ({plain(v)})" for k, v in study.failed.items()) + "."
+    if study.failed:  # one reason, its configurations together (a model too big for TP 1 refuses many splits)
+        by: dict[str, list[str]] = {}
+        for k, v in study.failed.items():
+            by.setdefault(_refusal(v), []).append(k)
+        note = " Not run: " + "; ".join(f"{', '.join(plain(k) for k in ks)} ({plain(v)})" for v, ks in by.items()) + "."
     st.caption(f"Policy {plain(pol)} in every configuration. Capacity: the highest rate at which "
                f"{study.slo.attainment * 100:.3g} % of requests meet the SLOs of their class; P99 TTFT and TPOT are "
                "read at that rate. A split's TTFT is its prefill instance's; its TPOT includes the KV transfer and "
@@ -517,7 +533,8 @@ def _split_results(base: Scenario, study: dc.SplitCapacity) -> None:
                                  tuple(study.frame["capacity_req_s"])),
                   lambda: dis_charts.split_capacity_bars(study.frame, pol))
     widgets.chart(fig, "Left: requests per second each configuration sustains within the SLOs (higher is better). "
-                  "Right: the same per GPU. Blue: aggregated; orange: prefill/decode splits.", f"{name}_bars",
+                  "Right: the same per node (times the copies of it a node holds), the ranking. Blue: aggregated; "
+                  "orange: prefill/decode splits.", f"{name}_bars",
                   scenario_line=line)
     downloads.export_buttons(report.view_export(  # issue 24 item 11: CSV, JSON, HTML, PNG and SVG
         "capacity_disagg", "Capacity: aggregated against prefill/decode splits", base, {"bars": (fig, "")}, {"disagg": df}), name)

@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from batching.sim.metrics import saturated_capacity
 from batching.charts import policy as charts
 
 from batching import report
@@ -73,7 +74,7 @@ def _range_params(knob: str, sc: Scenario) -> list[Param]:
     cap_rate = None
     if knob == "rate_req_s":
         try:
-            cap_rate = cache.capacity_summary(sc)["throughput_req_s"]
+            cap_rate = saturated_capacity(cache.capacity_summary(sc))[0]
         except (ValueError, RuntimeError):
             cap_rate = None  # the default range falls back to the sidebar's rate; the sweep reports the error
     start, stop, points, spacing = sp.default_range(knob, sc, cap_rate)

@@ -62,19 +62,61 @@ def test_skips_name_static_and_dynamic_only_when_disaggregated():
     assert dc.disagg_skips(replace(agg, disagg=SPLIT), {"eagle": spec}) == {}  # the decode instances speculate
 
 
-def test_standard_splits_of_a_node():
-    assert dc.standard_splits(8) == [Disagg(1, 4, 1, 4), Disagg(2, 2, 1, 4), Disagg(1, 4, 2, 2)]
-    assert dc.standard_splits(4) == [Disagg(1, 2, 1, 2), Disagg(2, 1, 1, 2), Disagg(1, 2, 2, 1)]
-    assert dc.standard_splits(1) == []
+def test_the_splits_are_the_deployment_searchs():
+    """Issue 39 item 1: the page tried three fixed splits (1 x TP 4 + 1 x TP 4, 2 x TP 2 + 1 x TP 4, 1 x TP 4 +
+    2 x TP 2) while the search found 3 x TP 2 + 1 x TP 2 best; both now enumerate search.splits_of."""
+    from batching.studies.search import splits_of
+
+    for n in (8, 4, 2):
+        assert dc.node_splits(n) == [Disagg(*sp) for sp in splits_of(n)[0]]
+    assert len(dc.node_splits(8)) == 28 and Disagg(3, 2, 1, 2) in dc.node_splits(8)
+    assert dc.node_splits(1) == []
+    sc = Scenario(workload=workload_preset("chat", 1.0, 20, 0))  # Qwen2.5-72B BF16 on 8 x H100: TP 1 does not fit
+    configs, refused = dc.configurations(sc)
+    splits = [c for c in configs if c.kind == "disaggregated"]
+    assert [c.scenario.disagg for c in splits] == [d for d in dc.node_splits(8) if 1 not in (d.prefill_tp, d.decode_tp)]
+    assert "3 prefill × TP 2 + 1 decode × TP 2" in [c.label for c in splits]
+    assert all(d.prefill_tp == 1 or d.decode_tp == 1 for d in dc.node_splits(8) if dc.split_label(d) in refused)
+    # copies per node as the search counts them: a 4-GPU split twice, a 6-GPU split once
+    from batching.studies.search import Config
+
+    for d in dc.node_splits(8):
+        assert dc.copies_per_node(8, d) == Config("h100-sxm", "bf16", d.decode_tp, "chunked", (),
+                                                  (d.prefill_instances, d.prefill_tp, d.decode_instances,
+                                                   d.decode_tp)).copies_per_node(8)
+
+
+def test_the_verdict_ranks_per_node_as_the_search_does():
+    """A split on 4 GPUs at 2 req/s is two copies per node: 4 req/s per node beats an aggregated node at 3 req/s,
+    though a 6-GPU split at 3.3 req/s has more per GPU it runs on (0.55) and a node holds only one of it."""
+    import pandas as pd
+
+    rows = [("aggregated: 4 × TP 2", "aggregated", 8, 3.0, 1),
+            ("1 prefill × TP 2 + 1 decode × TP 2", "disaggregated", 4, 2.0, 2),
+            ("1 prefill × TP 4 + 1 decode × TP 2", "disaggregated", 6, 3.3, 1)]
+    frame = pd.DataFrame([{"configuration": c, "kind": k, "gpus": g, "capacity_req_s": r, "copies_per_node": n,
+                           "req_s_per_node": r * n, "req_s_per_gpu": r / g, "binding_slo": None, "ttft_p99_s": 0.5,
+                           "tpot_p99_s": 0.03, "rates_tried": 5} for c, k, g, r, n in rows], columns=list(dc.COLUMNS))
+    study = dc.SplitCapacity(frame, {}, SLO(ttft_s=1.0, tpot_s=0.05), PRESETS["chunked"], {}, 8)
+    assert study.best()["configuration"] == "1 prefill × TP 2 + 1 decode × TP 2"
+    assert study.verdict().startswith("Most traffic per node within these SLOs: 1 prefill × TP 2 + 1 decode × TP 2, "
+                                      "2 req/s on 4 GPUs, 2 copies per node: 4 req/s per node (0.5 req/s per GPU of "
+                                      "the node), 1.3× the best aggregated configuration (aggregated: 4 × TP 2).")
+    # a configuration within the searches' tolerance of the best is named as tied, not silently outranked
+    frame.loc[2, ["capacity_req_s", "req_s_per_node"]] = 3.98
+    tie = dc.SplitCapacity(frame, {}, SLO(ttft_s=1.0, tpot_s=0.05), PRESETS["chunked"], {}, 8, 0.01).verdict()
+    assert ("Within the searches' tolerance (1 %) of it: 1 prefill × TP 4 + 1 decode × TP 2 (3.98 req/s per node)."
+            in tie)
 
 
 def test_configurations_keep_the_scenario_split_first_and_refuse_what_does_not_fit():
     sc = Scenario(workload=workload_preset("chat", 1.0, 20, 0), disagg=Disagg(1, 2, 1, 2))
     configs, refused = dc.configurations(sc)
     assert [c.label for c in configs][:2] == ["aggregated: TP 8", "1 prefill × TP 2 + 1 decode × TP 2"]
-    # then the other aggregated TPs (TP 1 cannot hold Qwen2.5-72B: refused), then the standard splits
+    # then the other aggregated TPs (TP 1 cannot hold Qwen2.5-72B: refused), then the search's splits
     assert [c.label for c in configs][2:4] == ["aggregated: 2 × TP 4", "aggregated: 4 × TP 2"]
-    assert [c.gpus for c in configs] == [8, 4, 8, 8, 8, 8, 8] and list(refused) == ["aggregated: 8 × TP 1"]
+    assert [c.gpus for c in configs] == [8, 4, 8, 8, 8, 8, 8, 8, 8, 8] and list(refused)[0] == "aggregated: 8 × TP 1"
+    assert [c.label for c in configs].count("1 prefill × TP 2 + 1 decode × TP 2") == 1  # the sidebar's, once
     assert all(c.scenario.policy == PRESETS["chunked"] for c in configs)  # the default policy
     assert configs[0].scenario.disagg is None and configs[0].kind == "aggregated"
     # TP 1 cannot hold Qwen2.5-72B: a 2 x TP 1 prefill split of a 4-GPU quarter is refused with the reason
@@ -101,12 +143,13 @@ def test_the_study_returns_aggregated_and_split_capacities_for_a_tiny_case():
         r = f[f["configuration"] == label].iloc[0].to_dict()
         assert r["capacity_req_s"] == pytest.approx(lib.max_rate_req_s)
         assert r["req_s_per_gpu"] == pytest.approx(lib.max_rate_req_s / 8)
+        assert r["copies_per_node"] == 1 and r["req_s_per_node"] == pytest.approx(lib.max_rate_req_s)
         assert (r["binding_slo"] if isinstance(r["binding_slo"], str) else None) == lib.binding_slo
         at = lib.points.loc[(lib.points["rate_req_s"] - lib.max_rate_req_s).abs().idxmin()]
         assert r["tpot_p99_s"] == pytest.approx(at["tpot_p99_s"]) and r["ttft_p99_s"] == pytest.approx(at["ttft_p99_s"])
     # at the rate found each meets the SLOs it was searched for
     assert (f["tpot_p99_s"] <= 0.05 * 1.5).all()
-    assert study.verdict().startswith("Most traffic per GPU within these SLOs: ")
+    assert study.verdict().startswith("Most traffic per node within these SLOs: ")
 
 
 def test_a_tight_tpot_slo_favours_the_split_and_a_loose_one_aggregation_and_the_verdict_says_so():
@@ -134,8 +177,8 @@ def test_capacity_side_by_side_view_shows_aggregated_and_split_rows():
     assert at.radio(key="wid:cap_view").value == "disagg"
     assert at.selectbox(key="wid:split_policy").value == "chunked"
     df = at.dataframe[0].value
-    assert list(df.columns) == ["Configuration", "GPUs", "Capacity (req/s)", "req/s per GPU", "Binding SLO",
-                                "P99 TTFT (s)", "P99 TPOT (ms)"]
+    assert list(df.columns) == ["Configuration", "GPUs", "Capacity (req/s)", "Copies per node", "req/s per node",
+                                "req/s per GPU", "Binding SLO", "P99 TTFT (s)", "P99 TPOT (ms)"]
     assert df["Configuration"].iloc[0] == "aggregated: TP 8"
     splits = df[df["Configuration"].str.contains("prefill")]
     assert len(splits) >= 1
@@ -143,7 +186,8 @@ def test_capacity_side_by_side_view_shows_aggregated_and_split_rows():
     assert df["req/s per GPU"].to_numpy() == pytest.approx((df["Capacity (req/s)"] / df["GPUs"]).to_numpy())
     assert chart_titles(at) == [
         "Aggregated vs disaggregated capacity within the SLOs"]
-    assert at.info and at.info[0].value.startswith("Most traffic per GPU")
+    assert df["req/s per node"].to_numpy() == pytest.approx((df["Capacity (req/s)"] * df["Copies per node"]).to_numpy())
+    assert at.info and at.info[0].value.startswith("Most traffic per node")
     # the rows are the library's: the default SLOs on the sidebar's scenario (mixed, 200 requests, 3 req/s)
     sc = Scenario(workload=workload_preset("mixed", 3.0, 200, 0))
     lib = dc.disagg_capacity(sc, default_slo(2), splits=[])
@@ -227,17 +271,17 @@ def test_compare_summaries_leaves_out_what_a_split_cannot_run():
     assert list(got) == ["chunked"] and got["chunked"]["gpus"] == 8
 
 
-def test_split_capacity_bars_draw_capacity_and_per_gpu():
+def test_split_capacity_bars_draw_capacity_and_per_node():
     from batching.charts.disagg import AGGREGATED_COLOR, DISAGGREGATED_COLOR, split_capacity_bars
 
     frame = pd.DataFrame([
         {"configuration": "aggregated: TP 8", "kind": "aggregated", "gpus": 8, "capacity_req_s": 1.4,
-         "req_s_per_gpu": 0.175},
+         "req_s_per_node": 1.4},
         {"configuration": "1 prefill × TP 2 + 1 decode × TP 2", "kind": "disaggregated", "gpus": 4,
-         "capacity_req_s": 2.0, "req_s_per_gpu": 0.5}])
+         "capacity_req_s": 2.0, "req_s_per_node": 4.0}])
     fig = split_capacity_bars(frame, "chunked")
     assert fig.layout.title.text == "Aggregated vs disaggregated capacity within the SLOs"
-    assert [list(t.y) for t in fig.data] == [[1.4, 2.0], [0.175, 0.5]]
+    assert [list(t.y) for t in fig.data] == [[1.4, 2.0], [1.4, 4.0]]
     assert list(fig.data[0].marker.color) == [AGGREGATED_COLOR, DISAGGREGATED_COLOR]
     assert fig.data[0].x[1] == "1 prefill × TP 2 +<br>1 decode × TP 2"
     empty = split_capacity_bars(frame.iloc[:0])

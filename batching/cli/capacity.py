@@ -77,8 +77,12 @@ def cmd_capacity(args) -> int:
     d = res.to_dict() | {"engine": sc.profile.name, "engine_label": sc.profile.label}
     print(f"# engine: {sc.profile.describe()}")
     if split is not None:
+        per_node = sc.deployment.node.num_gpus // sc.deployment.node.physical_nodes
+        count = (f"{per_node // split.gpus} cop{'y' if per_node // split.gpus == 1 else 'ies'} of it per "
+                 f"{per_node}-GPU node (a copy never straddles two nodes), as search counts them"
+                 if split.gpus <= per_node else f"its {split.gpus} GPUs per copy")
         print(f"# {split.describe()}, {split.gpus} GPUs on {sc.nodes} node{'s' if sc.nodes > 1 else ''}: the rate is "
-              f"the whole split's; nodes_needed and $ count its {split.gpus} GPUs per copy")
+              f"the whole split's; nodes_needed and $ count {count}")
         d |= {"disaggregated": split.describe(), "gpus": split.gpus, "nodes": sc.nodes}
     elif sc.deployment.node.cross_node:
         print(f"# one TP {sc.deployment.node.tp} replica over {sc.deployment.node.physical_nodes} nodes: the rate is "

@@ -49,6 +49,7 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
+from batching.sim.metrics import saturated_capacity
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, build_scenario,
                                check_folder_inputs, check_output_folder, float_arg, int_arg, presets_with_caching, progress, shown,
                                slo_from_args, values_arg, write_files)
@@ -367,7 +368,7 @@ def _tune_study(args, scenario, label: str):
                        f"allowed: {allowed}")
     cap_rate = None
     if knob == "rate_req_s":
-        cap_rate = simulate(scenario, saturated=True).summary()["throughput_req_s"]
+        cap_rate = saturated_capacity(simulate(scenario, saturated=True).summary())[0]
     start, stop, points, spacing = sp.default_range(knob, scenario, cap_rate)
     if args.values is not None:
         check_values(knob, args.values)

@@ -1,6 +1,9 @@
 """Every metric, defined once (docs/ARCHITECTURE.md "Metrics"). Times in seconds, rates per second."""
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -322,3 +325,58 @@ def spec_summary(steps: pd.DataFrame) -> dict:
         "spec_share": seqs / (seqs + plain) if seqs + plain > 0 else float("nan"),
         "draft_time_share": float(steps["draft_s"].sum()) / dur if dur > 0 else float("nan"),
     }
+
+
+# ---------------------------------------------------------------- a split's capacity in steady state (issue 39 item 1)
+
+# a decode step runs at the instance's full batch when it holds this share of the largest batch the instance ran
+FULL_BATCH = 0.9
+
+
+def split_steady_capacity(req: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """The requests/s a prefill/decode split carries in steady state, from its saturated run (every request at
+    t = 0): the slower of its two tiers, each measured while it has a backlog, so neither the pipeline's fill (the
+    decode batch grows while prefill runs ahead) nor the drain (the last long outputs decoding in a small batch)
+    counts. N / (first arrival to last release) counts both and grows with N.
+
+    prefill  each prefill instance's requests / its busy span (first step start to last step end: every prompt is
+             queued at 0, so it has work until its last prompt), summed over instances.
+    decode   each decode instance's tokens emitted (decodes and the first token of each request) per second over
+             its steps at full batch (``FULL_BATCH`` of the largest batch it ran: the batch cap or its KV cache when
+             it is the bottleneck; the batch its prefill feed keeps when it is not, whose rate is then the feed's),
+             summed over instances, / the mean output tokens per request.
+    Returns prefill_capacity_req_s, decode_capacity_req_s, steady_capacity_req_s, steady_capacity_output_tok_s."""
+    nan = float("nan")
+    out = dict.fromkeys(("prefill_capacity_req_s", "decode_capacity_req_s", "steady_capacity_req_s",
+                         "steady_capacity_output_tok_s"), nan)
+    mean_out = float(req["output_tokens"].mean()) if len(req) else nan
+    pre, dec = steps[steps["role"] == "prefill"], steps[steps["role"] == "decode"]
+    if pre.empty or dec.empty or not mean_out > 0:
+        return out
+    prefill = 0.0  # each instance's prompts over its own busy span, summed: one that ends later is not a pause
+    for inst, st in pre.groupby("replica"):
+        span = float((st["start_s"] + st["duration_s"]).max() - st["start_s"].min())
+        prefill += int((req["replica"] == inst).sum()) / span if span > 0 else 0.0
+    prefill = prefill if prefill > 0 else nan
+    rates = []
+    for _, inst in dec.groupby("replica"):
+        full = inst[inst["running"] >= FULL_BATCH * float(inst["running"].max())]
+        t = float(full["duration_s"].sum())
+        if t > 0:
+            rates.append(float(full["decode_tokens"].sum() + full["prefill_tokens"].sum()) / t)
+    decode = sum(rates) / mean_out if rates else nan
+    tiers = [r for r in (prefill, decode) if math.isfinite(r)]
+    cap = min(tiers) if tiers else nan
+    out.update(prefill_capacity_req_s=prefill, decode_capacity_req_s=decode, steady_capacity_req_s=cap,
+               steady_capacity_output_tok_s=cap * mean_out)
+    return out
+
+
+def saturated_capacity(saturated_summary: Mapping) -> tuple[float, float]:
+    """(requests/s, output tokens/s) a saturated run serves flat out: a split's steady state
+    (``split_steady_capacity``), otherwise its throughput over the whole run."""
+    s = saturated_summary
+    req_s = s.get("steady_capacity_req_s")
+    if isinstance(req_s, (int, float)) and math.isfinite(req_s) and req_s > 0:
+        return float(req_s), float(s["steady_capacity_output_tok_s"])
+    return float(s.get("throughput_req_s", float("nan"))), float(s.get("throughput_output_tok_s", float("nan")))

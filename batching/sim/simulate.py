@@ -19,7 +19,7 @@ from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.topology import sizing
 from batching.sim.frames import steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
-                                  spec_summary, steady_rate, summary_columns, wall_time)
+                                  spec_summary, split_steady_capacity, steady_rate, summary_columns, wall_time)
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.engine.speculative import check_spec, spec_for, spec_kv_blocks
 from batching.sim.hardware.specs import GIB, KV_BLOCK_TOKENS, Deployment, Model
@@ -137,6 +137,8 @@ def summarize(res: SimResult) -> dict:
     s["max_context_tokens"] = dep.model.max_context_tokens
     if sc.disagg is not None:
         s.update(dg.summary_parts(res, sc.disagg))
+        if res.saturated and res.steps is not None:  # its capacity: the steady state, not N / (fill + drain)
+            s.update(split_steady_capacity(req, res.steps))
     else:
         kv_blocks = spec_kv_blocks(sc.policy, dep)
         if res.steps is not None:  # without the step table: no node figures (busy, gpu_util, ...)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from batching.sim.metrics import saturated_capacity
 from batching.sim.hardware.specs import GPUS
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
@@ -441,18 +442,27 @@ def plan_price(scenario: Scenario, rate_req_s: float, target_rate_req_s: float |
     node = scenario.deployment.node
     # whole 8-GPU servers: a TP 16 replica's copy is two of them (the rate stays the replica's)
     gpus, per_node = scenario_gpus(scenario), node.num_gpus // node.physical_nodes
+    nodes = None
+    if scenario.disagg is not None and gpus <= per_node and target is not None:
+        # a split within a node: whole copies per node, as the deployment search counts them (search.copies_at_target:
+        # a copy never straddles two nodes, whose KV transfer would cross the network the simulation did not)
+        copies = pricing.copies_needed(target, rate_req_s, headroom)
+        nodes = math.ceil(copies / (per_node // gpus) - 1e-9)
     if usd is not None:
         p = pricing.price(rate_req_s, gpus, per_node, target if target is not None else rate_req_s, usd, mean_out,
-                          headroom)
+                          headroom, nodes=nodes)
         out["usd_per_million_output_tokens_at_capacity"] = p.usd_per_million_output_tokens_at_capacity
         if target is not None:
             out |= {"nodes_needed": p.nodes, "usd_per_hour": p.usd_per_hour,
                     "usd_per_million_output_tokens": p.usd_per_million_output_tokens}
     elif target is not None:  # nodes without a price: the same count pricing.price makes
-        out["nodes_needed"] = math.ceil(pricing.copies_needed(target, rate_req_s, headroom) * gpus / per_node - 1e-9)
+        out["nodes_needed"] = nodes if nodes is not None else \
+            math.ceil(pricing.copies_needed(target, rate_req_s, headroom) * gpus / per_node - 1e-9)
     out["output_tok_s_per_gpu"] = rate_req_s * mean_out / gpus  # at capacity
     if out["nodes_needed"] is not None:  # every copy the whole nodes hold, each at the rate found
-        out["fleet_capacity_req_s"] = (out["nodes_needed"] * per_node // gpus) * rate_req_s
+        n = out["nodes_needed"]
+        copies = n * (per_node // gpus) if nodes is not None else n * per_node // gpus
+        out["fleet_capacity_req_s"] = copies * rate_req_s
         out["margin"] = target / out["fleet_capacity_req_s"]  # the share of it the target uses
     return out
 
@@ -582,8 +592,7 @@ def bracket_and_bisect(probe: Callable[[float], dict], meets: Callable[[dict], b
 
 def ceiling_req_s(scenario: Scenario) -> float:
     """Requests/s the node serves flat out: every request at t = 0 (no policy sustains more)."""
-    s = simulate(scenario, saturated=True).summary()
-    return s["num_requests"] / max(s["duration_s"], 1e-9)
+    return saturated_capacity(simulate(scenario, saturated=True).summary())[0]
 
 
 def capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None = None, target_rate_req_s: float | None = None,

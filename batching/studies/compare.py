@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from batching.sim.metrics import saturated_capacity
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult, simulate
 
@@ -65,8 +66,7 @@ def with_capacity(summary: dict, saturated_summary: dict) -> dict:
                 (``concurrency``): N clients keep at most N requests in the system, so their latencies are
                 what a fixed-concurrency benchmark measures however busy the engine is (``load`` says how busy)
     """
-    cap = saturated_summary["throughput_output_tok_s"]
-    cap_req = saturated_summary["throughput_req_s"]
+    cap_req, cap = saturated_capacity(saturated_summary)  # a split: its steady state (metrics.split_steady_capacity)
     out = {**summary, "capacity_output_tok_s": cap, "capacity_req_s": cap_req}
     out["load"] = summary["throughput_output_tok_s"] / cap if cap > 0 else float("nan")
     offered = summary.get("offered_req_s", float("nan"))

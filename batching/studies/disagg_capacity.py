@@ -1,6 +1,9 @@
 """Aggregated against disaggregated serving on the same GPUs (issue 13 §2): the capacity within the SLOs of the
 scenario served aggregated (``Scenario.disagg = None``) and split into prefill and decode instances
 (``batching.sim.topology.disagg.Disagg``), one capacity search (``studies.capacity.capacity``) per configuration.
+The splits are the deployment search's (``studies.search.splits_of``: every split of the node that leaves no
+instance's room idle), ranked as it ranks them: by requests/s per node, a split's rate times the copies of it a node
+holds (issue 39 item 1: three fixed splits gave one answer here and the search another).
 
 Also the rule every page that runs several policies applies to a disaggregated scenario: request-level batching
 (static, dynamic) runs each batch as a whole and cannot be split into a prefill and a decode phase, so those
@@ -18,7 +21,7 @@ import pandas as pd
 from batching.sim.topology.disagg import Disagg
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario
-from batching.studies.capacity import SLO, SLO_LABELS, CapacityResult, capacity
+from batching.studies.capacity import REL_TOL, SLO, SLO_LABELS, CapacityResult, capacity
 
 REQUEST_LEVEL_REASON = ("static and dynamic batching run each batch as a whole; disaggregation needs "
                         "iteration-level batching")
@@ -26,8 +29,8 @@ DEFAULT_POLICY = "chunked"
 AGGREGATED = "aggregated"
 DISAGGREGATED = "disaggregated"
 # the frame's columns, in order
-COLUMNS = ("configuration", "kind", "gpus", "capacity_req_s", "req_s_per_gpu", "binding_slo", "ttft_p99_s",
-           "tpot_p99_s", "rates_tried")
+COLUMNS = ("configuration", "kind", "gpus", "capacity_req_s", "copies_per_node", "req_s_per_node", "req_s_per_gpu",
+           "binding_slo", "ttft_p99_s", "tpot_p99_s", "rates_tried")
 
 
 # ---------------------------------------------------------------- which policies a split can run
@@ -88,16 +91,19 @@ def aggregated_gpus(scenario: Scenario) -> int:
     return scenario.replicas * scenario.deployment.node.tp
 
 
-def standard_splits(num_gpus: int) -> list[Disagg]:
-    """Splits of one node's GPUs: half prefill and half decode, two prefill instances of a quarter each against
-    one decode instance of half, and the reverse (on 8 GPUs: 1×TP4 + 1×TP4, 2×TP2 + 1×TP4, 1×TP4 + 2×TP2)."""
-    half, quarter = num_gpus // 2, num_gpus // 4
-    out = []
-    if half in (1, 2, 4, 8):
-        out.append(Disagg(1, half, 1, half))
-        if quarter in (1, 2, 4, 8):
-            out += [Disagg(2, quarter, 1, half), Disagg(1, half, 2, quarter)]
-    return out
+def node_splits(num_gpus: int) -> list[Disagg]:
+    """Every split of one node's GPUs the deployment search enumerates (``studies.search.splits_of``'s kept
+    ones, in its order): P prefill x TP T + D decode x TP U, T and U in 1, 2, 4, 8, none dominated by a bigger split
+    that fits beside the same copies per node (on 8 GPUs: 28, from 1 x TP 1 + 1 x TP 1 to 1 x TP 4 + 1 x TP 4)."""
+    from batching.studies.search import splits_of  # search imports this module's skip_reason
+
+    return [Disagg(*sp) for sp in splits_of(num_gpus)[0]]
+
+
+def copies_per_node(num_gpus: int, dis: Disagg | None) -> int:
+    """Copies of a configuration one node holds, as the search counts them (``search.Config.copies_per_node``): 1
+    for an aggregated node (its replicas fill it), num_gpus // the split's GPUs for a split."""
+    return 1 if dis is None else max(num_gpus // dis.gpus, 1)
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,10 @@ class Config:
     label: str
     scenario: Scenario
     gpus: int
+
+    @property
+    def copies_per_node(self) -> int:
+        return copies_per_node(self.scenario.deployment.node.num_gpus, self.scenario.disagg)
 
     @property
     def kind(self) -> str:
@@ -129,7 +139,7 @@ def configurations(scenario: Scenario, policy: BatchingPolicy | None = None,
                    ) -> tuple[list[Config], dict[str, str]]:
     """(the configurations to search: the scenario aggregated at its own TP, its own split if any, the other
     aggregated TPs (``agg_tps``, default ``aggregated_tps``: every TP that divides the node, replicas filling it)
-    and ``splits`` (default ``standard_splits`` of one node), each once; label -> reason for those that do not
+    and ``splits`` (default ``node_splits``: the deployment search's), each once; label -> reason for those that do not
     validate for this model and hardware)."""
     pol = policy_for(policy)
     base = scenario.with_policy(pol)
@@ -149,7 +159,7 @@ def configurations(scenario: Scenario, policy: BatchingPolicy | None = None,
             continue
         others.append(Config(aggregated_label(sc), sc, aggregated_gpus(sc)))
     wanted = [scenario.disagg] if scenario.disagg is not None else []
-    for d in (standard_splits(scenario.deployment.node.num_gpus) if splits is None else splits):
+    for d in (node_splits(scenario.deployment.node.num_gpus) if splits is None else splits):
         if d not in wanted:
             wanted.append(d)
     split_configs = []
@@ -187,6 +197,7 @@ def _at_rate(result: CapacityResult, column: str) -> float:
 def row(cfg: Config, result: CapacityResult) -> dict:
     rate = float(result.max_rate_req_s)
     return {"configuration": cfg.label, "kind": cfg.kind, "gpus": cfg.gpus, "capacity_req_s": rate,
+            "copies_per_node": cfg.copies_per_node, "req_s_per_node": rate * cfg.copies_per_node,
             "req_s_per_gpu": rate / cfg.gpus if cfg.gpus else math.nan, "binding_slo": result.binding_slo,
             "ttft_p99_s": _at_rate(result, "ttft_p99_s"), "tpot_p99_s": _at_rate(result, "tpot_p99_s"),
             "rates_tried": result.rates_tried}
@@ -202,11 +213,15 @@ class SplitCapacity:
     slo: SLO
     policy: BatchingPolicy
     results: dict[str, CapacityResult] = field(default_factory=dict)
+    num_gpus: int = 8  # GPUs per node
+    rel_tol: float = REL_TOL  # each capacity search's tolerance: configurations closer than it are tied
 
     def best(self) -> pd.Series | None:
-        """The configuration with the most requests per second per GPU (None when none meets the SLOs)."""
+        """The configuration with the most requests per second per node (None when none meets the SLOs): what the
+        deployment search ranks by, since nodes are what a deployment buys (a split that leaves GPUs idle pays
+        for them)."""
         ok = self.frame[self.frame["capacity_req_s"] > 0]
-        return None if ok.empty else ok.loc[ok["req_s_per_gpu"].idxmax()]
+        return None if ok.empty else ok.loc[ok["req_s_per_node"].idxmax()]
 
     def verdict(self) -> str:
         """Sentences from the numbers: who carries the most per GPU, by how much, and which SLO binds each side
@@ -217,19 +232,28 @@ class SplitCapacity:
             return "No configuration meets these SLOs at any rate tried; relax them."
         agg = f[f["kind"] == AGGREGATED]
         dis = f[f["kind"] == DISAGGREGATED]
-        text = (f"Most traffic per GPU within these SLOs: {best['configuration']}, {best['capacity_req_s']:.3g} "
-                f"req/s on {int(best['gpus'])} GPUs ({best['req_s_per_gpu']:.3g} req/s per GPU)")
+        copies = int(best["copies_per_node"])
+        text = (f"Most traffic per node within these SLOs: {best['configuration']}, {best['capacity_req_s']:.3g} "
+                f"req/s on {int(best['gpus'])} GPUs" + (f", {copies} copies per node: {best['req_s_per_node']:.3g} "
+                                                        "req/s per node" if copies > 1 else "")
+                + f" ({best['req_s_per_node'] / self.num_gpus:.3g} req/s per GPU of the node)")
         other = dis if best["kind"] == AGGREGATED else agg
         if not other.empty:
-            o = other.loc[other["req_s_per_gpu"].idxmax()]
-            if o["req_s_per_gpu"] > 0:
-                text += (f", {best['req_s_per_gpu'] / o['req_s_per_gpu']:.2g}× the best "
+            o = other.loc[other["req_s_per_node"].idxmax()]
+            if o["req_s_per_node"] > 0:
+                text += (f", {best['req_s_per_node'] / o['req_s_per_node']:.2g}× the best "
                          f"{'split' if best['kind'] == AGGREGATED else 'aggregated configuration'} "
                          f"({o['configuration']}).")
             else:
                 text += f"; {'no split' if best['kind'] == AGGREGATED else 'aggregated serving'} meets them at all."
         else:
             text += "."
+        tied = f[(f["configuration"] != best["configuration"])
+                 & (f["req_s_per_node"] >= best["req_s_per_node"] * (1 - self.rel_tol))]
+        if not tied.empty:
+            text += (f" Within the searches' tolerance ({self.rel_tol * 100:.3g} %) of it: "
+                     + ", ".join(f"{r['configuration']} ({r['req_s_per_node']:.3g} req/s per node)"
+                                 for _, r in tied.iterrows()) + ".")
         binds = lambda part: {b for b in part["binding_slo"] if isinstance(b, str)}  # noqa: E731
         agg_b, dis_b = binds(agg), binds(dis)
         if best["kind"] == DISAGGREGATED and "tpot_s" in agg_b:
@@ -276,4 +300,4 @@ def disagg_capacity(scenario: Scenario, slo: SLO, policy: BatchingPolicy | None 
         rows.append(row(cfg, res))
         results[cfg.label] = res
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    return SplitCapacity(frame, failed, slo, pol, results)
+    return SplitCapacity(frame, failed, slo, pol, results, scenario.deployment.node.num_gpus, rel_tol)

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 
+from batching.sim.metrics import saturated_capacity
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.workload.requests import MAX_RATE_REQ_S, SyntheticWorkload
@@ -47,7 +48,7 @@ def load_grid(capacity_req_s: float, points: int = POINTS, low: float = LOW, hig
 
 def capacity_req_s(saturated_summary: Mapping) -> float:
     """Requests per second a saturated run serves flat out."""
-    return float(saturated_summary.get("throughput_req_s", float("nan")))
+    return saturated_capacity(saturated_summary)[0]  # a split: its steady state
 
 
 def load_curve(scenario: Scenario, policies: Mapping[str, BatchingPolicy] | None = None, *,

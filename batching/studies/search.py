@@ -58,6 +58,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from batching.sim.metrics import saturated_capacity
 from batching.sim.topology.disagg import Disagg
 from batching.sim.topology.fleet import MAX_NODES, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, PRESETS, BatchingPolicy, with_knobs
@@ -488,7 +489,7 @@ def ceiling_task(payload: dict) -> dict:
         s = simulate(sc, saturated=True).summary()
     except ValueError as exc:
         return {"status": "skipped", "why": str(exc), "simulations": 1}
-    return {"status": "done", "simulations": 1, "ceiling_req_s": s["num_requests"] / max(s["duration_s"], 1e-9)}
+    return {"status": "done", "simulations": 1, "ceiling_req_s": saturated_capacity(s)[0]}
 
 
 def fleet_router(router: str, policy: BatchingPolicy) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from batching.sim.metrics import saturated_capacity
 from batching.sim.policy import BatchingPolicy
 from batching.sim.simulate import Scenario, simulate
 from batching.studies.capacity import SLO, capacity, class_names, classes_meeting, slo_reading
@@ -77,10 +78,10 @@ def run_point(sc: Scenario, with_capacity: bool, slo: SLO | None = None, search:
         s["slo_met"] = classes_meeting(at, slo)  # every class within its own SLOs, as the capacity search
     if with_capacity or (slo is not None and search):
         sat = run(sc, True).summary()
-        s["capacity_output_tok_s"] = sat["throughput_output_tok_s"]
+        s["capacity_output_tok_s"] = saturated_capacity(sat)[1]  # a split: its steady state
         s["capacity_tpot_p99_s"] = sat["tpot_p99_s"]  # per-token latency with the batch full
         if slo is not None and search:
-            cap = capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9),
+            cap = capacity(sc, slo, ceiling=saturated_capacity(sat)[0],
                            run=probe or (None if run is _simulate else (lambda x: run(x, False))))
             s["max_rate_req_s"], s["binding_slo"] = cap.max_rate_req_s, cap.binding_slo
     return s

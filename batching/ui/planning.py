@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 import streamlit as st
 
+from batching.sim.metrics import saturated_capacity
 from batching.sim.simulate import Scenario
 from batching.studies import planning as sp
 from batching.studies.capacity import (ATTAINMENT_DEFAULT, SLO, SLO_MAX_S, CapacityResult, capacity, default_slo,
@@ -146,7 +147,7 @@ def _search(sc: Scenario, slo: SLO) -> CapacityResult:
     if getattr(sc.workload, "concurrency", None) is not None:
         return capacity(sc, slo, run=cache.probe_reading)
     sat = cache.reading(sc, True).summary()
-    return capacity(sc, slo, ceiling=sat["num_requests"] / max(sat["duration_s"], 1e-9), run=cache.probe_reading)
+    return capacity(sc, slo, ceiling=saturated_capacity(sat)[0], run=cache.probe_reading)
 
 
 def _frame_key(scenario: Scenario, knob: str, values: tuple[float, ...], slo: SLO | None) -> tuple:
