@@ -43,8 +43,8 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
             "wall time)."),
     "kv_util": ("KV cache in use (%)", "Time-weighted mean share of KV cache blocks held (reserved, for static and "
                 "dynamic), idle time counted as empty: vLLM's gpu_cache_usage_perc."),
-    "load": ("Load (%)", "Throughput at this load / this policy's capacity: the share of what it can carry that "
-             "this traffic uses; at ≈ 100 % the queue grows."),
+    "load": ("Load (%)", "Steady throughput at this load (over the arrival window, the run's drain left out) / this "
+             "policy's capacity: the share of what it can carry that this traffic uses; at ≈ 100 % the queue grows."),
     "overloaded": ("Overloaded", "Offered request rate ≥ this policy's capacity, or requests in the system grow "
                    "through the run: latencies then measure the run's length, not the policy."),
     "queue_growth_req_s": ("Queue growth (req/s)", "Trend of the waiting queue (arrived, not yet scheduled) over the "

@@ -59,7 +59,8 @@ class Comparison:
 def with_capacity(summary: dict, saturated_summary: dict) -> dict:
     """A run's summary with its saturated twin's capacity, ``load`` and ``overloaded``.
 
-    load        throughput at the offered load / capacity (output tokens)
+    load        steady throughput at the offered load (over the arrival window, metrics.steady_rate: the run's
+                drain left out) / capacity (output tokens)
     overloaded  offered request rate ≥ capacity (requests/s of the saturated run), or the
                 requests in the system grow by more than ``QUEUE_GROWTH_TOLERANCE`` × the offered
                 rate (``queue_growth_req_s``, metrics.queue_growth); never for closed-loop clients
@@ -68,7 +69,8 @@ def with_capacity(summary: dict, saturated_summary: dict) -> dict:
     """
     cap_req, cap = saturated_capacity(saturated_summary)  # a split: its steady state (metrics.split_steady_capacity)
     out = {**summary, "capacity_output_tok_s": cap, "capacity_req_s": cap_req}
-    out["load"] = summary["throughput_output_tok_s"] / cap if cap > 0 else float("nan")
+    thr = summary.get("steady_output_tok_s", summary["throughput_output_tok_s"])
+    out["load"] = thr / cap if cap > 0 else float("nan")
     offered = summary.get("offered_req_s", float("nan"))
     growth = summary.get("queue_growth_req_s", float("nan"))
     over_rate = not math.isnan(offered) and offered >= cap_req  # inf: every request at once
