@@ -110,6 +110,10 @@ def scenario(cls: str, seed: int) -> Scenario:
     kw.update(CLASSES[cls])
     if cls == "spec":
         kw.update(spec_tokens=spec_k, spec_acceptance=float(rng.choice([0.0, 1.0])))
+        # the proposer: n-gram lookup (no KV of its own) or an EAGLE head (K lookahead slots), from a stream of its
+        # own so the scenario's other draws stay as they were
+        kw.update(spec_decode=str(np.random.default_rng([seed, list(CLASSES).index(cls), 1]).choice(
+            ["ngram", "eagle"])))
     policy = BatchingPolicy(mode="continuous", max_num_seqs=int(rng.integers(1, 9)), max_num_batched_tokens=budget,
                             **kw)
     swap_cap = int(rng.integers(0, 2 * longest)) if cls == "swap" else 0

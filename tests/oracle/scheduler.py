@@ -69,6 +69,7 @@ class Rules:
     prefix_caching: bool
     spec_k: int = 0  # draft tokens proposed per decode (0: no speculation)
     spec_accept: float = 1.0  # 1.0: every draft token accepted; 0.0: none
+    lookahead: int = 0  # num_lookahead_tokens: K with a proposer that keeps KV (draft model, EAGLE, MTP), else 0
     watermark_blocks: int = 0
     prefill_only_steps: bool = False
     preempt_for_waiting: bool = False
@@ -85,6 +86,7 @@ class Rules:
                    swap_cap_tokens=int(swap_cap_tokens), kv_blocks=int(kv_blocks),
                    prefix_caching=bool(policy.prefix_caching), spec_k=spec_k,
                    spec_accept=float(policy.spec_acceptance),
+                   lookahead=spec_k if getattr(policy, "spec_decode", "off") in ("draft", "eagle", "mtp") else 0,
                    watermark_blocks=int(getattr(policy, "watermark", 0.0) * kv_blocks),
                    prefill_only_steps=bool(getattr(policy, "prefill_only_steps", False)),
                    preempt_for_waiting=bool(getattr(policy, "preempt_for_waiting", False)))
@@ -191,9 +193,12 @@ class Scheduler:
         """Scheduler.schedule's allocation loop for a running request: allocate_slots, and while it fails
         preempt: with priority max(running, key=(priority, arrival_time)) over the whole running list, giving
         back the tokens already granted to it in this step; otherwise self.running.pop(), the last one. When the
-        victim is the request itself it is not scheduled. Returns (scheduled, budget, i)."""
+        victim is the request itself it is not scheduled. Every running request's allocation holds
+        num_lookahead_tokens more slots (Scheduler.__init__: num_spec_tokens when the proposer is a draft model or
+        EAGLE-style, use_eagle covering MTP; 0 for n-gram lookup); a waiting request's first admission holds none
+        (effective_lookahead_tokens is 0 while num_computed_tokens is 0). Returns (scheduled, budget, i)."""
         while True:
-            if self.kv.allocate_slots(req, n) is not None:
+            if self.kv.allocate_slots(req, n, num_lookahead_tokens=self.rules.lookahead) is not None:
                 return True, budget, i
             if self.rules.priority:
                 victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
@@ -239,7 +244,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(req.num_tokens + req.spec - req.num_computed_tokens, budget)
+            # ("Make sure the input position does not exceed the max model len": max_model_len - 1 - computed)
+            n = min(req.num_tokens + req.spec - req.num_computed_tokens, budget,
+                    self.kv.max_model_len - 1 - req.num_computed_tokens)
             ok, budget, i = self._allocate_running(req, n, budget, i)
             if not ok:
                 break

@@ -465,8 +465,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             if spec.drafts and (ns > 0 or n_pre > 0):
                 # the proposer (vLLM V1's EAGLE proposer, SGLang's EAGLE worker): a first pass over every prompt
                 # token of the step and, per speculating sequence, its tokens accepted last step plus one (the
-                # catch-up), then k - 1 passes over the ns sequences (k = proposed / ns, K unless outputs or the
-                # budget cut it); each pass its fixed cost, linear layers, element-wise ops, all-reduces
+                # catch-up), then k - 1 passes over the ns sequences (k = proposed / ns, K unless the budget
+                # cuts it); each pass its fixed cost, linear layers, element-wise ops, all-reduces
                 # (draft_tab by token count), a read of its own KV and its LM head
                 tab_d = spec.draft_tab
                 n_first = ns + n_pre + spec.steps_i[step, SP_ACCEPTED]

@@ -889,11 +889,19 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
     """(1) Running: one decode token for each sequence past its prefill (they lead the running
     list), from run[i] on, while the token budget lasts.
 
-    Speculative decoding (``spec``, while ``spec_on``): a sequence verifies k + 1 tokens, k = min(K, tokens it
-    still owes - 1, budget left - 1) proposed ones and the one the target adds (each counts in the budget, as
-    vLLM V1's scheduler counts them); its KV blocks cover all k + 1 (vLLM's lookahead slots). How many of the k
-    are accepted is sampled here (geometric, P(>= j accepted) = A^j, closed form: no loop in this loop): it emits
-    accepted + 1 tokens (S_DECODE), the rejected ones are computed for nothing (S_PADDED).
+    Speculative decoding (``spec``, while ``spec_on``): a sequence verifies k + 1 tokens, k = min(K, budget left - 1)
+    proposed ones and the one the target adds (each counts in the budget), as vLLM V1 schedules them
+    (vllm/v1/core/sched/scheduler.py, Scheduler.schedule: num_tokens_with_spec - num_computed_tokens, capped by the
+    budget only; update_draft_token_ids sets K drafts whatever the request still owes). Its KV blocks cover all
+    k + 1 and, with a proposer that keeps KV of its own (a draft model, an EAGLE head, MTP: ``spec.drafts``), K
+    more: V1 passes num_lookahead_tokens = K to KVCacheManager.allocate_slots for every running request. How many
+    of the k are accepted is sampled here (geometric, P(>= j accepted) = A^j, closed form: no loop in this loop);
+    it emits accepted + 1 tokens, at most the tokens it still owes (S_DECODE): V1 drops what follows max_tokens
+    (Scheduler._update_request_with_output trims the sampled tokens at check_stop). The rest of the k + 1, rejected
+    or accepted past the output, is computed for nothing (S_PADDED); SP_ACCEPTED counts the accepted ones emitted.
+    V1 bounds a request's positions by max_model_len (num_new_tokens at most max_model_len - 1 - num_computed_tokens,
+    slots at most max_model_len), which a server's KV cache must hold (V1 refuses to start otherwise): here the
+    cache's capacity, so a request that fits the cache alone is never refused its drafts' or lookahead's blocks.
 
     Returns (index where the prefills under way begin, 0), or, when run[i] needs more KV blocks
     than are free, (i, blocks it needs): the caller makes room (``make_room_nb``) and resumes; or, when the
@@ -926,12 +934,17 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
             i += 1
         else:
             kr = 0
+            slots = kv[r] + 1
             if spec is not None:
+                cap = knobs.kv_blocks * KV_BLOCK_TOKENS  # max_model_len (the docstring)
                 if spec_on:
-                    kr = min(spec.k, inp.output[r] - seqs.gen[r] - 1, room - n_dec - 1)
+                    kr = min(spec.k, room - n_dec - 1, cap - kv[r] - 2)
                     if kr < 0:
                         kr = 0
-            need = blocks_for_nb(kv[r] + 1 + kr) - blocks[r]
+                slots = kv[r] + 1 + kr
+                if spec.drafts:
+                    slots = min(slots + spec.k, cap)  # lookahead slots (V1's num_lookahead_tokens)
+            need = blocks_for_nb(slots) - blocks[r]
             if need > free:
                 short = need  # KV ran out: the caller makes room
                 going = False
@@ -957,8 +970,9 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
                     if kr > 0:
                         x = np.log(1.0 - np.random.random()) * spec.inv_log_a
                         acc = kr if not (x < kr) else int(x)  # (x is inf or nan when A is 1)
-                        spec.emit[r] = acc + 1
-                        rej += kr - acc
+                        e = min(acc + 1, inp.output[r] - seqs.gen[r])  # past max_tokens: dropped
+                        spec.emit[r] = e
+                        rej += kr + 1 - e
                         n_spec += 1
                         proposed += kr
                         sctx += kv[r] + 1
@@ -1081,6 +1095,9 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec):
             i += 1  # the budget is spent
         else:
             need = blocks_for_nb(kv[r] + c) - blocks[r]
+            if spec is not None:
+                if spec.drafts:  # lookahead slots, at most max_model_len (schedule_decodes_nb)
+                    need = blocks_for_nb(min(kv[r] + c + spec.k, knobs.kv_blocks * KV_BLOCK_TOKENS)) - blocks[r]
             if need > free:
                 short = need  # KV ran out: the caller makes room
                 going = False
@@ -1157,7 +1174,15 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
         left = target[h] - hit
         c = min(left, knobs.budget) if whole else min(left, knobs.budget - tokens)
         if knobs.preempt == PREEMPT_OFF:
-            fresh = blocks_for_nb(target[h] + inp.output[h] - seqs.gen[h]) - m
+            extra = 0
+            if spec is not None:
+                # its last decode (KV for prompt + output - 2 tokens) verifies K drafts past its output and, with a
+                # proposer keeping KV, holds K lookahead slots too (schedule_decodes_nb)
+                extra = spec.k - 1
+                if spec.drafts:
+                    extra += spec.k
+            fresh = blocks_for_nb(min(target[h] + inp.output[h] - seqs.gen[h] + extra,
+                                      max(target[h] + inp.output[h] - seqs.gen[h], knobs.kv_blocks * KV_BLOCK_TOKENS))) - m
         else:
             fresh = blocks_for_nb(target[h] if whole else hit + c) - m
         need = fresh + m0  # free blocks it takes: new ones, and cached ones nobody was using
