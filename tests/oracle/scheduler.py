@@ -259,10 +259,18 @@ class Scheduler:
 
     def _swap_in(self, budget: int) -> int:
         """V0's Scheduler._schedule_swapped: swapped requests come back oldest first (by priority first with
-        priority on: the policy's sort_by_priority), each needing a sequence slot, its blocks (its KV + the next
-        token) and, if it decodes, one token of the budget; the first that does not fit stops it. One that
-        decodes runs its decode in this step; one swapped out mid-prefill takes its next chunk."""
+        priority on: the policy's sort_by_priority), each needing a sequence slot, its blocks (its KV + the tokens
+        it is given) and a token of the budget at least; the first that does not fit stops it. One that decodes
+        runs its decode in this step; one swapped out mid-prefill takes its next chunk (the budget left; without
+        chunked prefill all of its prompt, or it waits). V0 then rebuilds
+        its running queue (Scheduler._schedule_chunked_prefill: self.running.extend, swapped-in decodes first,
+        then swapped-in prefills, running decodes, running prefills, new prefills): a swapped-in decode goes to
+        the front of the running list, in the order they came back; a swapped-in prefill goes after every
+        decode, before the running prefills (the engine keeps decodes ahead of prefills, as V0's chunked
+        prefill prioritizes decodes; V0 would put it before the running decodes)."""
         st = self.step
+        front = 0  # decodes swapped in so far
+        pre = sum(1 for r in self.running if not r.prefilling())  # where the next swapped-in prefill goes
         for req in sorted(self.swapped, key=lambda r: (r.priority if self.rules.priority else 0, r.arrival_time)):
             if len(self.running) >= self.rules.max_num_seqs or budget <= 0:
                 break
@@ -278,7 +286,12 @@ class Scheduler:
             req.host_tokens = 0
             st.swap_tokens += kv_tokens
             self.kv.allocate_slots(req, n)
-            self.running.append(req)
+            if req.prefilling():
+                self.running.insert(pre, req)
+            else:
+                self.running.insert(front, req)
+                front += 1
+            pre += 1
             self.scheduled[req.rid] = n
             req.spec_scheduled = 0
             budget -= n

@@ -1,12 +1,13 @@
 """Stage helpers of the token-step engine (DESIGN §2), ``*_nb`` functions on the NamedTuples of
 engine.state, changed in place: waiting queues, recording a step, the stages of one
-continuous-batching step in the order vLLM's scheduler runs them (running decodes, swapped
-sequences coming back, prefill chunks under way, waiting requests), preemption, and applying a
-step once its tokens exist.
+continuous-batching step in the order vLLM's scheduler runs them (running decodes, prefill chunks
+under way, swapped sequences coming back, waiting requests), preemption, and applying a step once
+its tokens exist.
 
 The running list keeps the sequences past their prefill first and the prefills under way after
 them, each group in admission order: prefill chunks are handed out in list order, so prefills
-complete in that order, and a sequence swapped back in joins the end of the decodes.
+complete in that order. A sequence swapped back in goes to the front of the list if it decodes,
+before the prefills under way if it does not (schedule_swapped_nb).
 
 Speed: every array handed to a function is reference-counted (two atomic operations), which
 would cost more than a step's work; LLVM's pruning pass removes those counts only over simple
@@ -1005,40 +1006,59 @@ def best_swapped_nb(b, cls, arrival):
 
 @njit(cache=True, nogil=True, inline="always")
 def schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec):
-    """(1b) Swapped sequences come back (highest class, then earliest first) while sequence slots,
-    the budget and free blocks allow, their KV copied in over PCIe in this step; one past its
-    prefill decodes in this step, placed at the end of the decodes (index ``nd``), so before any
-    prefill chunk. A swapped sequence of a class below the waiting queue's head waits for it.
-    Not run in a step that preempted. Returns the new end of the decodes."""
+    """(2b) Swapped sequences come back (highest class, then earliest first) with what the running sequences'
+    decodes and chunks left of the budget, as vLLM V0 orders its step (vllm/core/scheduler.py,
+    Scheduler._schedule_chunked_prefill: _schedule_running, then _schedule_swapped with the budget left, then
+    _schedule_prefills), while sequence slots, the budget and free blocks allow, the first that does not fit
+    stopping it; their KV is copied in over PCIe in this step. One past its prefill decodes one token (blocks for
+    its KV + 1; speculation waits for the next step); one swapped out mid-prefill takes its next chunk, the budget
+    left (all of its prompt without chunked prefill, or it waits), with blocks for its KV + the chunk: nothing later
+    in the step can take them back, so no sequence is swapped in and out in one step (V0's
+    SchedulerOutputs.__post_init__ asserts as much). A swapped sequence of a class below the waiting queue's head
+    waits for it. Not run in a step that preempted.
+
+    Where they go in the running list: V0 rebuilds its running queue as swapped-in decodes, swapped-in prefills,
+    then the running decodes and prefills; here swapped-in decodes lead the list likewise (in the order they came
+    back), and swapped-in prefills go before the running prefills but after every decode (the engine's invariant,
+    read by schedule_decodes_nb: decodes lead, as V0's chunked prefill prioritizes decodes). ``nd``: where the
+    prefills begin in the running list."""
     cnt, swapped, cls = b.n, b.swapped, seqs.cls
     kv, target = seqs.kv, seqs.target
     si = out.steps_i
-    budget = knobs.budget
+    room = knobs.budget - si[step, S_PREFILL] - si[step, S_DECODE]
     if spec is not None:
-        budget -= si[step, S_PADDED]
+        room -= si[step, S_PADDED]
+    front = 0  # decodes swapped in so far: the next goes at this index
+    pre = nd  # where the next swapped-in prefill goes
     going = True
-    while going and cnt[B_SWAPPED] > 0 and cnt[B_RUNNING] < knobs.max_seqs:
+    while going and cnt[B_SWAPPED] > 0 and cnt[B_RUNNING] < knobs.max_seqs and room > 0:
         j = best_swapped_nb(b, cls, out.req_f[:, R_ARRIVAL])
         s = swapped[j]
-        decoding = kv[s] >= target[s]
-        need = blocks_for_nb(kv[s] + 1)
+        left = target[s] - kv[s]
+        decoding = left <= 0
+        c = 1 if decoding else min(left, room)
+        need = blocks_for_nb(kv[s] + c)
         if cnt[B_WAITING] > 0 and cls[s] > q_first_class_nb(q):
             going = False  # a waiting request of a higher class goes first
-        elif decoding and si[step, S_PREFILL] + si[step, S_DECODE] >= budget:
-            going = False
+        elif c < left and not knobs.chunked:
+            going = False  # a whole prompt or nothing
         elif need > cnt[B_FREE]:
             going = False
         else:
-            _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step)
             if decoding:
-                nd += 1
-    return nd
+                _swap_in_nb(s, j, front, c, need, seqs, b, out, step)
+                front += 1
+                pre += 1
+            else:
+                _swap_in_nb(s, j, pre, c, need, seqs, b, out, step)
+                pre += 1
+            room -= c
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
-    """Swapped[j] = ``s`` back into the running list at index ``nd``, its KV copied in; one past
-    its prefill decodes in this step."""
+def _swap_in_nb(s, j, at, c, need, seqs, b, out, step):
+    """Swapped[j] = ``s`` back into the running list at index ``at``, its KV copied in, ``c`` tokens scheduled:
+    one decode token past its prefill, else its next chunk."""
     run, cnt, swapped = b.run, b.n, b.swapped
     kv = seqs.kv
     si = out.steps_i
@@ -1048,17 +1068,22 @@ def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
     cnt[B_SWAP_USED] -= kv[s]
     si[step, S_SWAP_TOKENS] += kv[s]
     cnt[B_FREE] -= need
-    seqs.blocks[s] = need  # its own blocks: pc_register_nb names them again as it decodes
+    seqs.blocks[s] = need  # its own blocks: pc_register_nb names them again when it is next scheduled
     nr = cnt[B_RUNNING]
-    for i in range(nr, nd, -1):
+    for i in range(nr, at, -1):
         run[i] = run[i - 1]
-    run[nd] = s
+    run[at] = s
     cnt[B_RUNNING] = nr + 1
-    if decoding:
-        seqs.sched[s] = 1
+    seqs.sched[s] = c
+    if kv[s] >= seqs.target[s]:
         si[step, S_DECODE] += 1
         si[step, S_LM] += 1
         out.steps_f[step, F_DECODE_CTX] += kv[s] + 1
+    else:
+        si[step, S_PREFILL] += c
+        out.steps_f[step, F_ATTN_WORK] += c * (kv[s] + 0.5 * c)
+        if kv[s] + c == seqs.target[s]:
+            si[step, S_LM] += 1
 
 
 @njit(cache=True, nogil=True, inline="always")
