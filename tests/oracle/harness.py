@@ -8,7 +8,7 @@ is 1 s (tests.test_engine.const_cost) unless it swaps.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -205,7 +205,8 @@ def compare(sc: Scenario) -> Outcome:
     both sides' values."""
     out = run_engine(sc)
     si, sf = out.steps_i, out.steps_f
-    rules = Rules.from_policy(sc.policy, sc.kv_blocks, sc.swap_cap_tokens)
+    # the engine's deliberate difference from V1, run by the oracle too: one cached copy per block name
+    rules = replace(Rules.from_policy(sc.policy, sc.kv_blocks, sc.swap_cap_tokens), merge_duplicate_blocks=True)
     sched = Scheduler(rules)
     n = len(sc.prompt)
     reqs = requests(sc)

@@ -73,6 +73,7 @@ class Rules:
     watermark_blocks: int = 0
     prefill_only_steps: bool = False
     preempt_for_waiting: bool = False
+    merge_duplicate_blocks: bool = False  # the engine's block-pool rule (block_pool.py's note); V1 keeps copies
 
     @classmethod
     def from_policy(cls, policy, kv_blocks: int, swap_cap_tokens: int) -> "Rules":
@@ -150,7 +151,7 @@ class WaitingQueue:
 class Scheduler:
     def __init__(self, rules: Rules) -> None:
         self.rules = rules
-        self.kv = KVCacheManager(rules.kv_blocks, rules.prefix_caching)
+        self.kv = KVCacheManager(rules.kv_blocks, rules.prefix_caching, rules.merge_duplicate_blocks)
         self.waiting = WaitingQueue(rules.priority)
         self.running: list[Request] = []
         self.swapped: list[Request] = []
