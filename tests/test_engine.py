@@ -149,6 +149,24 @@ def test_kv_exhaustion_swaps_out_and_back_in_paying_pcie_time():
     assert out.steps_i[:, eng.S_PREFILL].sum() == 32
 
 
+def test_a_prompt_swapped_out_mid_prefill_comes_back_only_with_blocks_for_its_chunk():
+    """vLLM V0 swaps back in after the running sequences, with the budget they left, and never swaps a sequence in
+    and out in one step (SchedulerOutputs.__post_init__ asserts it): a sequence swapped out mid-prefill comes back
+    with the blocks for its KV and its next chunk, or stays in host memory. 7 blocks, budget 32: r1's prompt (100)
+    is chunked 16, 31, 31 beside r0's decodes; at t=3 its last 22 tokens need 2 more blocks, none is free, and r1,
+    the last of the running list, is swapped out (78 tokens). Its chunk needs all 7 blocks while r0 holds 2, so it
+    waits in host memory until r0 finishes (t=8; the old engine swapped it in with 5 blocks and out again in each
+    of those steps), then prefills its 22 tokens and decodes 4."""
+    out = run([0.0, 0.0], [16, 100], [8, 5], chunked=True, budget=32, kv_blocks=7, preempt=eng.PREEMPT_SWAP)
+    si = out.steps_i
+    assert out.req_preemptions.tolist() == [0, 1]
+    assert si[:, eng.S_PREEMPTED].tolist() == [0, 0, 0, 1] + [0] * 9
+    assert si[:, eng.S_SWAP_TOKENS].tolist() == [0, 0, 0, 78, 0, 0, 0, 0, 78, 0, 0, 0, 0]
+    assert si[:, eng.S_PREFILL].tolist() == [32, 31, 31, 0, 0, 0, 0, 0, 22, 0, 0, 0, 0]
+    assert si[:, eng.S_DECODE].tolist() == [0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1]
+    assert si[:, eng.S_KV_BLOCKS].max() <= 7
+
+
 def test_chunked_recompute_victim_is_not_readmitted_in_the_step_that_evicted_it():
     """Request 1 runs out of KV at t=5 and preempts itself; vLLM admits no one in that step, so it
     starts over at t=6 (the old engine readmitted it at once, with the block it had just freed)."""

@@ -114,3 +114,39 @@ def test_the_oracle_reads_the_named_non_v1_rules_with_v1_defaults():
     assert (r.prefill_only_steps, r.preempt_for_waiting, r.watermark_blocks) == (
         getattr(p, "prefill_only_steps", False), getattr(p, "preempt_for_waiting", False), 0)
     assert Rules.from_policy(BatchingPolicy(mode="continuous", watermark=0.1), 100, 0).watermark_blocks == 10
+
+
+def _recompute_last_prompt_block(merge: bool) -> KVCacheManager:
+    """r0's 32-token prompt is cached (hashes 7, 8) and freed; r1 has the same 32 tokens: its hit stops at 16
+    (the last token is computed: max_cache_hit_length = num_tokens - 1), so its second block is computed again
+    into a new block and named 8 while r0's copy of 8 still sits in the free queue."""
+    kv = KVCacheManager(4, enable_caching=True, merge_duplicates=merge)
+    r0 = Request(0, 32, 1, 0, [7, 8])
+    kv.allocate_slots(r0, 32)  # blocks 0, 1
+    kv.free(r0)  # the free queue: 2, 3, then 1, 0 (last first)
+    r1 = Request(1, 32, 1, 0, [7, 8])
+    hit, tokens = kv.get_computed_blocks(r1)
+    assert tokens == 16
+    kv.allocate_slots(r1, 16, tokens, hit)  # block 0 touched, block 2 from the queue's head
+    return kv
+
+
+def test_v1_keeps_both_copies_of_a_block_computed_twice():
+    # block_pool.py, BlockPool.cache_full_blocks: "We currently don't de-duplicate"; get_cached_block: the first
+    kv = _recompute_last_prompt_block(merge=False)
+    assert [b.block_id for b in kv.req_to_blocks[1]] == [0, 2]
+    assert sorted(kv.pool.cached[8]) == [1, 2] and kv.pool.get_cached_block(8).block_id == 1
+    assert [b.block_id for b in kv.pool.free_queue.blocks()] == [3, 1]
+    assert (kv.pool.blocks_in_use(), kv.pool.cached_free_blocks()) == (2, 1)
+
+
+def test_the_engines_rule_merges_a_block_computed_twice_into_the_cached_copy():
+    # the engine's named difference (block_pool.py's note; V0's promote_to_immutable_block, SGLang's radix cache):
+    # r1 takes r0's copy of 8 from the free queue, its own block 2 goes back to the queue's tail without a name
+    kv = _recompute_last_prompt_block(merge=True)
+    assert [b.block_id for b in kv.req_to_blocks[1]] == [0, 1]
+    assert list(kv.pool.cached[8]) == [1] and kv.pool.blocks[2].block_hash is None
+    assert [b.block_id for b in kv.pool.free_queue.blocks()] == [3, 2]
+    assert (kv.pool.blocks_in_use(), kv.pool.cached_free_blocks()) == (2, 0)
+    kv.free(Request(1, 32, 1, 0, [7, 8]))  # back last first: 1 (named 8), then 0 (named 7)
+    assert [b.block_id for b in kv.pool.free_queue.blocks()] == [3, 2, 1, 0]

@@ -42,32 +42,54 @@ def run(arrival, prompt, output, sp, max_seqs=256, budget=8192, chunked=False, k
 
 
 def test_perfect_drafts_emit_k_plus_one_tokens_until_the_output_ends():
-    """A = 1: after the prefill (1 token), 10 output tokens take 4 + 4 + 1 decode steps' tokens: k = min(K, owed
-    - 1), so the last token is decoded alone and nothing past the output is ever verified."""
+    """A = 1: after the prefill (1 token), 10 output tokens take 4 + 4 + 1 decode steps' tokens. vLLM V1 schedules
+    K drafts whatever the request still owes (scheduler.py, Scheduler.schedule: num_tokens_with_spec -
+    num_computed_tokens, capped by the budget only) and drops the tokens sampled past max_tokens (_update_request_
+    with_output, check_stop): the last step verifies 4 tokens, emits 1, and its 3 accepted drafts are padding."""
     out = run([0.0], [100], [10], spec(a=1.0))
     si = out.steps_i
     assert si[:, eng.S_PREFILL].tolist() == [100, 0, 0, 0]
     assert si[:, eng.S_DECODE].tolist() == [0, 4, 4, 1]
-    assert si[:, eng.S_PADDED].tolist() == [0, 0, 0, 0]
-    assert out.spec_steps_i[:, eng.SP_SEQS].tolist() == [0, 1, 1, 0]
-    assert out.spec_steps_i[:, eng.SP_PROPOSED].tolist() == [0, 3, 3, 0]
-    assert out.spec_steps_i[:, eng.SP_ACCEPTED].tolist() == [0, 3, 3, 0]
+    assert si[:, eng.S_PADDED].tolist() == [0, 0, 0, 3]
+    assert out.spec_steps_i[:, eng.SP_SEQS].tolist() == [0, 1, 1, 1]
+    assert out.spec_steps_i[:, eng.SP_PROPOSED].tolist() == [0, 3, 3, 3]
+    assert out.spec_steps_i[:, eng.SP_ACCEPTED].tolist() == [0, 3, 3, 0]  # accepted and emitted
     assert si[:, eng.S_LM].sum() == 10
     assert out.req_spec_accepted.tolist() == [6]
     # one inter-token gap per delivery: the 4 tokens of a verification arrive together
     assert out.itl_hist.sum() == 3
-    # KV: the blocks hold every verified token (vLLM's lookahead slots): 100 + 1 + 4 + 4 tokens -> 7 blocks
+    # KV: the blocks hold every verified token: 100 + 1 + 4 + 4 + 4 - 1 = 112 tokens -> 7 blocks (n-gram lookup
+    # keeps no KV: no lookahead slots)
+    assert si[:, eng.S_KV_BLOCKS].tolist() == [7, 7, 7, 0]
     assert out.req_f[0, eng.R_FINISH] == out.req_f[0, eng.R_RELEASE]
 
 
 def test_rejected_drafts_are_padded_slots():
-    """A = 0: every proposal is rejected, each step emits one token; the k rejected tokens are padded slots."""
+    """A = 0: every proposal is rejected, each step emits one token; the k rejected tokens are padded slots, K of
+    them up to the last decode (V1 does not cap the drafts by the tokens a request still owes)."""
     out = run([0.0], [100], [10], spec(a=0.0))
     si = out.steps_i
     assert si[1:, eng.S_DECODE].tolist() == [1] * 9
-    assert si[1:, eng.S_PADDED].tolist() == [3, 3, 3, 3, 3, 3, 2, 1, 0]
+    assert si[1:, eng.S_PADDED].tolist() == [3] * 9
     assert out.spec_steps_i[:, eng.SP_ACCEPTED].sum() == 0
-    assert out.spec_steps_i[:, eng.SP_PROPOSED].sum() == 21
+    assert out.spec_steps_i[:, eng.SP_PROPOSED].sum() == 27
+
+
+def test_a_proposer_with_kv_holds_k_lookahead_slots():
+    """vLLM V1 passes num_lookahead_tokens = K to allocate_slots for every running request when the proposer is a
+    draft model or EAGLE-style (scheduler.py, Scheduler.__init__; kv_cache_manager.py, allocate_slots); n-gram
+    lookup keeps none, and a waiting request's first allocation holds none either. Prompt 97, 12 output tokens,
+    K = 3, A = 0 (one token a step): decode d (1 .. 11) holds slots for its 97 + d - 1 computed tokens, the one it
+    adds and 3 drafts, with EAGLE 3 more; the tenth needs 110 slots (7 blocks) with n-gram, 113 (8) with EAGLE."""
+    out_n = run([0.0], [97], [12], spec("ngram", k=3, a=0.0))
+    out_e = run([0.0], [97], [12], spec("eagle", k=3, a=0.0))
+    kv_n = out_n.steps_i[:, eng.S_KV_BLOCKS].tolist()
+    kv_e = out_e.steps_i[:, eng.S_KV_BLOCKS].tolist()
+    blocks = lambda tokens: -(-tokens // KV_BLOCK_TOKENS)  # noqa: E731
+    # the prefill's 7 blocks, decodes 1 .. 10, and none once the eleventh finishes the request
+    assert kv_n == [7] + [blocks(97 + d + 3) for d in range(1, 11)] + [0]
+    assert kv_e == [7] + [blocks(97 + d + 6) for d in range(1, 11)] + [0]
+    assert (kv_n[-2], kv_e[-2]) == (7, 8)
 
 
 def test_verification_is_priced_as_k_plus_one_tokens_reading_the_context_once():

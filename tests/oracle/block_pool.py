@@ -7,6 +7,19 @@ block's tokens and its parent's hash, which names equal prefixes alike in the sa
 
 One simplification: vLLM takes one block out of the pool as its null block at start-up (BlockPool.__init__); the
 oracle's pool has exactly the blocks the engine's KV capacity counts.
+
+One named rule that is not V1's, ``merge_duplicates`` (off by default; tests/oracle/harness.py turns it on to compare
+with the engine): a block that becomes full while another block already holds its hash is merged into that copy:
+the request takes a reference to the cached copy in its place and gives its own block back, without a hash, to
+the free queue's tail. V1 keeps both copies (block_pool.py, BlockPool.cache_full_blocks: "We currently don't
+de-duplicate", so block tables stay append-only; get_cached_block returns the first copy). The engine merges on
+purpose, as vLLM V0's prefix-caching block allocator does (vllm/core/block/prefix_caching_block.py,
+PrefixCachingBlockAllocator.promote_to_immutable_block: a block whose content hash is already cached is replaced
+by the cached block id and its own is freed) and SGLang's radix cache does (python/sglang/srt/mem_cache/
+radix_cache.py, RadixCache.cache_finished_req: the KV indices of the part insert finds already in the tree are
+freed, the tree's kept): one cached copy per name keeps its tables indexed by block name (docs/ARCHITECTURE.md, Prefix
+caching, "One difference from V1"). The difference shows as one more free block per merge while both copies
+would be held, and in which copy a later lookup finds.
 """
 from __future__ import annotations
 
@@ -55,9 +68,10 @@ class FreeQueue:
 class BlockPool:
     """block_pool.BlockPool: the GPU blocks, the free queue and the hash -> cached blocks index."""
 
-    def __init__(self, num_blocks: int, enable_caching: bool) -> None:
+    def __init__(self, num_blocks: int, enable_caching: bool, merge_duplicates: bool = False) -> None:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
+        self.merge_duplicates = merge_duplicates  # the engine's rule (the module's note); V1: False
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_queue = FreeQueue(self.blocks)
         # BlockPool.cached_block_hash_to_block: a hash maps to EVERY block that holds it (block id -> block).
@@ -78,11 +92,20 @@ class BlockPool:
 
     def cache_full_blocks(self, blocks: list[Block], hashes: list, num_cached: int, num_full: int) -> None:
         """BlockPool.cache_full_blocks: blocks[num_cached:num_full] have just become full: each takes its hash and
-        enters the index beside any other copy of it."""
+        enters the index beside any other copy of it. With ``merge_duplicates`` (the engine's rule, the module's
+        note) a block whose hash another block holds is replaced in ``blocks`` (the request's block list) by that
+        copy, touched, and its own block goes back to the free queue's tail without a hash."""
         for j in range(num_cached, num_full):
             blk = blocks[j]
             if blk.block_hash is not None:  # (a block taken from the cache by get_computed_blocks)
                 continue
+            if self.merge_duplicates:
+                copy = self.get_cached_block(hashes[j])
+                if copy is not None:
+                    self.touch([copy])
+                    blocks[j] = copy
+                    self.free_blocks([blk])
+                    continue
             blk.block_hash = hashes[j]
             self.cached.setdefault(hashes[j], {})[blk.block_id] = blk
 

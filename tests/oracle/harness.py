@@ -8,7 +8,7 @@ is 1 s (tests.test_engine.const_cost) unless it swaps.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -110,6 +110,10 @@ def scenario(cls: str, seed: int) -> Scenario:
     kw.update(CLASSES[cls])
     if cls == "spec":
         kw.update(spec_tokens=spec_k, spec_acceptance=float(rng.choice([0.0, 1.0])))
+        # the proposer: n-gram lookup (no KV of its own) or an EAGLE head (K lookahead slots), from a stream of its
+        # own so the scenario's other draws stay as they were
+        kw.update(spec_decode=str(np.random.default_rng([seed, list(CLASSES).index(cls), 1]).choice(
+            ["ngram", "eagle"])))
     policy = BatchingPolicy(mode="continuous", max_num_seqs=int(rng.integers(1, 9)), max_num_batched_tokens=budget,
                             **kw)
     swap_cap = int(rng.integers(0, 2 * longest)) if cls == "swap" else 0
@@ -201,7 +205,8 @@ def compare(sc: Scenario) -> Outcome:
     both sides' values."""
     out = run_engine(sc)
     si, sf = out.steps_i, out.steps_f
-    rules = Rules.from_policy(sc.policy, sc.kv_blocks, sc.swap_cap_tokens)
+    # the engine's deliberate difference from V1, run by the oracle too: one cached copy per block name
+    rules = replace(Rules.from_policy(sc.policy, sc.kv_blocks, sc.swap_cap_tokens), merge_duplicate_blocks=True)
     sched = Scheduler(rules)
     n = len(sc.prompt)
     reqs = requests(sc)

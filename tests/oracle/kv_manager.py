@@ -16,9 +16,12 @@ def cdiv(a: int, b: int) -> int:
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, enable_caching: bool) -> None:
+    def __init__(self, num_blocks: int, enable_caching: bool, merge_duplicates: bool = False) -> None:
         self.enable_caching = enable_caching
-        self.pool = BlockPool(num_blocks, enable_caching)
+        # max_model_len: allocate_slots holds at most this many slots per request (num_tokens_need_slot); a server's
+        # cache must hold it (V1 refuses to start otherwise): here the cache's capacity, as the engine takes it
+        self.max_model_len = num_blocks * BLOCK
+        self.pool = BlockPool(num_blocks, enable_caching, merge_duplicates)
         self.req_to_blocks: dict[int, list[Block]] = {}
         self.num_cached_block: dict[int, int] = {}
 
@@ -69,7 +72,8 @@ class KVCacheManager:
                             num_lookahead_tokens) -> tuple[int, int]:
         """SingleTypeKVCacheManager.get_num_blocks_to_allocate: (new blocks, hit blocks nobody holds)."""
         held = self.req_to_blocks.get(req.rid, ())
-        need_slots = req.num_computed_tokens + num_new_computed_tokens + num_new_tokens + num_lookahead_tokens
+        need_slots = min(req.num_computed_tokens + num_new_computed_tokens + num_new_tokens + num_lookahead_tokens,
+                         self.max_model_len)
         num_new_blocks = cdiv(need_slots, BLOCK) - len(held) - len(new_computed_blocks)
         return max(num_new_blocks, 0), sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
 

@@ -69,9 +69,11 @@ class Rules:
     prefix_caching: bool
     spec_k: int = 0  # draft tokens proposed per decode (0: no speculation)
     spec_accept: float = 1.0  # 1.0: every draft token accepted; 0.0: none
+    lookahead: int = 0  # num_lookahead_tokens: K with a proposer that keeps KV (draft model, EAGLE, MTP), else 0
     watermark_blocks: int = 0
     prefill_only_steps: bool = False
     preempt_for_waiting: bool = False
+    merge_duplicate_blocks: bool = False  # the engine's block-pool rule (block_pool.py's note); V1 keeps copies
 
     @classmethod
     def from_policy(cls, policy, kv_blocks: int, swap_cap_tokens: int) -> "Rules":
@@ -85,6 +87,7 @@ class Rules:
                    swap_cap_tokens=int(swap_cap_tokens), kv_blocks=int(kv_blocks),
                    prefix_caching=bool(policy.prefix_caching), spec_k=spec_k,
                    spec_accept=float(policy.spec_acceptance),
+                   lookahead=spec_k if getattr(policy, "spec_decode", "off") in ("draft", "eagle", "mtp") else 0,
                    watermark_blocks=int(getattr(policy, "watermark", 0.0) * kv_blocks),
                    prefill_only_steps=bool(getattr(policy, "prefill_only_steps", False)),
                    preempt_for_waiting=bool(getattr(policy, "preempt_for_waiting", False)))
@@ -148,7 +151,7 @@ class WaitingQueue:
 class Scheduler:
     def __init__(self, rules: Rules) -> None:
         self.rules = rules
-        self.kv = KVCacheManager(rules.kv_blocks, rules.prefix_caching)
+        self.kv = KVCacheManager(rules.kv_blocks, rules.prefix_caching, rules.merge_duplicate_blocks)
         self.waiting = WaitingQueue(rules.priority)
         self.running: list[Request] = []
         self.swapped: list[Request] = []
@@ -191,9 +194,12 @@ class Scheduler:
         """Scheduler.schedule's allocation loop for a running request: allocate_slots, and while it fails
         preempt: with priority max(running, key=(priority, arrival_time)) over the whole running list, giving
         back the tokens already granted to it in this step; otherwise self.running.pop(), the last one. When the
-        victim is the request itself it is not scheduled. Returns (scheduled, budget, i)."""
+        victim is the request itself it is not scheduled. Every running request's allocation holds
+        num_lookahead_tokens more slots (Scheduler.__init__: num_spec_tokens when the proposer is a draft model or
+        EAGLE-style, use_eagle covering MTP; 0 for n-gram lookup); a waiting request's first admission holds none
+        (effective_lookahead_tokens is 0 while num_computed_tokens is 0). Returns (scheduled, budget, i)."""
         while True:
-            if self.kv.allocate_slots(req, n) is not None:
+            if self.kv.allocate_slots(req, n, num_lookahead_tokens=self.rules.lookahead) is not None:
                 return True, budget, i
             if self.rules.priority:
                 victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
@@ -239,7 +245,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(req.num_tokens + req.spec - req.num_computed_tokens, budget)
+            # ("Make sure the input position does not exceed the max model len": max_model_len - 1 - computed)
+            n = min(req.num_tokens + req.spec - req.num_computed_tokens, budget,
+                    self.kv.max_model_len - 1 - req.num_computed_tokens)
             ok, budget, i = self._allocate_running(req, n, budget, i)
             if not ok:
                 break
@@ -252,10 +260,18 @@ class Scheduler:
 
     def _swap_in(self, budget: int) -> int:
         """V0's Scheduler._schedule_swapped: swapped requests come back oldest first (by priority first with
-        priority on: the policy's sort_by_priority), each needing a sequence slot, its blocks (its KV + the next
-        token) and, if it decodes, one token of the budget; the first that does not fit stops it. One that
-        decodes runs its decode in this step; one swapped out mid-prefill takes its next chunk."""
+        priority on: the policy's sort_by_priority), each needing a sequence slot, its blocks (its KV + the tokens
+        it is given) and a token of the budget at least; the first that does not fit stops it. One that decodes
+        runs its decode in this step; one swapped out mid-prefill takes its next chunk (the budget left; without
+        chunked prefill all of its prompt, or it waits). V0 then rebuilds
+        its running queue (Scheduler._schedule_chunked_prefill: self.running.extend, swapped-in decodes first,
+        then swapped-in prefills, running decodes, running prefills, new prefills): a swapped-in decode goes to
+        the front of the running list, in the order they came back; a swapped-in prefill goes after every
+        decode, before the running prefills (the engine keeps decodes ahead of prefills, as V0's chunked
+        prefill prioritizes decodes; V0 would put it before the running decodes)."""
         st = self.step
+        front = 0  # decodes swapped in so far
+        pre = sum(1 for r in self.running if not r.prefilling())  # where the next swapped-in prefill goes
         for req in sorted(self.swapped, key=lambda r: (r.priority if self.rules.priority else 0, r.arrival_time)):
             if len(self.running) >= self.rules.max_num_seqs or budget <= 0:
                 break
@@ -271,7 +287,12 @@ class Scheduler:
             req.host_tokens = 0
             st.swap_tokens += kv_tokens
             self.kv.allocate_slots(req, n)
-            self.running.append(req)
+            if req.prefilling():
+                self.running.insert(pre, req)
+            else:
+                self.running.insert(front, req)
+                front += 1
+            pre += 1
             self.scheduled[req.rid] = n
             req.spec_scheduled = 0
             budget -= n

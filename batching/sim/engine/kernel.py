@@ -393,9 +393,6 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                     if short < 0:  # it scheduled r, which has blocks to name
                         r = -1 - short
                         pc_name_nb(r, (seqs.kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc, b.n, out.req_pre[r] == 0)
-            # (1b) swapped sequences back in, decoding with the others
-            if si[step, S_PREEMPTED] == 0 and b.n[B_SWAPPED] > 0:
-                nd = schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec)
             if not halted:
                 # (2) the next chunk of the prefills under way (without chunked prefill only a sequence longer
                 # than the budget is ever under way: schedule_waiting_nb); when KV runs out, preempt and go on
@@ -413,6 +410,9 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                             r = -1 - short
                             pc_name_nb(r, (seqs.kv[r] + seqs.sched[r]) // KV_BLOCK_TOKENS, inp, seqs, pc, b.n,
                                        out.req_pre[r] == 0)
+                # (2b) swapped sequences back in with the budget left (vLLM V0's order), unless this step preempted
+                if si[step, S_PREEMPTED] == 0 and b.n[B_SWAPPED] > 0:
+                    schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec)
                 # (3) new requests, unless this step preempted
                 if si[step, S_PREEMPTED] == 0 and b.n[B_WAITING] > 0:
                     if pc is not None:
@@ -467,8 +467,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
             if spec.drafts and (ns > 0 or n_pre > 0):
                 # the proposer (vLLM V1's EAGLE proposer, SGLang's EAGLE worker): a first pass over every prompt
                 # token of the step and, per speculating sequence, its tokens accepted last step plus one (the
-                # catch-up), then k - 1 passes over the ns sequences (k = proposed / ns, K unless outputs or the
-                # budget cut it); each pass its fixed cost, linear layers, element-wise ops, all-reduces
+                # catch-up), then k - 1 passes over the ns sequences (k = proposed / ns, K unless the budget
+                # cuts it); each pass its fixed cost, linear layers, element-wise ops, all-reduces
                 # (draft_tab by token count), a read of its own KV and its LM head
                 tab_d = spec.draft_tab
                 n_first = ns + n_pre + spec.steps_i[step, SP_ACCEPTED]

@@ -1,12 +1,13 @@
 """Stage helpers of the token-step engine (DESIGN §2), ``*_nb`` functions on the NamedTuples of
 engine.state, changed in place: waiting queues, recording a step, the stages of one
-continuous-batching step in the order vLLM's scheduler runs them (running decodes, swapped
-sequences coming back, prefill chunks under way, waiting requests), preemption, and applying a
-step once its tokens exist.
+continuous-batching step in the order vLLM's scheduler runs them (running decodes, prefill chunks
+under way, swapped sequences coming back, waiting requests), preemption, and applying a step once
+its tokens exist.
 
 The running list keeps the sequences past their prefill first and the prefills under way after
 them, each group in admission order: prefill chunks are handed out in list order, so prefills
-complete in that order, and a sequence swapped back in joins the end of the decodes.
+complete in that order. A sequence swapped back in goes to the front of the list if it decodes,
+before the prefills under way if it does not (schedule_swapped_nb).
 
 Speed: every array handed to a function is reference-counted (two atomic operations), which
 would cost more than a step's work; LLVM's pruning pass removes those counts only over simple
@@ -898,11 +899,19 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
     """(1) Running: one decode token for each sequence past its prefill (they lead the running
     list), from run[i] on, while the token budget lasts.
 
-    Speculative decoding (``spec``, while ``spec_on``): a sequence verifies k + 1 tokens, k = min(K, tokens it
-    still owes - 1, budget left - 1) proposed ones and the one the target adds (each counts in the budget, as
-    vLLM V1's scheduler counts them); its KV blocks cover all k + 1 (vLLM's lookahead slots). How many of the k
-    are accepted is sampled here (geometric, P(>= j accepted) = A^j, closed form: no loop in this loop): it emits
-    accepted + 1 tokens (S_DECODE), the rejected ones are computed for nothing (S_PADDED).
+    Speculative decoding (``spec``, while ``spec_on``): a sequence verifies k + 1 tokens, k = min(K, budget left - 1)
+    proposed ones and the one the target adds (each counts in the budget), as vLLM V1 schedules them
+    (vllm/v1/core/sched/scheduler.py, Scheduler.schedule: num_tokens_with_spec - num_computed_tokens, capped by the
+    budget only; update_draft_token_ids sets K drafts whatever the request still owes). Its KV blocks cover all
+    k + 1 and, with a proposer that keeps KV of its own (a draft model, an EAGLE head, MTP: ``spec.drafts``), K
+    more: V1 passes num_lookahead_tokens = K to KVCacheManager.allocate_slots for every running request. How many
+    of the k are accepted is sampled here (geometric, P(>= j accepted) = A^j, closed form: no loop in this loop);
+    it emits accepted + 1 tokens, at most the tokens it still owes (S_DECODE): V1 drops what follows max_tokens
+    (Scheduler._update_request_with_output trims the sampled tokens at check_stop). The rest of the k + 1, rejected
+    or accepted past the output, is computed for nothing (S_PADDED); SP_ACCEPTED counts the accepted ones emitted.
+    V1 bounds a request's positions by max_model_len (num_new_tokens at most max_model_len - 1 - num_computed_tokens,
+    slots at most max_model_len), which a server's KV cache must hold (V1 refuses to start otherwise): here the
+    cache's capacity, so a request that fits the cache alone is never refused its drafts' or lookahead's blocks.
 
     Returns (index where the prefills under way begin, 0), or, when run[i] needs more KV blocks
     than are free, (i, blocks it needs): the caller makes room (``make_room_nb``) and resumes; or, when the
@@ -935,12 +944,17 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
             i += 1
         else:
             kr = 0
+            slots = kv[r] + 1
             if spec is not None:
+                cap = knobs.kv_blocks * KV_BLOCK_TOKENS  # max_model_len (the docstring)
                 if spec_on:
-                    kr = min(spec.k, inp.output[r] - seqs.gen[r] - 1, room - n_dec - 1)
+                    kr = min(spec.k, room - n_dec - 1, cap - kv[r] - 2)
                     if kr < 0:
                         kr = 0
-            need = blocks_for_nb(kv[r] + 1 + kr) - blocks[r]
+                slots = kv[r] + 1 + kr
+                if spec.drafts:
+                    slots = min(slots + spec.k, cap)  # lookahead slots (V1's num_lookahead_tokens)
+            need = blocks_for_nb(slots) - blocks[r]
             if need > free:
                 short = need  # KV ran out: the caller makes room
                 going = False
@@ -966,8 +980,9 @@ def schedule_decodes_nb(i, inp, seqs, b, pc, knobs, out, step, spec, spec_on):
                     if kr > 0:
                         x = np.log(1.0 - np.random.random()) * spec.inv_log_a
                         acc = kr if not (x < kr) else int(x)  # (x is inf or nan when A is 1)
-                        spec.emit[r] = acc + 1
-                        rej += kr - acc
+                        e = min(acc + 1, inp.output[r] - seqs.gen[r])  # past max_tokens: dropped
+                        spec.emit[r] = e
+                        rej += kr + 1 - e
                         n_spec += 1
                         proposed += kr
                         sctx += kv[r] + 1
@@ -1000,40 +1015,59 @@ def best_swapped_nb(b, cls, arrival):
 
 @njit(cache=True, nogil=True, inline="always")
 def schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec):
-    """(1b) Swapped sequences come back (highest class, then earliest first) while sequence slots,
-    the budget and free blocks allow, their KV copied in over PCIe in this step; one past its
-    prefill decodes in this step, placed at the end of the decodes (index ``nd``), so before any
-    prefill chunk. A swapped sequence of a class below the waiting queue's head waits for it.
-    Not run in a step that preempted. Returns the new end of the decodes."""
+    """(2b) Swapped sequences come back (highest class, then earliest first) with what the running sequences'
+    decodes and chunks left of the budget, as vLLM V0 orders its step (vllm/core/scheduler.py,
+    Scheduler._schedule_chunked_prefill: _schedule_running, then _schedule_swapped with the budget left, then
+    _schedule_prefills), while sequence slots, the budget and free blocks allow, the first that does not fit
+    stopping it; their KV is copied in over PCIe in this step. One past its prefill decodes one token (blocks for
+    its KV + 1; speculation waits for the next step); one swapped out mid-prefill takes its next chunk, the budget
+    left (all of its prompt without chunked prefill, or it waits), with blocks for its KV + the chunk: nothing later
+    in the step can take them back, so no sequence is swapped in and out in one step (V0's
+    SchedulerOutputs.__post_init__ asserts as much). A swapped sequence of a class below the waiting queue's head
+    waits for it. Not run in a step that preempted.
+
+    Where they go in the running list: V0 rebuilds its running queue as swapped-in decodes, swapped-in prefills,
+    then the running decodes and prefills; here swapped-in decodes lead the list likewise (in the order they came
+    back), and swapped-in prefills go before the running prefills but after every decode (the engine's invariant,
+    read by schedule_decodes_nb: decodes lead, as V0's chunked prefill prioritizes decodes). ``nd``: where the
+    prefills begin in the running list."""
     cnt, swapped, cls = b.n, b.swapped, seqs.cls
     kv, target = seqs.kv, seqs.target
     si = out.steps_i
-    budget = knobs.budget
+    room = knobs.budget - si[step, S_PREFILL] - si[step, S_DECODE]
     if spec is not None:
-        budget -= si[step, S_PADDED]
+        room -= si[step, S_PADDED]
+    front = 0  # decodes swapped in so far: the next goes at this index
+    pre = nd  # where the next swapped-in prefill goes
     going = True
-    while going and cnt[B_SWAPPED] > 0 and cnt[B_RUNNING] < knobs.max_seqs:
+    while going and cnt[B_SWAPPED] > 0 and cnt[B_RUNNING] < knobs.max_seqs and room > 0:
         j = best_swapped_nb(b, cls, out.req_f[:, R_ARRIVAL])
         s = swapped[j]
-        decoding = kv[s] >= target[s]
-        need = blocks_for_nb(kv[s] + 1)
+        left = target[s] - kv[s]
+        decoding = left <= 0
+        c = 1 if decoding else min(left, room)
+        need = blocks_for_nb(kv[s] + c)
         if cnt[B_WAITING] > 0 and cls[s] > q_first_class_nb(q):
             going = False  # a waiting request of a higher class goes first
-        elif decoding and si[step, S_PREFILL] + si[step, S_DECODE] >= budget:
-            going = False
+        elif c < left and not knobs.chunked:
+            going = False  # a whole prompt or nothing
         elif need > cnt[B_FREE]:
             going = False
         else:
-            _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step)
             if decoding:
-                nd += 1
-    return nd
+                _swap_in_nb(s, j, front, c, need, seqs, b, out, step)
+                front += 1
+                pre += 1
+            else:
+                _swap_in_nb(s, j, pre, c, need, seqs, b, out, step)
+                pre += 1
+            room -= c
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
-    """Swapped[j] = ``s`` back into the running list at index ``nd``, its KV copied in; one past
-    its prefill decodes in this step."""
+def _swap_in_nb(s, j, at, c, need, seqs, b, out, step):
+    """Swapped[j] = ``s`` back into the running list at index ``at``, its KV copied in, ``c`` tokens scheduled:
+    one decode token past its prefill, else its next chunk."""
     run, cnt, swapped = b.run, b.n, b.swapped
     kv = seqs.kv
     si = out.steps_i
@@ -1043,17 +1077,22 @@ def _swap_in_nb(s, j, nd, decoding, need, seqs, b, out, step):
     cnt[B_SWAP_USED] -= kv[s]
     si[step, S_SWAP_TOKENS] += kv[s]
     cnt[B_FREE] -= need
-    seqs.blocks[s] = need  # its own blocks: pc_register_nb names them again as it decodes
+    seqs.blocks[s] = need  # its own blocks: pc_register_nb names them again when it is next scheduled
     nr = cnt[B_RUNNING]
-    for i in range(nr, nd, -1):
+    for i in range(nr, at, -1):
         run[i] = run[i - 1]
-    run[nd] = s
+    run[at] = s
     cnt[B_RUNNING] = nr + 1
-    if decoding:
-        seqs.sched[s] = 1
+    seqs.sched[s] = c
+    if kv[s] >= seqs.target[s]:
         si[step, S_DECODE] += 1
         si[step, S_LM] += 1
         out.steps_f[step, F_DECODE_CTX] += kv[s] + 1
+    else:
+        si[step, S_PREFILL] += c
+        out.steps_f[step, F_ATTN_WORK] += c * (kv[s] + 0.5 * c)
+        if kv[s] + c == seqs.target[s]:
+            si[step, S_LM] += 1
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1096,6 +1135,9 @@ def schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec, cap):
             i += 1  # the budget is spent
         else:
             need = blocks_for_nb(kv[r] + c) - blocks[r]
+            if spec is not None:
+                if spec.drafts:  # lookahead slots, at most max_model_len (schedule_decodes_nb)
+                    need = blocks_for_nb(min(kv[r] + c + spec.k, knobs.kv_blocks * KV_BLOCK_TOKENS)) - blocks[r]
             if need > free:
                 short = need  # KV ran out: the caller makes room
                 going = False
@@ -1172,7 +1214,15 @@ def schedule_waiting_nb(t, whole, inp, seqs, q, b, pc, knobs, out, step, spec):
         left = target[h] - hit
         c = min(left, knobs.budget) if whole else min(left, knobs.budget - tokens)
         if knobs.preempt == PREEMPT_OFF:
-            fresh = blocks_for_nb(target[h] + inp.output[h] - seqs.gen[h]) - m
+            extra = 0
+            if spec is not None:
+                # its last decode (KV for prompt + output - 2 tokens) verifies K drafts past its output and, with a
+                # proposer keeping KV, holds K lookahead slots too (schedule_decodes_nb)
+                extra = spec.k - 1
+                if spec.drafts:
+                    extra += spec.k
+            fresh = blocks_for_nb(min(target[h] + inp.output[h] - seqs.gen[h] + extra,
+                                      max(target[h] + inp.output[h] - seqs.gen[h], knobs.kv_blocks * KV_BLOCK_TOKENS))) - m
         else:
             fresh = blocks_for_nb(target[h] if whole else hit + c) - m
         need = fresh + m0  # free blocks it takes: new ones, and cached ones nobody was using

@@ -252,8 +252,9 @@ def prefix_tables(n_ids: int, kv_blocks: int, instances: int | None = None) -> P
 
 class Spec(NamedTuple):
     """Speculative decoding (speculative.spec_for builds it; None when off, and the kernels are then compiled
-    without it). Each step, a decoding sequence proposes k = min(K, tokens it still owes - 1, budget left - 1)
-    draft tokens while fewer than ``disable_at`` sequences run; acceptance per token with probability A."""
+    without it). Each step, a decoding sequence proposes k = min(K, budget left - 1) draft tokens while fewer than
+    ``disable_at`` sequences run (as vLLM V1, whatever it still owes: what is accepted past its output is dropped);
+    acceptance per token with probability A."""
 
     k: int  # K, draft tokens proposed per sequence and step
     inv_log_a: float  # 1 / ln A (accepted = floor(ln U / ln A) capped at k, U uniform on (0, 1]: P(>= j) = A^j)
