@@ -198,6 +198,14 @@ def test_tune_crossover_view():
     assert len(tpot_on) == sx.POINTS
     assert at.info[0].value == study.sentence()
     assert any(c.value.startswith("Each point is one run of 200 requests") for c in at.caption)
+    # issue 39 item 4: the verdict is the capacity within the SLOs with and without speculation, TPOT second
+    assert study.slo_capacity_on_req_s > 0 and study.slo_capacity_off_req_s > 0
+    assert study.sentence().startswith("Capacity within the SLOs (")
+    assert [m.label for m in at.metric] == ["Capacity within the SLOs, with (req/s)", "Without (req/s)",
+                                            "With / without"]
+    # method, K, acceptance and where the acceptance comes from (no row for Qwen2.5: the flat default, said so)
+    assert any(c.value.startswith("Speculation: EAGLE, K = 3, A = 0.8") and "no published row" in c.value
+               for c in at.caption)
 
 
 def test_tune_crossover_view_from_the_link_with_the_user_s_speculation():
