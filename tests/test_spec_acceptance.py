@@ -108,3 +108,16 @@ def test_run_prints_and_writes_method_k_and_acceptance(tmp_path, capsys):
     assert "# speculation: EAGLE, K = 3, A = 0.743" in text and "vllm-project/vllm issue #26191" in text
     spec = json.loads(out.read_text())["speculation"]
     assert spec["method"] == "eagle" and spec["k"] == 3 and spec["acceptance_source"].startswith("published:")
+
+
+def test_capacity_prints_and_writes_method_k_and_acceptance(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert main(["capacity", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--precision", "fp8", "--workload", "chat",
+                 "--requests", "40", "--slo-tpot-ms", "100", "--spec-decode", "mtp", "--spec-tokens", "1",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "# speculation: MTP, K = 1, A = 0.85 (1.85 tokens per verification); acceptance published: DeepSeek-V3" \
+        in text
+    spec = json.loads(out.read_text())["speculation"]
+    assert (spec["method"], spec["k"], spec["acceptance"]) == ("mtp", 1, 0.85)
+    assert "2412.19437" in spec["acceptance_source"]
