@@ -121,7 +121,7 @@ def tune(base: Scenario) -> None:
         pp, preset = knobs.preset_select(PREFIX, DEFAULT_PRESET, "Policy preset")
     fixed = st.expander("Knobs held fixed while sweeping (from the preset; the swept knob overrides its own)")
     with fixed:
-        kps, choice = knobs.policy_knobs(PREFIX, preset)
+        kps, choice = knobs.policy_knobs(PREFIX, preset, model=base.deployment.model)
         st.markdown("**Traffic mix and memory**")
         sps, sc = knobs.scenario_knobs(base)
     policy = choice.policy or PRESETS[preset]
@@ -375,7 +375,7 @@ def crossover(base: Scenario, vp: Param) -> None:
                              "speculation.", **state.bind("x_points"))
     with st.expander("Policy knobs: speculative decoding (method, K, A) is read from here; off compares EAGLE, "
                      "K = 3 at the published acceptance of the model's family (batching/data/spec_acceptance.csv)"):
-        kps, choice = knobs.policy_knobs(PREFIX, preset)
+        kps, choice = knobs.policy_knobs(PREFIX, preset, model=base.deployment.model)
         st.markdown("**Traffic mix and memory**")
         sps, sc = knobs.scenario_knobs(base)
     names = widgets.guarded(lambda: class_names(sc), "The workload's classes")
