@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from batching.cli.args import (add_policy_args, calibration_line, add_scenario_args, arrivals_text, build_scenario, check_output_file,
-                               check_folder_inputs, check_output_folder, disagg_line, fleet_lines, fmt, pick, prefix_line, spec_json, spec_line,
-                               summary_keys,
-                               write_files, write_json)
+                               check_folder_inputs, check_output_folder, disagg_line, fleet_lines, fmt, pick, prefix_line, summary_keys,
+                               spec_json, spec_line, write_files, write_json)
 from batching.cli.compare import OVERLOAD_KEYS, compare_fields
 from batching.sim.simulate import rejected_line, simulate
 from batching.studies.compare import is_unbounded, unbounded_text, with_capacity
