@@ -122,3 +122,13 @@ def test_capacity_prints_and_writes_method_k_and_acceptance(tmp_path, capsys):
     spec = json.loads(out.read_text())["speculation"]
     assert (spec["method"], spec["k"], spec["acceptance"]) == ("mtp", 1, 0.85)
     assert "2412.19437" in spec["acceptance_source"]
+
+
+def test_exports_name_the_speculation_in_the_scenario_rows():
+    from batching.report import scenario_rows
+
+    sc = build_scenario(make_parser().parse_args(["run", "--model", "deepseek-v3", "--gpu", "h200-sxm",
+                                                  "--precision", "fp8", "--spec-decode", "mtp", "--spec-tokens", "1"]))
+    rows = dict(scenario_rows(sc))
+    assert rows["Speculation"].startswith("MTP, K = 1, A = 0.85") and "2412.19437" in rows["Speculation"]
+    assert "Speculation" not in dict(scenario_rows(sc.with_policy(with_knobs(sc.policy, spec_decode="off"))))
