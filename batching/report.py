@@ -29,6 +29,7 @@ from batching.charts import policy as charts
 from batching.charts.export import caption_of, scenario_caption, with_caption
 from batching.charts.formatting import change_frame, class_frame, report_frame
 from batching.sim.topology.fleet import ROUTER_HELP, ROUTERS
+from batching.sim.engine.spec_table import spec_text
 from batching.sim.policy import PRESETS, BatchingPolicy
 from batching.sim.simulate import Scenario, SimResult
 from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
@@ -106,6 +107,8 @@ def scenario_rows(scenario: Scenario, rate: str | None = None) -> list[tuple[str
     ]
     if isinstance(wl, SyntheticWorkload):
         rows += [("Requests", f"{wl.num_requests:,}"), ("Seed", str(wl.seed))]
+    if spec_text(scenario.policy):  # method, K, acceptance and its source (issue 39 item 4)
+        rows.append(("Speculation", spec_text(scenario.policy)))
     return rows
 
 

@@ -21,12 +21,13 @@ from batching.sim.hardware.specs import DEFAULT_GPU, GPUS_PER_NODE
 from batching.studies.pricing import DEFAULT_HEADROOM
 from batching.studies import disagg_capacity as dc
 from batching.studies.planning import CapacityPlan, plan_capacity
-from batching.ui import cache, nav, page, planning, state, widgets
+from batching.ui import cache, nav, page, planning, spec_price, state, widgets
 from batching.ui.params import Param
 from batching.ui.safe import plain
 from batching.ui import downloads
 
 LAST = "capacity_last"
+LAST_POLICIES = "capacity_last_policies"  # session: the policies of the last plan (the presets, speculating as asked)
 SPLIT_LAST = "capacity_split_last"  # session: the last aggregated-vs-disaggregated comparison that ran
 POLICIES = "policies"
 VIEW, SPLIT_POLICY = "cap_view", "split_policy"
@@ -167,6 +168,8 @@ def plan_view(base: Scenario) -> None:
     sps = planning.load_slo_params(names)
     ps = params(base)
     state.load_with_notices(ps)
+    xps = spec_price.params()
+    state.load_with_notices(xps)
     follow_gpu(base)
     r = {p.key: p.widget_range() for p in ps if p.key != POLICIES}
     st.subheader("Service-level objectives and the plan", divider="gray")
@@ -191,9 +194,14 @@ def plan_view(base: Scenario) -> None:
     st.session_state[state.widget_key(POLICIES)] = chosen
     st.multiselect("Policies", list(PRESETS), key=state.widget_key(POLICIES), on_change=_policies_changed,
                    help="The presets to plan with; each one's search runs about 7 simulations.")
-    state.publish([*sps, *ps, *vps])
+    spec_price.controls(st.columns(3, gap="medium"))  # speculation priced through the same search (issue 39 item 4)
+    state.publish([*sps, *ps, *vps, *xps])
+    spec = spec_price.Speculation.from_state()
+    pols = widgets.guarded(lambda: {n: spec.apply(PRESETS[n], base) for n in chosen}, "Speculative decoding")
+    if pols is None:
+        return
     # a disaggregated scenario runs iteration-level batching only: the others are skipped, with one caption
-    chosen = list(cache.runnable_policies(base, {n: PRESETS[n] for n in chosen}))
+    chosen = list(cache.runnable_policies(base, pols))
 
     if not chosen:
         st.warning("Pick at least one policy to plan with." if base.disagg is None else
@@ -207,7 +215,7 @@ def plan_view(base: Scenario) -> None:
         return
     target, usd = float(state.value("target")), float(state.value("usd"))
     headroom = float(state.value("headroom"))
-    tasks = [(name, lambda name=name: planning.capacity_cached(base.with_policy(PRESETS[name]), slo))
+    tasks = [(name, lambda name=name: planning.capacity_cached(base.with_policy(pols[name]), slo))
              for name in chosen]
     found = widgets.guarded(lambda: cache.run_with_progress(tasks, "Searching for the highest rate within the "
                                                                    "SLOs"), "The capacity search")
@@ -219,6 +227,7 @@ def plan_view(base: Scenario) -> None:
     else:
         plan = plan_capacity(base, slo, dict(zip(chosen, found)), target, usd, headroom)
         st.session_state[LAST] = plan
+        st.session_state[LAST_POLICIES] = {n: pols[n] for n in chosen}
     _results(plan)
 
 
@@ -257,6 +266,12 @@ def _frame(plan: CapacityPlan) -> pd.DataFrame:
             row[header] = v
         rows[name] = row
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def _plan_policies(plan: CapacityPlan) -> dict:
+    """The policies the plan searched: the presets, speculating as the control asked when it ran."""
+    last = st.session_state.get(LAST_POLICIES) or {}
+    return {n: last.get(n, PRESETS.get(n)) for n in plan.results if n in last or n in PRESETS}
 
 
 # per-class table: by_priority key -> (header, factor, format, tooltip)
@@ -342,7 +357,11 @@ def _results(plan: CapacityPlan) -> None:
         else:
             config[header] = st.column_config.NumberColumn(header, help=tip, format=fmt)
     st.dataframe(df, column_config=config, width="stretch")
-    launch_expander({n: base.with_policy(PRESETS[n]) for n in plan.results if n in PRESETS})
+    policies = _plan_policies(plan)
+    spec_line = spec_price.Speculation.caption(policies)
+    if spec_line:
+        st.caption(plain(spec_line))
+    launch_expander({n: base.with_policy(p) for n, p in policies.items()})
     room = f" {headroom_note(plan.headroom, own_profile(base))} The rate per node is the simulator's own."
     where = report.price_source(plan)
     start, why = default_page_price(base, DEFAULT_GPU)
@@ -372,7 +391,7 @@ def _results(plan: CapacityPlan) -> None:
 
     name = charts.slug("capacity", report.scenario_slug(base, rate=False))
     line = scenario_caption(base, rate="rate searched")  # as the exported figures say (report --page capacity)
-    drawn = (base, slo, tuple(plan.results), plan.headroom)
+    drawn = (base, slo, tuple(plan.results), plan.headroom, tuple(policies.values()))
     bars = _figure("bars", (*drawn, target, usd), lambda: report.capacity_bars(plan))
     widgets.chart(bars, "Left: requests per second one node sustains with every class within its SLOs (higher is "
                   "better). Middle: nodes for the target traffic. Right: dollars per million output tokens at the "
@@ -408,7 +427,7 @@ def _results(plan: CapacityPlan) -> None:
                                            (curves, "Goodput (requests within every SLO per second "
                                                     "while requests arrive, the drain not counted) and SLO "
                                                     "attainment against the request rate.")],
-                                  tables=tables, policies={n: PRESETS[n] for n in plan.results},
+                                  tables=tables, policies=policies,
                                   verdict=sentence, link=link, rate="rate searched")
 
     table_csv = df.rename_axis("policy").reset_index()

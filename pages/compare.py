@@ -23,7 +23,7 @@ scenario = page.setup(
     "policy A. Start each slot from a preset and customise its knobs.")
 
 
-def _slots() -> tuple[list, dict, list[str]]:
+def _slots(base: Scenario) -> tuple[list, dict, list[str]]:
     params, chosen, errors = [], {}, []
     cols = st.columns(len(SLOTS))
     for col, (prefix, letter, default) in zip(cols, SLOTS):
@@ -34,7 +34,7 @@ def _slots() -> tuple[list, dict, list[str]]:
                 st.caption("Pick a preset to add a fourth policy." if letter == "D" else "Pick a preset to add it.")
                 continue
             with st.expander("Customise knobs"):
-                kps, choice = knobs.policy_knobs(prefix, preset, columns=1)
+                kps, choice = knobs.policy_knobs(prefix, preset, columns=1, model=base.deployment.model)
             params += kps
             if choice.error:
                 errors.append(f"Policy {letter}: {choice.error}")
@@ -47,7 +47,7 @@ def _slots() -> tuple[list, dict, list[str]]:
 @st.fragment
 def compare(base: Scenario) -> None:
     st.subheader("Policies", divider="gray")
-    params, chosen, errors = _slots()
+    params, chosen, errors = _slots(base)
     state.publish(params)
     for err in errors:
         st.error(f"**These knobs cannot run:** {plain(err)}", icon=":material/error:")

@@ -33,7 +33,7 @@ def explore(base: Scenario) -> None:
         pp, preset = knobs.preset_select("", DEFAULT_PRESET, "Preset")
         st.caption(f"Preset: {PRESETS[preset].describe()}")
     with right:
-        kps, choice = knobs.policy_knobs("", preset)
+        kps, choice = knobs.policy_knobs("", preset, model=base.deployment.model)
     st.markdown("**Traffic mix and memory**")
     sps, sc = knobs.scenario_knobs(base)
     state.publish([pp, *kps, *sps])

@@ -124,7 +124,7 @@ def tune(base: Scenario) -> None:
         pp, preset = knobs.preset_select(PREFIX, DEFAULT_PRESET, "Policy preset")
     fixed = st.expander("Knobs held fixed while sweeping (from the preset; the swept knob overrides its own)")
     with fixed:
-        kps, choice = knobs.policy_knobs(PREFIX, preset)
+        kps, choice = knobs.policy_knobs(PREFIX, preset, model=base.deployment.model)
         st.markdown("**Traffic mix and memory**")
         sps, sc = knobs.scenario_knobs(base)
     policy = choice.policy or PRESETS[preset]
@@ -362,8 +362,9 @@ def _points_param() -> Param:
 
 
 def crossover(base: Scenario, vp: Param) -> None:
-    """The request rate swept with speculative decoding on and off (the policy's own speculation, or EAGLE K = 3,
-    A = 0.8 when it has none): TPOT P50 and throughput against the rate, and where speculation stops helping."""
+    """The request rate swept with speculative decoding on and off (the policy's own speculation, or EAGLE K = 3 at
+    the published acceptance of the model's family when it has none): capacity within the SLOs with and without it
+    first, then TPOT P50 and throughput against the rate, and where speculation stops helping."""
     st.subheader("Speculation crossover", divider="gray")
     cols = st.columns([1.1, 1, 3.9], gap="medium")
     with cols[0]:
@@ -376,11 +377,20 @@ def crossover(base: Scenario, vp: Param) -> None:
                              f"without speculation (2 to {sx.MAX_POINTS}); each is two runs, with and without "
                              "speculation.", **state.bind("x_points"))
     with st.expander("Policy knobs: speculative decoding (method, K, A) is read from here; off compares EAGLE, "
-                     "K = 3, A = 0.8"):
-        kps, choice = knobs.policy_knobs(PREFIX, preset)
+                     "K = 3 at the published acceptance of the model's family (batching/data/spec_acceptance.csv)"):
+        kps, choice = knobs.policy_knobs(PREFIX, preset, model=base.deployment.model)
         st.markdown("**Traffic mix and memory**")
         sps, sc = knobs.scenario_knobs(base)
-    state.publish([vp, pp, *kps, *sps, pts])
+    names = widgets.guarded(lambda: class_names(sc), "The workload's classes")
+    if names is None:
+        return
+    slo_ps = planning.load_slo_params(names)
+    with st.expander("Service-level objectives: the verdict is the capacity within them with and without "
+                     "speculation (shared with Capacity planning)"):
+        st.caption("One value for every class, or one per class separated by commas, class 0 first: " +
+                   "; ".join(f"{i} = {plain(n)}" for i, n in enumerate(names)) + ".")
+        planning.slo_inputs(names)
+    state.publish([vp, pp, *kps, *sps, pts, *slo_ps])
     if choice.error:
         st.error(f"**These knobs cannot run:** {plain(choice.error)}", icon=":material/error:")
         return
@@ -390,7 +400,11 @@ def crossover(base: Scenario, vp: Param) -> None:
         st.caption(f"'{plain(preset)}' batches whole requests, which cannot speculate: the crossover runs the "
                    f"'{DEFAULT_PRESET}' preset.")
         policy, label = PRESETS[DEFAULT_PRESET], DEFAULT_PRESET
-    study = widgets.guarded(lambda: _crossover_study(sc.with_policy(policy), int(state.value("x_points"))),
+    slo, problem = planning.slo_from_state(names)
+    if slo is None:
+        st.warning(f"**No capacity within the SLOs:** {plain(problem)}; the crossover compares TPOT only. Set the "
+                   "TTFT, TPOT or E2E SLO above 0.", icon=":material/warning:")
+    study = widgets.guarded(lambda: _crossover_study(sc.with_policy(policy), int(state.value("x_points")), slo),
                             "The speculation crossover")
     if study is None:
         return
@@ -398,9 +412,10 @@ def crossover(base: Scenario, vp: Param) -> None:
     _crossover_results(study, label)
 
 
-def _crossover_study(run: Scenario, points: int) -> sx.SpecCrossover:
+def _crossover_study(run: Scenario, points: int, slo=None) -> sx.SpecCrossover:
     """``studies.spec_crossover.spec_crossover`` on cached runs (each rate's run, and the capacity runs, cached on
-    their own: another number of rates reruns only the new ones), under a progress bar."""
+    their own: another number of rates reruns only the new ones), with the capacity within ``slo`` searched with
+    and without speculation through Capacity planning's cached search, under a progress bar."""
     cache.ensure_kernel()
     holder = st.empty()
 
@@ -412,7 +427,9 @@ def _crossover_study(run: Scenario, points: int) -> sx.SpecCrossover:
 
     try:
         with st.spinner("Sweeping the request rate with speculation on and off…", show_time=True):
-            return sx.spec_crossover(run, points=points, summarize=summarize, progress=progress)
+            return sx.spec_crossover(run, points=points, summarize=summarize, progress=progress, slo=slo,
+                                     slo_capacity=lambda sc: planning.capacity_cached(sc, slo).max_rate_req_s,
+                                     workload=state.value("workload", None))  # the sidebar's preset: its dataset
     finally:
         holder.empty()
 
@@ -433,6 +450,17 @@ def _crossover_results(study: sx.SpecCrossover, label: str) -> None:
     run = study.scenario_on
     st.subheader(f"Results: {label}, speculation ({study.method()}) on and off", divider="gray")
     st.info(study.sentence(), icon=":material/ssid_chart:")
+    st.caption(f"Speculation: {plain(study.acceptance_text())}.")
+    if study.slo_capacity_off_req_s is not None:
+        c = st.columns(3)
+        c[0].metric("Capacity within the SLOs, with (req/s)", f"{study.slo_capacity_on_req_s:,.3g}",
+                    help="The highest rate with every class within its SLOs, speculating (Capacity planning's "
+                         "search).")
+        c[1].metric("Without (req/s)", f"{study.slo_capacity_off_req_s:,.3g}")
+        gain = study.slo_gain
+        c[2].metric("With / without", f"{gain:.2f}×" if gain == gain else "n/a",
+                    help="Above 1, speculation serves more traffic within the SLOs; the TPOT curves below are the "
+                         "second view.")
     name = charts.slug("tune", label.replace("*", "-custom"), "spec_crossover", report.scenario_slug(run))
     drawn = (cache.scenario_token(study.scenario_on), cache.scenario_token(study.scenario_off), study.rates,
              st.session_state.get(page.CAPTION_LINE))

@@ -196,3 +196,64 @@ def test_the_chart_marks_the_crossover_in_both_panels(draft):
     notes = [a for a in fig.layout.annotations if a.name == "crossover"]
     assert len(notes) == 1 and notes[0].text == f"crossover: {draft.crossover_req_s:,.3g} req/s"
     assert "stops helping" in fig.layout.title.subtitle.text
+
+
+# ---------------------------------------------------------------- capacity within the SLOs (issue 39 item 4)
+
+
+def _fake_summary(sc, saturated):
+    """A summary without simulating: speculation halves TPOT, capacity 10 req/s without it and 12 with."""
+    on = sc.policy.spec_decode != "off"
+    return {"throughput_req_s": 12.0 if on else 10.0, "tpot_p50_s": 0.02 if on else 0.04,
+            "throughput_output_tok_s": 1000.0}
+
+
+def test_the_crossover_leads_with_capacity_within_the_slos_with_and_without_speculation():
+    from batching.studies.capacity import SLO
+
+    slo = SLO(tpot_s=0.05)
+    seen, ticks = [], []
+
+    def within(sc):  # the caller's cached search: TPOT-bound, so speculation serves more within it
+        seen.append(sc.policy.spec_decode)
+        return 7.5 if sc.policy.spec_decode != "off" else 5.0
+
+    study = sx.spec_crossover(BASE, points=2, summarize=_fake_summary, slo=slo, slo_capacity=within,
+                              progress=lambda d, t, _: ticks.append((d, t)))
+    assert sorted(seen) == ["eagle", "off"]
+    assert (study.slo_capacity_on_req_s, study.slo_capacity_off_req_s) == (7.5, 5.0)
+    assert study.slo_gain == pytest.approx(1.5)
+    assert ticks[-1] == (2 + 2 * 2 + 2, 2 + 2 * 2 + 2)  # both searches count
+    text = study.sentence()
+    assert text.startswith(f"Capacity within the SLOs ({slo.describe()}): 7.5 req/s with speculation, 5 without; "
+                           "speculation (EAGLE, K = 3, A = 0.8) pays: 1.50× the capacity.")
+    assert "TPOT P50" in text  # the TPOT view follows as the second reading
+
+
+def test_speculation_that_costs_capacity_within_the_slos_is_said_so():
+    from batching.studies.capacity import SLO
+
+    study = sx.spec_crossover(BASE, points=2, summarize=_fake_summary, slo=SLO(ttft_s=1.0),
+                              slo_capacity=lambda sc: 4.0 if sc.policy.spec_decode != "off" else 5.0)
+    assert "costs capacity: 0.80× without it" in study.slo_sentence()
+    assert study.sentence().startswith("Capacity within the SLOs")
+
+
+def test_without_an_slo_the_crossover_reads_tpot_only():
+    study = sx.spec_crossover(BASE, points=2, summarize=_fake_summary)
+    assert study.slo_capacity_on_req_s is None and study.slo_sentence() == ""
+    assert study.sentence() == study.tpot_sentence()
+
+
+def test_the_default_speculation_takes_the_published_acceptance_of_the_model_s_family():
+    from batching.sim.engine.speculative import acceptance_from_length
+
+    llama = BASE.with_deployment(deployment(model="llama-3.1-70b"))
+    on, _, defaulted = sx.crossover_scenarios(llama, workload="chat")
+    assert defaulted and on.policy.spec_acceptance == pytest.approx(acceptance_from_length(3.53, 7))
+    study = sx.spec_crossover(llama, points=2, summarize=_fake_summary, workload="chat")
+    assert study.method() == "EAGLE, K = 3, A = 0.743"
+    assert "#26191" in study.acceptance_text()
+    # a family without a row keeps the flat default, and says so
+    on, _, _ = sx.crossover_scenarios(BASE, workload="chat")
+    assert on.policy.spec_acceptance == 0.8 and "no published row" in on.policy.spec_acceptance_source

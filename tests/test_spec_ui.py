@@ -49,6 +49,26 @@ def test_explore_writes_the_speculation_knobs_to_the_link():
     assert (run.policy.spec_decode, run.policy.spec_acceptance) == ("draft", 0.6) and label.endswith("*")
 
 
+def test_explore_takes_the_published_acceptance_until_the_slider_moves():
+    """Issue 39 item 4: speculation with the acceptance slider at its default runs at the published acceptance of
+    the model's family, and a caption says method, K, acceptance and its source; a moved slider is the user's."""
+    from batching.sim.engine.speculative import acceptance_from_length
+    from batching.ui.safe import unescape
+
+    at = run_page(EXPLORE, model="llama-3.1-8b", tp="1", workload="chat", spec="eagle", **FAST)
+    assert_clean(at)
+    run, _ = at.session_state["explore_last"]
+    assert run.policy.spec_acceptance == pytest.approx(acceptance_from_length(3.53, 7))
+    text = " ".join(unescape(c.value) for c in at.caption)
+    assert "Speculation: EAGLE, K = 3, A = 0.743 (2.71 tokens per verification); acceptance published:" in text
+    assert "#26191" in text and "stands for this published value" in text
+    at = run_page(EXPLORE, model="llama-3.1-8b", tp="1", spec="eagle", spec_a="60", **FAST)
+    assert_clean(at)
+    run, _ = at.session_state["explore_last"]
+    assert run.policy.spec_acceptance == 0.6
+    assert any("acceptance given: A = 0.6" in unescape(c.value) for c in at.caption)
+
+
 def test_compare_slot_speculates():
     at = run_page(COMPARE, b_spec="ngram", b_spec_a="50", **FAST)
     assert_clean(at)
@@ -198,6 +218,14 @@ def test_tune_crossover_view():
     assert len(tpot_on) == sx.POINTS
     assert at.info[0].value == study.sentence()
     assert any(c.value.startswith("Each point is one run of 200 requests") for c in at.caption)
+    # issue 39 item 4: the verdict is the capacity within the SLOs with and without speculation, TPOT second
+    assert study.slo_capacity_on_req_s > 0 and study.slo_capacity_off_req_s > 0
+    assert study.sentence().startswith("Capacity within the SLOs (")
+    assert [m.label for m in at.metric] == ["Capacity within the SLOs, with (req/s)", "Without (req/s)",
+                                            "With / without"]
+    # method, K, acceptance and where the acceptance comes from (no row for Qwen2.5: the flat default, said so)
+    assert any(c.value.startswith("Speculation: EAGLE, K = 3, A = 0.8") and "no published row" in c.value
+               for c in at.caption)
 
 
 def test_tune_crossover_view_from_the_link_with_the_user_s_speculation():

@@ -25,6 +25,7 @@ from batching.sim.topology.fleet import MAX_NODES, ROUTER_HELP, ROUTERS
 from batching.sim.policy import KNOB_LIMITS, MODES, PREEMPTION_MODES, PRESETS, SPEC_METHODS, preset, with_knobs
 from batching.sim.simulate import Scenario, admitted
 from batching.sim.engine.speculative import check_spec, default_draft
+from batching.sim.engine.spec_table import spec_fields, spec_text, with_default_acceptance
 from batching.sim.hardware.specs import (GPUS, GPUS_PER_NODE, HF_ARCHITECTURES, KV_BLOCK_TOKENS, KV_DTYPES, MODELS,
                                          NODE_GPU_COUNTS, NOT_ASCII, PRECISIONS, TP_DEGREES, TWO_NODE_GPUS,
                                          Deployment, deployment, load_json_spec, number_text)
@@ -498,7 +499,8 @@ def add_spec_decode_args(g) -> None:
     low, high = KNOB_LIMITS["spec_acceptance"]
     g.add_argument("--spec-acceptance", type=float_arg(low, high), default=None, metavar="A",
                    help="per-token acceptance probability; a verification emits (1 - A^(K+1)) / (1 - A) tokens on "
-                        "average (default 0.8)")
+                        "average (default: the published acceptance of the method on the model's family, "
+                        "batching/data/spec_acceptance.csv, or 0.8 where it has no row; the output says which)")
     g.add_argument("--spec-acceptance-length", type=float_arg(1.0, KNOB_LIMITS["spec_acceptance_length"][1]),
                    default=None,
                    metavar="L", help="acceptance as vLLM and SGLang report it: mean tokens per verification step, the "
@@ -739,6 +741,10 @@ def build_scenario(args) -> Scenario:
                      max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                      chunked_prefill=args.chunked_prefill, priority=args.priority, preemption=args.preemption,
                      prefix_caching=caching, **spec)
+    # no acceptance given: the published row for the method, the model's family and the workload (or the flat default,
+    # said as such): engine/spec_table.py, batching/data/spec_acceptance.csv
+    if spec["spec_acceptance"] is None and spec["spec_acceptance_length"] is None:
+        pol = with_default_acceptance(pol, dep.model, None if args.trace is not None else workload_name(args))
     if args.router != "round-robin" and pol.mode != "continuous":
         raise CliError(f"--router {args.router}: reads each replica's state at every arrival and is built for "
                        f"iteration-level batching (mode continuous); {pol.mode} batching runs with --router round-robin")
@@ -753,6 +759,20 @@ def build_scenario(args) -> Scenario:
     sc = Scenario(dep, wl, pol, args.allreduce, nodes=args.nodes, router=args.router, disagg=dis, engine=engine)
     sc.validate()
     return sc
+
+
+def spec_line(policy) -> str | None:
+    """'# speculation: EAGLE, K = 3, A = 0.743 (2.71 tokens per verification); acceptance published: ...' (None: the
+    policy does not speculate): what every command that runs speculation prints (issue 39 item 4)."""
+    text = spec_text(policy)
+    return f"# speculation: {text}" if text else None
+
+
+def spec_json(policy) -> dict:
+    """{"speculation": method, K, acceptance, tokens per verification, its source} for a command's JSON ({} without
+    speculation)."""
+    d = spec_fields(policy)
+    return {"speculation": d} if d else {}
 
 
 def _workload_flag(args) -> str:

@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, arrivals_text,
-                               build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, write_json)
+                               build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, spec_json,
+                               spec_line, write_json)
 from batching.studies.capacity import (ATTAINMENT_DEFAULT, HEADROOM_LIMITS, HEADROOM_RANGE, TPOT_UNDERESTIMATE,
                                        capacity, class_names, default_price, default_price_note, headroom_note,
                                        own_profile, tail_key, tail_label)
@@ -76,6 +77,9 @@ def cmd_capacity(args) -> int:
     split = sc.disagg
     d = res.to_dict() | {"engine": sc.profile.name, "engine_label": sc.profile.label}
     print(f"# engine: {sc.profile.describe()}")
+    if spec_line(sc.policy):  # method, K, acceptance and where the acceptance comes from (issue 39 item 4)
+        print(spec_line(sc.policy))
+        d |= spec_json(sc.policy)
     if split is not None:
         per_node = sc.deployment.node.num_gpus // sc.deployment.node.physical_nodes
         count = (f"{per_node // split.gpus} cop{'y' if per_node // split.gpus == 1 else 'ies'} of it per "
@@ -108,7 +112,7 @@ def cmd_capacity(args) -> int:
     for k, v in d.items():
         if k == "margin" and v is not None:
             print(f"{k:32s} {v * 100:.1f} % (the share of the fleet's capacity the target uses)")
-        elif k not in ("by_priority", "gpu_hour_usd_source"):
+        elif k not in ("by_priority", "gpu_hour_usd_source", "speculation"):
             print(f"{k:32s} {fmt(v) if v is not None else '-'}")
     where = "at the rate found" if res.max_rate_req_s > 0 else "at the lowest rate tried (none met the SLOs)"
     if res.max_concurrency is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from batching.cli.args import (add_policy_args, calibration_line, add_scenario_args, arrivals_text, build_scenario, check_output_file,
                                check_folder_inputs, check_output_folder, disagg_line, fleet_lines, fmt, pick, prefix_line, summary_keys,
-                               write_files, write_json)
+                               spec_json, spec_line, write_files, write_json)
 from batching.cli.compare import OVERLOAD_KEYS, compare_fields
 from batching.sim.simulate import rejected_line, simulate
 from batching.studies.compare import is_unbounded, unbounded_text, with_capacity
@@ -40,6 +40,8 @@ def cmd_run(args) -> int:
     split = sc.disagg is not None
     print(f"# {sc.policy.describe()}")
     print(f"# engine: {sc.profile.describe()}")
+    if spec_line(sc.policy):
+        print(spec_line(sc.policy))
     if split:
         print(disagg_line(s))
     if arrivals_text(sc.workload):
@@ -64,7 +66,7 @@ def cmd_run(args) -> int:
         print(f"# {rejected_line(s)}")
     if calibration_line(s):
         print(calibration_line(s))
-    write_json(args.json, s)
+    write_json(args.json, s | spec_json(sc.policy))
     if args.csv:
         from batching.report import requests_csv, steps_csv, summary_csv  # formula-looking text cells get a leading '
 

@@ -68,6 +68,8 @@ def cmd_sweep(args) -> int:
                         slo=slo, slo_is_default=is_default)
     knee = study.knee
     print(f"# engine: {sc.profile.describe()}")
+    if spec_line(sc.policy):
+        print(spec_line(sc.policy))
     closed = getattr(sc.workload, "concurrency", None) is not None
     if arrivals_text(sc.workload):
         load = "" if closed else f", mean {sc.workload.rate_req_s:g} req/s"
@@ -83,7 +85,7 @@ def cmd_sweep(args) -> int:
     print(study.checks_text())
     write_json(args.json, {"knob": args.knob, "knee": knee, "knee_basis": knee_basis(df, args.knob),
                            "slo": slo.to_dict(), "slo_default": is_default,
-                           "engine": sc.profile.name, "engine_label": sc.profile.label}
+                           "engine": sc.profile.name, "engine_label": sc.profile.label} | spec_json(sc.policy)
                | ({"concurrency": int(sc.workload.concurrency), "think_time_s": float(sc.workload.think_time_s)}
                   if closed else {})
                | {"points": df.to_dict(orient="records")})

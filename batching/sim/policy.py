@@ -83,6 +83,9 @@ class BatchingPolicy:
     # acceptance as engines report it: mean tokens per verification step L (incl. the target's bonus token); when
     # > 0 it replaces spec_acceptance by the A with (1 - A^(K+1)) / (1 - A) = L (speculative.acceptance_from_length)
     spec_acceptance_length: float = 0.0
+    # where spec_acceptance comes from when it was not given: the published row (batching/data/spec_acceptance.csv)
+    # or the flat default, said as such (engine/spec_table.with_default_acceptance); empty: given by the user
+    spec_acceptance_source: str = ""
     # the step budget as vLLM V0 sizes it when nobody sets it: without chunked prefill max(max_model_len, 2048) (the
     # deployment's model context, and at least the longest prompt), so every prompt fits one step; a Scenario fills it
     # in from its deployment (``sized_for``). An explicit max_num_batched_tokens (``with_knobs``) turns it off.
@@ -106,6 +109,10 @@ class BatchingPolicy:
     def unsized(self) -> "BatchingPolicy":
         """The policy before a deployment sized its budget (``sized_for``): what compares equal to its preset."""
         return replace(self, max_num_batched_tokens=V0_MIN_BUDGET) if self.sizes_budget else self
+
+    def with_acceptance(self, a: float, source: str) -> "BatchingPolicy":
+        """This policy speculating with per-token acceptance ``a`` taken from ``source`` (not the user's)."""
+        return replace(self, spec_acceptance=float(a), spec_acceptance_length=0.0, spec_acceptance_source=source)
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -219,10 +226,14 @@ def preset(name: str) -> BatchingPolicy:
 
 def with_knobs(policy: BatchingPolicy, **knobs) -> BatchingPolicy:
     """A copy with the given knobs changed (None values are ignored), validated. A max_num_batched_tokens given is the
-    user's: the budget no longer follows the model's context."""
+    user's: the budget no longer follows the model's context; a method or acceptance given drops the source of a
+    looked-up acceptance (spec_acceptance_source)."""
     given = {k: v for k, v in knobs.items() if v is not None}
     if "max_num_batched_tokens" in given and "budget_from_context" not in given:
         given["budget_from_context"] = False
+    if given.keys() & {"spec_decode", "spec_acceptance", "spec_acceptance_length"} and \
+            "spec_acceptance_source" not in given:
+        given["spec_acceptance_source"] = ""  # a looked-up acceptance no longer holds: the method or A changed
     p = replace(policy, **given)
     p.validate()
     return p

@@ -7,9 +7,15 @@ as the batch grows verification turns compute-bound and the gain shrinks, and wh
 reaches TPOT without it speculation stops helping: the *crossover rate*, read off the two curves by linear
 interpolation between the two rates around the first crossing (``crossing``).
 
+What a planner prices is capacity within the SLOs (issue 39 item 4): given an SLO, the study also searches the
+highest rate within it with speculation and without (``studies.capacity.capacity``, or the caller's cached
+search), and its verdict leads with them; the TPOT curves are the second view.
+
 "With speculation" is the scenario's own speculative decoding when its policy speculates, else EAGLE with
-K = 3 and A = 0.8 (``DEFAULT_SPEC``); "without" is the same policy with ``spec_decode="off"``. Runs are capped at
-``MAX_REQUESTS`` requests to keep the view quick (2 × points + 2 simulations).
+K = 3 (``DEFAULT_SPEC``) at the acceptance the published table gives for the model's family
+(``engine.spec_table``; its flat default when no row matches, said as such); "without" is the same policy with
+``spec_decode="off"``. Runs are capped at ``MAX_REQUESTS`` requests to keep the view quick (2 × points + 2
+simulations, and the two capacity searches).
 
 ``summarize(scenario, saturated) -> summary dict`` runs (or looks up) one simulation, as in
 ``studies.load_curve``: the dashboard passes its cached one, so each point is cached on its own.
@@ -23,6 +29,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from batching.sim.engine.spec_table import spec_text, with_default_acceptance
+from batching.sim.hardware.specs import Model
 from batching.sim.policy import BatchingPolicy, with_knobs
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.workload.requests import SyntheticWorkload, TraceWorkload
@@ -30,8 +38,10 @@ from batching.studies.compare import Progress
 from batching.studies.load_curve import capacity_req_s, load_grid
 
 Summarize = Callable[[Scenario, bool], dict]
+SloCapacity = Callable[[Scenario], float]  # the highest rate within the SLOs (req/s; 0: none meets them)
 
-DEFAULT_SPEC = {"spec_decode": "eagle", "spec_tokens": 3, "spec_acceptance": 0.8}  # when the policy does not speculate
+DEFAULT_SPEC = {"spec_decode": "eagle", "spec_tokens": 3}  # when the policy does not speculate (acceptance: the table)
+SLO_GAIN_TOLERANCE = 0.02  # capacity within the SLOs counts as changed beyond this share (the search's resolution)
 MAX_REQUESTS = 2000  # requests per run, at most (the sidebar's count when smaller)
 POINTS = 7  # rates per curve
 MAX_POINTS = 8
@@ -47,14 +57,18 @@ def _simulate_summary(scenario: Scenario, saturated: bool) -> dict:
     return simulate(scenario, saturated=saturated).summary()
 
 
-def spec_policies(policy: BatchingPolicy) -> tuple[BatchingPolicy, BatchingPolicy, bool]:
+def spec_policies(policy: BatchingPolicy, model: Model | None = None, workload: str | None = None
+                  ) -> tuple[BatchingPolicy, BatchingPolicy, bool]:
     """(with speculation, without, whether the first is ``DEFAULT_SPEC`` because the policy does not
-    speculate). Speculation needs continuous batching: other modes raise ValueError."""
+    speculate). The default's acceptance is the one the published table gives for ``model`` (and the workload
+    preset ``workload``). Speculation needs continuous batching: other modes raise ValueError."""
     if policy.mode != "continuous":
         raise ValueError(f"speculative decoding needs continuous batching (this policy's mode is {policy.mode!r}); "
                          "pick the continuous, chunked or priority preset")
     defaulted = policy.spec_decode == "off"
     on = with_knobs(policy, **DEFAULT_SPEC) if defaulted else policy
+    if defaulted and model is not None:
+        on = with_default_acceptance(on, model, workload)
     off = with_knobs(policy, spec_decode="off")
     return on, off, defaulted
 
@@ -122,6 +136,10 @@ class SpecCrossover:
     status: str  # crossing()'s status of the TPOT gain
     throughput_crossover_req_s: float | None  # where throughput with it falls THROUGHPUT_TOLERANCE below without
     throughput_status: str
+    # the highest rate within the SLOs with and without speculation (None: no SLO was given) and the SLOs, in words
+    slo_capacity_on_req_s: float | None = None
+    slo_capacity_off_req_s: float | None = None
+    slo_text: str = ""
 
     @property
     def rates(self) -> tuple[float, ...]:
@@ -132,15 +150,53 @@ class SpecCrossover:
         return int(self.scenario_off.workload.num_requests)
 
     def method(self) -> str:
-        """The speculation compared, as people write it: 'EAGLE, K = 3, A = 0.8'."""
+        """The speculation compared, as people write it: 'EAGLE, K = 3, A = 0.743'."""
         p = self.scenario_on.policy
-        name = {"eagle": "EAGLE", "mtp": "MTP", "ngram": "n-gram", "draft": f"draft model {p.spec_draft_model}"}
-        text = f"{name.get(p.spec_decode, p.spec_decode)}, K = {p.spec_tokens}, A = {p.spec_acceptance:g}"
+        text = spec_text(p).split(";")[0]
+        text = text.split(" (")[0] if "tokens per verification" in text else text
         if p.spec_disable_batch_size:
             text += f", off at {p.spec_disable_batch_size} or more sequences"
         return text
 
+    def acceptance_text(self) -> str:
+        """Method, K, acceptance and where the acceptance comes from (``engine.spec_table.spec_text``)."""
+        return spec_text(self.scenario_on.policy)
+
+    @property
+    def slo_gain(self) -> float:
+        """Capacity within the SLOs with / without speculation (NaN without an SLO or a capacity without)."""
+        if self.slo_capacity_on_req_s is None or self.slo_capacity_off_req_s is None:
+            return float("nan")
+        return _ratio(self.slo_capacity_on_req_s, self.slo_capacity_off_req_s)
+
+    def slo_sentence(self) -> str:
+        """The capacity verdict: does speculation raise the rate served within the SLOs ('' without an SLO)."""
+        on, off = self.slo_capacity_on_req_s, self.slo_capacity_off_req_s
+        if on is None or off is None:
+            return ""
+        within = f"within the SLOs ({self.slo_text})" if self.slo_text else "within the SLOs"
+        if off <= 0 and on <= 0:
+            return f"Neither with nor without speculation ({self.method()}) does any rate tried stay {within}."
+        if off <= 0:
+            return (f"Only with speculation ({self.method()}) does a rate stay {within}: {on:,.3g} req/s; without "
+                    "it none tried does.")
+        gain = on / off
+        if gain > 1 + SLO_GAIN_TOLERANCE:
+            verdict = f"speculation ({self.method()}) pays: {gain:.2f}× the capacity"
+        elif gain < 1 - SLO_GAIN_TOLERANCE:
+            verdict = f"speculation ({self.method()}) costs capacity: {gain:.2f}× without it"
+        else:
+            verdict = (f"speculation ({self.method()}) changes capacity by less than "
+                       f"{SLO_GAIN_TOLERANCE * 100:.0f} % ({gain:.2f}×)")
+        return (f"Capacity {within}: {on:,.3g} req/s with speculation, {off:,.3g} without; {verdict}.")
+
     def sentence(self) -> str:
+        """The capacity within the SLOs with and without speculation first (when an SLO was given), then what the
+        two TPOT curves say, with numbers."""
+        lead = self.slo_sentence()
+        return f"{lead} {self.tpot_sentence()}" if lead else self.tpot_sentence()
+
+    def tpot_sentence(self) -> str:
         """What the two curves say, in one or two sentences with numbers."""
         df = self.frame
         if df.empty:
@@ -190,9 +246,11 @@ def read_crossover(scenario_on: Scenario, scenario_off: Scenario, defaulted: boo
                          _num(saturated_off.get("throughput_output_tok_s")), cross, status, t_cross, t_status)
 
 
-def crossover_scenarios(scenario: Scenario, max_requests: int = MAX_REQUESTS) -> tuple[Scenario, Scenario, bool]:
-    """(with speculation, without, defaulted): ``spec_policies`` on the scenario, capped to ``max_requests``."""
-    on, off, defaulted = spec_policies(scenario.policy)
+def crossover_scenarios(scenario: Scenario, max_requests: int = MAX_REQUESTS, workload: str | None = None
+                        ) -> tuple[Scenario, Scenario, bool]:
+    """(with speculation, without, defaulted): ``spec_policies`` on the scenario (the acceptance looked up for
+    its model and the workload preset ``workload`` when none is given), capped to ``max_requests``."""
+    on, off, defaulted = spec_policies(scenario.policy, scenario.deployment.model, workload)
     base = capped(scenario, max_requests)
     return base.with_policy(on), base.with_policy(off), defaulted
 
@@ -209,13 +267,17 @@ def crossover_rates(saturated_off: dict, points: int = POINTS, low: float = LOW,
 
 def spec_crossover(scenario: Scenario, points: int = POINTS, low: float = LOW, high: float = HIGH,
                    max_requests: int = MAX_REQUESTS, summarize: Summarize | None = None,
-                   progress: Progress | None = None) -> SpecCrossover:
+                   progress: Progress | None = None, slo=None, slo_capacity: SloCapacity | None = None,
+                   workload: str | None = None) -> SpecCrossover:
     """Sweep the request rate with speculation on and off (``crossover_scenarios``), ``points`` rates from ``low``
-    to ``high`` of the capacity without it, and read where speculation stops helping (``read_crossover``).
-    ``progress(done, total, label)`` after each run (2 saturated runs, then 2 per rate)."""
+    to ``high`` of the capacity without it, and read where speculation stops helping (``read_crossover``). With an
+    ``slo`` (``studies.capacity.SLO``) the highest rate within it is searched with and without speculation
+    (``slo_capacity(scenario)``, default ``studies.capacity.capacity``'s max_rate_req_s): the verdict's lead.
+    ``progress(done, total, label)`` after each run (2 saturated runs, 2 per rate, then the 2 searches)."""
     summarize = summarize or _simulate_summary
-    sc_on, sc_off, defaulted = crossover_scenarios(scenario, max_requests)
-    total = 2 + 2 * int(points)
+    sc_on, sc_off, defaulted = crossover_scenarios(scenario, max_requests, workload)
+    searches = 2 if slo is not None else 0
+    total = 2 + 2 * int(points) + searches
     done = 0
 
     def step(label: str) -> None:
@@ -229,11 +291,24 @@ def spec_crossover(scenario: Scenario, points: int = POINTS, low: float = LOW, h
     sat_on = summarize(sc_on, True)
     step("capacity with speculation")
     rates = crossover_rates(sat_off, points, low, high)
-    total = 2 + 2 * len(rates)
+    total = 2 + 2 * len(rates) + searches
     on, off = [], []
     for rate in rates:
         off.append(summarize(sc_off.with_workload(sc_off.workload.with_rate(rate)), False))
         step(f"{rate:,.3g} req/s without speculation")
         on.append(summarize(sc_on.with_workload(sc_on.workload.with_rate(rate)), False))
         step(f"{rate:,.3g} req/s with speculation")
-    return read_crossover(sc_on, sc_off, defaulted, rates, on, off, sat_on, sat_off)
+    study = read_crossover(sc_on, sc_off, defaulted, rates, on, off, sat_on, sat_off)
+    if slo is None:
+        return study
+    if slo_capacity is None:
+        from batching.studies.capacity import capacity  # (the search, only when an SLO asks for it)
+
+        def slo_capacity(sc: Scenario) -> float:
+            return capacity(sc, slo).max_rate_req_s
+    cap_off = float(slo_capacity(sc_off))
+    step("capacity within the SLOs without speculation")
+    cap_on = float(slo_capacity(sc_on))
+    step("capacity within the SLOs with speculation")
+    return replace(study, slo_capacity_on_req_s=cap_on, slo_capacity_off_req_s=cap_off,
+                   slo_text=slo.describe() if hasattr(slo, "describe") else str(slo))

@@ -5,12 +5,14 @@ from dataclasses import dataclass, replace
 
 import streamlit as st
 
+from batching.sim.engine.spec_table import spec_text, with_default_acceptance
 from batching.sim.policy import KNOB_LIMITS, PREEMPTION_MODES, PRESETS, SPEC_METHODS, BatchingPolicy, with_knobs
 from batching.sim.simulate import Scenario
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS, MODELS
 from batching.sim.workload.requests import SyntheticWorkload
 from batching.ui import state
 from batching.ui.params import Param
+from batching.ui.safe import plain
 
 NONE = "none"
 KV_MIN_TOKENS = 1024
@@ -149,9 +151,12 @@ def preset_select(prefix: str, default: str, label: str, optional: bool = False)
     return p, state.value(p.key)
 
 
-def policy_knobs(prefix: str, preset: str, columns: int = 3,
-                 reset_button: bool = True) -> tuple[list[Param], PolicyChoice]:
-    """Sliders and toggles for every knob of the preset's mode; returns their params and the policy."""
+def policy_knobs(prefix: str, preset: str, columns: int = 3, reset_button: bool = True,
+                 model=None) -> tuple[list[Param], PolicyChoice]:
+    """Sliders and toggles for every knob of the preset's mode; returns their params and the policy. With the
+    sidebar's ``model``, speculation whose acceptance slider stands at its default and without a mean acceptance
+    length takes the published acceptance of the model's family (``engine.spec_table``), and a caption says method,
+    K, acceptance and where it comes from (issue 39 item 4)."""
     base = PRESETS[preset]
     ps = knob_params(prefix, base)
     state.load_with_notices(ps)
@@ -170,9 +175,17 @@ def policy_knobs(prefix: str, preset: str, columns: int = 3,
     values = {FIELDS[k][0]: _field_value(k, state.value(prefix + k)) for k in keys if not (follow and k == "budget")}
     try:
         pol = with_knobs(base, **values)
-        return ps, PolicyChoice(preset, pol, None, customised)
     except ValueError as exc:
         return ps, PolicyChoice(preset, None, str(exc), customised)
+    if pol.spec_decode != "off" and model is not None:
+        untouched = (state.value(prefix + "spec_a") == _defaults(base)["spec_a"]
+                     and not float(state.value(prefix + "spec_len", 0.0)))
+        if untouched:
+            pol = with_default_acceptance(pol, model, state.value("workload", None))
+        st.caption(plain(f"Speculation: {spec_text(pol)}" + (
+            f". The acceptance slider's default ({_defaults(base)['spec_a']} %) stands for this published value; "
+            "move it, or give a mean acceptance length, to use your own." if untouched else ".")))
+    return ps, PolicyChoice(preset, pol, None, customised)
 
 
 def _field_value(k: str, v):

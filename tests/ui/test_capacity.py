@@ -269,3 +269,41 @@ def test_the_price_follows_the_sidebar_gpu():
     assert_clean(linked)
     assert linked.number_input(key="wid:usd").value == 3.0 and plans(linked)["chunked"].gpu_hour_usd == 3.0
     assert any("(the price entered)" in c.value for c in linked.caption)
+
+
+def test_the_page_prices_speculation_through_the_same_search():
+    """Issue 39 item 4: a speculation control like the other pages', feeding the same capacity search; the caption
+    says method, K, acceptance and where the acceptance comes from (Llama-3.1: vLLM's measured EAGLE-3)."""
+    from batching.sim.engine.speculative import acceptance_from_length
+    from batching.sim.policy import with_knobs
+
+    at = run_page(PAGE, **FAST, model="llama-3.1-8b", tp="1", policies="chunked,static", cap_spec="eagle",
+                  workload="chat")
+    assert_clean(at)
+    assert at.query_params["cap_spec"] == "eagle"
+    pols = at.session_state["capacity_last_policies"]
+    on = pols["chunked"]
+    assert (on.spec_decode, on.spec_tokens) == ("eagle", 3)
+    assert on.spec_acceptance == pytest.approx(acceptance_from_length(3.53, 7))
+    assert pols["static"].spec_decode == "off"  # request-level batching cannot speculate
+    # the table is the library's capacity() of the speculating policy on the same scenario
+    sc = at.session_state["capacity_last"].scenario
+    slo = at.session_state["capacity_last"].slo
+    lib = capacity(sc, slo, policy=on)
+    assert table(at).loc["chunked", "Rate per node (req/s)"] == pytest.approx(lib.max_rate_req_s)
+    off = capacity(sc, slo, policy=PRESETS["chunked"])
+    assert lib.max_rate_req_s != pytest.approx(off.max_rate_req_s)  # speculation priced, not ignored
+    text = " ".join(unescape(c.value) for c in at.caption)
+    assert "Speculation on chunked: EAGLE, K = 3, A = 0.743" in text and "#26191" in text
+    assert "static batch whole requests and run without it" in text
+    # a given acceptance is the user's, said so
+    at = run_page(PAGE, **FAST, model="llama-3.1-8b", tp="1", policies="chunked", cap_spec="eagle", cap_spec_a="0.6")
+    assert_clean(at)
+    assert at.session_state["capacity_last_policies"]["chunked"] == with_knobs(PRESETS["chunked"], spec_decode="eagle",
+                                                                              spec_tokens=3, spec_acceptance=0.6)
+    assert any("acceptance given: A = 0.6" in unescape(c.value) for c in at.caption)
+
+
+def test_speculation_that_cannot_run_is_a_message():
+    at = run_page(PAGE, **FAST, policies="chunked", cap_spec="mtp")  # Qwen2.5-72B has no MTP module
+    assert any("multi-token-prediction" in e for e in errors(at))
