@@ -393,6 +393,12 @@ class Scheduler:
                 done.append(req)
             elif sampled and self.rules.spec_k:
                 req.spec = self.rules.spec_k
+        if self.rules.preemption == "swap":
+            # V0 (vllm/core/scheduler.py, _schedule_chunked_prefill) rebuilds its running queue by kind every step,
+            # decodes first under chunked prefill: a request swapped back in mid-prefill that finishes its prefill
+            # ahead of a running prefill goes before it from the next step on
+            self.running = ([r for r in self.running if not r.prefilling()]
+                            + [r for r in self.running if r.prefilling()])
         st.kv_blocks = self.kv.pool.blocks_in_use()
         st.cache_blocks = self.kv.pool.cached_free_blocks()
         st.swapped = len(self.swapped)

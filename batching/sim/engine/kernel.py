@@ -393,10 +393,12 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                     if short < 0:  # it scheduled r, which has blocks to name
                         r = -1 - short
                         pc_name_nb(r, (seqs.kv[r] + 1) // KV_BLOCK_TOKENS, inp, seqs, pc, b.n, out.req_pre[r] == 0)
+            # the prefill-only rule admitted and prefilled in its own steps above: here only decodes and swap-ins
+            v0 = knobs.prefill_only and not knobs.chunked
             if not halted:
                 # (2) the next chunk of the prefills under way (without chunked prefill only a sequence longer
                 # than the budget is ever under way: schedule_waiting_nb); when KV runs out, preempt and go on
-                i, short, cap = nd, 1, -1
+                i, short, cap = nd, 1 if not v0 else 0, -1
                 while short != 0:
                     i, short = schedule_chunks_nb(i, inp, seqs, b, pc, knobs, out, step, spec, cap)
                     cap = -1
@@ -414,7 +416,7 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
                 if si[step, S_PREEMPTED] == 0 and b.n[B_SWAPPED] > 0:
                     schedule_swapped_nb(nd, inp, seqs, q, b, knobs, out, step, spec)
                 # (3) new requests, unless this step preempted
-                if si[step, S_PREEMPTED] == 0 and b.n[B_WAITING] > 0:
+                if si[step, S_PREEMPTED] == 0 and b.n[B_WAITING] > 0 and not v0:
                     if pc is not None:
                         if b.n[B_EVICTABLE] + pc.ends[5] > b.n[B_FREE]:
                             pc_trim_nb(pc, b.n)  # the new blocks above came from the free queue's head

@@ -805,7 +805,12 @@ def preempt_nb(v, inp, seqs, q, b, pc, knobs, out, step, spec):
     out.req_pre[r] += 1
     si[step, S_PREEMPTED] += 1
     kv = seqs.kv[r]
-    if knobs.preempt == PREEMPT_SWAP and cnt[B_SWAP_USED] + kv <= knobs.swap_cap_tokens:
+    # under the prefill-only rule only a recompute victim longer than the budget is ever preempted mid-prefill (V0's
+    # running queue holds decodes only): it is recomputed, as its prefill-only steps could not bring it back
+    swap = knobs.preempt == PREEMPT_SWAP and cnt[B_SWAP_USED] + kv <= knobs.swap_cap_tokens
+    if swap and knobs.prefill_only and not knobs.chunked and kv < seqs.target[r]:
+        swap = False
+    if swap:
         si[step, S_SWAP_TOKENS] += kv
         cnt[B_SWAP_USED] += kv
         b.swapped[cnt[B_SWAPPED]] = r
@@ -1323,6 +1328,22 @@ def count_decoding_nb(b, seqs, hi):
 
 # --- applying a step ----------------------------------------------------------------------
 @njit(cache=True, nogil=True)
+def regroup_nb(run, n, kv, target):
+    """Stable partition of run[:n]: the sequences past their prefill first, the prefills under way after them, each
+    group in its order. Only a sequence swapped back in mid-prefill (placed before the running prefills) can finish
+    its prefill ahead of one of them; vLLM V0, whose mechanism swap is, rebuilds its running queue by kind every
+    step, decodes first under chunked prefill (vllm/core/scheduler.py, _schedule_chunked_prefill). In place: rare."""
+    w = 0
+    for i in range(n):
+        r = run[i]
+        if kv[r] >= target[r]:
+            for j in range(i, w, -1):
+                run[j] = run[j - 1]
+            run[w] = r
+            w += 1
+
+
+@njit(cache=True, nogil=True)
 def finish_nb(nd, t, inp, seqs, b, pc, lat, req_pre):
     """The ``nd`` sequences the step finished (b.done): their blocks go back to the prefix cache's queue, and
     a session's next turn arrives a think time after the release."""
@@ -1348,6 +1369,8 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hold):
     req_f, hist = out.req_f, out.hist
     keep = 0
     done = 0
+    prefilling = False
+    disorder = False
     for i in range(cnt[B_RUNNING]):
         r = run[i]
         c = sched[r]
@@ -1389,5 +1412,11 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hold):
         else:
             run[keep] = r
             keep += 1
+            if kv[r] < target[r]:
+                prefilling = True
+            elif prefilling:
+                disorder = True  # a sequence past its prefill behind one still in prefill
     cnt[B_RUNNING] = keep
+    if disorder:
+        regroup_nb(run, keep, kv, target)
     return done
