@@ -1,8 +1,8 @@
 """Aggregated against disaggregated serving on the same GPUs (issue 13 §2): the capacity within the SLOs of the
 scenario served aggregated (``Scenario.disagg = None``) and split into prefill and decode instances
 (``batching.sim.topology.disagg.Disagg``), one capacity search (``studies.capacity.capacity``) per configuration.
-The splits are the deployment search's (``studies.search.splits_of``: every split of the node that leaves no
-instance's room idle), ranked as it ranks them: by requests/s per node, a split's rate times the copies of it a node
+The splits are the deployment search's (``splits_of`` here, which studies.search enumerates: every split of the
+node that leaves no instance's room idle), ranked as it ranks them: by requests/s per node, a split's rate times the copies of it a node
 holds (issue 39 item 1: three fixed splits gave one answer here and the search another).
 
 Also the rule every page that runs several policies applies to a disaggregated scenario: request-level batching
@@ -12,6 +12,7 @@ No Streamlit here.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,34 @@ COLUMNS = ("configuration", "kind", "gpus", "capacity_req_s", "copies_per_node",
 
 
 # ---------------------------------------------------------------- which policies a split can run
+
+
+
+SPLIT_TPS = (1, 2, 4, 8)  # within a node: an aggregated replica's, a split's instances' TP degrees
+
+
+def splits_of(num_gpus: int) -> tuple[list[tuple[int, int, int, int]], dict[tuple, str]]:
+    """Every prefill/decode split P x T + D x U of one node's GPUs (T, U in 1, 2, 4, 8; P, D >= 1), as (kept,
+    dominated -> why). A split is dominated when one more prefill or decode instance still fits beside the same
+    number of copies per node: the bigger split costs the same nodes per copy and adding an instance never lowers
+    a split's capacity, so it is never dearer (the search keeps the bigger one)."""
+    kept, dominated = [], {}
+    for t, u in itertools.product(SPLIT_TPS, SPLIT_TPS):
+        if t > num_gpus or u > num_gpus:
+            continue
+        for p in range(1, num_gpus // t + 1):
+            for d in range(1, (num_gpus - p * t) // u + 1):
+                g = p * t + d * u
+                c = num_gpus // g
+                grow = [(f"{p + 1} prefill", g + t), (f"{d + 1} decode", g + u)]
+                bigger = next((name for name, g2 in grow if g2 <= num_gpus and num_gpus // g2 == c), None)
+                if bigger is None:
+                    kept.append((p, t, d, u))
+                else:
+                    dominated[(p, t, d, u)] = (
+                        f"leaves GPUs of the node idle: {bigger} instances fit beside the same {c} cop"
+                        f"{'y' if c == 1 else 'ies'} per node, never dearer (an instance more never lowers capacity)")
+    return kept, dominated
 
 
 def skip_reason(policy: BatchingPolicy) -> str | None:
@@ -95,7 +124,6 @@ def node_splits(num_gpus: int) -> list[Disagg]:
     """Every split of one node's GPUs the deployment search enumerates (``studies.search.splits_of``'s kept
     ones, in its order): P prefill x TP T + D decode x TP U, T and U in 1, 2, 4, 8, none dominated by a bigger split
     that fits beside the same copies per node (on 8 GPUs: 28, from 1 x TP 1 + 1 x TP 1 to 1 x TP 4 + 1 x TP 4)."""
-    from batching.studies.search import splits_of  # search imports this module's skip_reason
 
     return [Disagg(*sp) for sp in splits_of(num_gpus)[0]]
 

@@ -71,7 +71,7 @@ from batching.studies.capacity import (CEILING_REACH, MAX_ITER, REL_TOL, SLO, bi
                                        tail_label)
 from batching.studies.pricing import DEFAULT_HEADROOM, copies_needed, default_gpu_hour_usd, price
 
-TPS = (1, 2, 4, 8)  # within a node: an aggregated replica's, a split's instances'
+from batching.studies.disagg_capacity import SPLIT_TPS as TPS, splits_of  # noqa: E402 (one enumeration of splits)
 AGG_TPS = (*TPS, TWO_NODE_GPUS)  # an aggregated replica may also span two 8-GPU nodes (TP 16)
 # the knobs a search may vary, by the mode that uses them (a knob a policy's mode ignores is not varied for it)
 SEARCH_KNOBS: dict[str, tuple[str, ...]] = {
@@ -180,30 +180,6 @@ class Config:
                 else None, "split": split, "gpus_per_copy": self.gpus_per_copy(num_gpus),
                 "copies_per_node": self.copies_per_node(num_gpus), "nodes_per_copy": self.nodes_per_copy(num_gpus),
                 "policy": self.policy, "knobs": self.knob_dict()}
-
-
-def splits_of(num_gpus: int) -> tuple[list[tuple[int, int, int, int]], dict[tuple, str]]:
-    """Every prefill/decode split P x T + D x U of one node's GPUs (T, U in 1, 2, 4, 8; P, D >= 1), as (kept,
-    dominated -> why). A split is dominated when one more prefill or decode instance still fits beside the same
-    number of copies per node: the bigger split costs the same nodes per copy and adding an instance never lowers
-    a split's capacity, so it is never dearer (the search keeps the bigger one)."""
-    kept, dominated = [], {}
-    for t, u in itertools.product(TPS, TPS):
-        if t > num_gpus or u > num_gpus:
-            continue
-        for p in range(1, num_gpus // t + 1):
-            for d in range(1, (num_gpus - p * t) // u + 1):
-                g = p * t + d * u
-                c = num_gpus // g
-                grow = [(f"{p + 1} prefill", g + t), (f"{d + 1} decode", g + u)]
-                bigger = next((name for name, g2 in grow if g2 <= num_gpus and num_gpus // g2 == c), None)
-                if bigger is None:
-                    kept.append((p, t, d, u))
-                else:
-                    dominated[(p, t, d, u)] = (
-                        f"leaves GPUs of the node idle: {bigger} instances fit beside the same {c} cop"
-                        f"{'y' if c == 1 else 'ies'} per node, never dearer (an instance more never lowers capacity)")
-    return kept, dominated
 
 
 @dataclass(frozen=True)
