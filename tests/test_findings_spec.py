@@ -97,7 +97,9 @@ def test_disable_batch_size_keeps_the_low_load_gain_and_never_costs_capacity():
     ngram = with_knobs(BASE, spec_decode="ngram", spec_acceptance=0.5, spec_disable_batch_size=16)
     for w in (HIGH, fixed(1000, 512, 512), fixed(200, 16000, 2000)):
         plain = capacity(w, BASE)
-        assert capacity(w, ngram) >= plain
+        # (within 0.1 %: below 16 running sequences, as the saturated run fills and drains, n-gram still drafts K
+        # tokens past a request's last one, as vLLM V1 schedules them, and those are computed for nothing)
+        assert capacity(w, ngram) >= 0.999 * plain
         # the EAGLE head's layer and its KV take ~1.3 % of the cache: at most that much capacity, when KV-bound
         assert capacity(w, limited) >= 0.99 * plain
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from batching.cli.args import (CliError, add_policy_args, add_scenario_args, add_slo_args, arrivals_text,
-                               build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, values_arg,
-                               write_json)
+                               build_scenario, check_output_file, float_arg, fmt, progress, slo_from_args, spec_json,
+                               spec_line, values_arg, write_json)
 from batching.sim.policy import KNOB_LIMITS
 from batching.sim.hardware.specs import KV_BLOCK_TOKENS
 from batching.sim.workload.requests import MAX_RATE_REQ_S
