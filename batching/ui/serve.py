@@ -36,12 +36,22 @@ def check(argv: list[str]) -> str | None:
 
     from batching.ui import access
 
-    config.get_config_options()
+    import streamlit as st
+    from streamlit.runtime.secrets import Secrets
+
+    options = config.get_config_options()
     files = _flag_values(argv, "secrets.files")
+    before = (options["secrets.files"].value, options["secrets.files"].where_defined)
     if files:
         config.set_option("secrets.files", files, "command-line")
     os.environ.pop(access.LAUNCH_PROBLEM_ENV, None)  # only this launcher sets it
-    return access.secrets_problem()
+    saved, st.secrets = st.secrets, Secrets()  # what the check parses stays in its own store
+    st.secrets._file_watchers_installed = True  # no polling thread for a store thrown away
+    try:
+        return access.secrets_problem()
+    finally:  # the check leaves the process's options and secrets as it found them
+        config.set_option("secrets.files", *before)
+        st.secrets = saved
 
 
 def command(argv: list[str], problem: str | None) -> tuple[list[str], dict[str, str]]:
