@@ -97,10 +97,10 @@ def trtllm_command(sc: Scenario) -> str:
         flags.append(f"--max_seq_len {q(dep.model.max_context_tokens)}")
     chunked = pol.mode == "continuous" and pol.chunked_prefill
     reuse = pol.mode == "continuous" and pol.prefix_caching
-    yaml = [f"enable_chunked_prefill: {'true' if chunked else 'false'}", "kv_cache_config:",
+    options = [f"enable_chunked_prefill: {'true' if chunked else 'false'}", "kv_cache_config:",
             f"  enable_block_reuse: {'true' if reuse else 'false'}"]
     if dep.kv_dtype == "fp8":
-        yaml.append("  dtype: fp8")
+        options.append("  dtype: fp8")
     flags.append(f"--extra_llm_api_options {TRTLLM_YAML}")
     if pol.priority:
         notes.append(f"priority classes: no trtllm-serve {TRTLLM_VERSION} flag is cited in docs/LAUNCH.md; requests "
@@ -113,7 +113,7 @@ def trtllm_command(sc: Scenario) -> str:
     if sc.profile.name != "trtllm":
         head += f" (the simulation ran the {sc.profile.label} profile)"
     out = [f"# {printable(n)}" for n in [head] + notes]
-    out.append(f"cat > {TRTLLM_YAML} <<'EOF'\n" + "\n".join(yaml) + "\nEOF")
+    out.append(f"cat > {TRTLLM_YAML} <<'EOF'\n" + "\n".join(options) + "\nEOF")
     words = ["trtllm-serve", q(model_id(dep.model))]
     if dep.node.cross_node:
         out.append(f"# TP {dep.node.tp} over {dep.node.physical_nodes} nodes: run it under MPI on every node "

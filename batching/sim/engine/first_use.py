@@ -39,9 +39,7 @@ class Variant:
 
 
 def _label(kind: str, pc, lat, spec) -> str:
-    parts = []
-    if pc is not None:
-        parts.append("prefix caching")
+    parts = []  # (the block pool, ``pc``, is every iteration-level preset's: the engine itself, not a feature)
     if lat is not None:
         parts.append("session turns and closed-loop clients")
     if spec is not None:
