@@ -470,8 +470,9 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
     while True:
         out_p = stacked_outputs(n, dis.prefill_instances, room, classes, inp_p.arrival)
         out_d = stacked_outputs(n, dis.decode_instances, room, classes, inp_d.arrival)
-        pcs = stacked_prefix(dis.prefill_instances, inp_p, kv_p) if policy.prefix_caching else None
-        pcs_d = stacked_prefix(dis.decode_instances, inp_d, kv_d) if policy.prefix_caching else None
+        # (the block pool over shared chains only, as in a fleet: fleet.run_fleet says why)
+        pcs = stacked_prefix(dis.prefill_instances, inp_p, kv_p) if chains else None
+        pcs_d = stacked_prefix(dis.decode_instances, inp_d, kv_d) if chains else None
         xfer_c = np.array(xfer, np.float64)  # less what each decode instance held, once the run has looked
         dec_hit = np.zeros(n, np.int64)
         pull_at = np.full(n, np.nan)  # when each transfer starts (its decode instance's next step after the handoff)
@@ -479,7 +480,7 @@ def run_disagg(reqs, dep: Deployment, dis: Disagg, policy, allreduce: str, seed:
         # per block (each holds one of its own at least) without the prefix cache, whose shared blocks lift that
         # bound
         p = dis.prefill_instances
-        held = n if policy.prefix_caching else min(n, kv_p)
+        held = n if chains else min(n, kv_p)
         hand = Handoff(np.empty(n, np.int64), np.empty(n), np.zeros(1, np.int64), np.empty((p, held)),
                        np.empty((p, held), np.int64), np.zeros(p, np.int64), np.zeros(1, np.int64))
         d = dis.decode_instances  # the decode instances' releases: logged, their blocks freed at once
