@@ -31,7 +31,7 @@ from batching.sim.engine import first_use
 from batching.sim.engine import kernel as eng
 from batching.sim.engine.state import (B_WAITING, S_WAITING, C_RELEASED, C_STEP, DEADLOCK, NUM_RF, NUM_SF, NUM_SI, NUM_SPF,
                                        NUM_SPI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, V_KV, V_OUTSTANDING,
-                                       ITL_BINS, Later, Outputs, Prefix, Spec, prefix_tables)
+                                       ITL_BINS, Later, Outputs, Prefix, Run, Spec, prefix_tables)
 from batching.sim.engine.stages import blocks_for_nb, chain_id_nb, q_push_back_nb
 
 ROUTERS = ("round-robin", "least-outstanding", "least-kv", "prefix-affinity")
@@ -148,8 +148,10 @@ def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, lens, s
     n = inp.arrival.shape[0]
     n_rep = n_steps.shape[0]
     runs = [eng.new_run_nb(inp, knobs, cost, False)]
+    tab = runs[0].tab  # every replica's step time by token count is the same (read only): one table, not n_rep
     for _ in range(1, n_rep):  # (not a comprehension: numba's copies the arrays of the tuples it holds)
-        runs.append(eng.new_run_nb(inp, knobs, cost, False))
+        st = eng.new_run_nb(inp, knobs, cost, False)
+        runs.append(Run(st.seqs, st.q, st.b, tab, st.c, st.t))
     view = np.zeros((n_rep, NUM_V))
     if spec is not None:
         np.random.seed(spec.seed)  # one generator for the fleet: sampled acceptance repeats for a seed
