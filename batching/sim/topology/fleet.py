@@ -24,6 +24,10 @@ Only the continuous modes run in a fleet with these routers (request-level batch
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
+
 import numpy as np
 from numba import njit
 
@@ -200,15 +204,52 @@ def stacked_outputs(n: int, instances: int, room: int, classes: int, arrival) ->
     req_f = np.full((n, NUM_RF), -1.0)
     req_f[:, R_MAX_ITL] = 0.0
     req_f[:, R_ARRIVAL] = arrival
-    return Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty((instances, room, NUM_SI), np.int64),
-                   np.empty((instances, room, NUM_SF)), np.zeros((max(1, classes), ITL_BINS), np.int64))
+    return Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64),
+                   small_pages(np.empty((instances, room, NUM_SI), np.int64)),
+                   small_pages(np.empty((instances, room, NUM_SF))), np.zeros((max(1, classes), ITL_BINS), np.int64))
 
 
 def stacked_prefix(instances: int, inp, kv_blocks: int) -> Prefix | None:
     """One block pool per instance (a GPU cache of kv_blocks blocks each) over the blocks the requests name
     (Inputs.n_ids: shared chains and each request's own blocks; _pc_of gives instance i's), as kernel._new_prefix
     builds one."""
-    return prefix_tables(inp.n_ids, kv_blocks, instances)
+    pc = prefix_tables(inp.n_ids, kv_blocks, instances)
+    for a in pc:
+        small_pages(a)
+    return pc
+
+
+_MADV_NOHUGEPAGE = 15  # Linux <sys/mman.h>
+_PAGE = mmap.PAGESIZE
+
+
+def small_pages(a: np.ndarray) -> np.ndarray:
+    """``a`` (returned) backed by ordinary pages, not 2 MiB huge ones (Linux; elsewhere, or if refused, as it was).
+    numpy asks for huge pages on every array of 4 MiB or more (madvise MADV_HUGEPAGE), so a write makes 2 MiB
+    resident around it: the stacked tables, where each replica writes its own rows or the few entries its requests
+    name, then became resident almost whole (64 nodes x 8 replicas, 2,000 requests: ~1.9 GiB of prefix tables
+    indexed by block id, each replica's row 1 MiB a table, for ~5 MiB written)."""
+    if a.nbytes < 4 << 20 or _libc is None:
+        return a
+    start = -(-a.ctypes.data // _PAGE) * _PAGE  # the whole pages inside the array
+    end = (a.ctypes.data + a.nbytes) // _PAGE * _PAGE
+    if end > start:
+        _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_NOHUGEPAGE)
+    return a
+
+
+def _load_libc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_libc = _load_libc()
 
 
 def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks: int, cm, spec=None):
