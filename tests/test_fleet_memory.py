@@ -7,7 +7,7 @@ table was then held three times over (the replicas' tables, their frames and the
 
 Measured as the trace upload's (tests/test_trace_memory.py): resident memory in a fresh process, kernels loaded by
 a small run first, the peak (VmHWM, reset just before) less what was resident then. The 2,000-request run runs
-with the tests; the link itself (20,000 requests, ~1 minute on 2 cores) only with ``LOAD_FULL=1``. The ceilings
+with the tests; the link itself (20,000 requests, ~1.5 minutes on 2 cores) only with ``LOAD_FULL=1``. The ceilings
 are the README's ("Memory")."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _probe(requests: int) -> dict:
 @pytest.mark.parametrize("requests", [
     2000,
     pytest.param(20000, marks=pytest.mark.skipif(os.environ.get("LOAD_FULL") != "1",
-                                                 reason="the dashboard link itself: ~1 minute and 3 GiB (LOAD_FULL=1)")),
+                                                 reason="the dashboard link: ~1.5 minutes and 2.2 GiB (LOAD_FULL=1)")),
 ])
 def test_a_fleet_of_512_replicas_behind_a_router_stays_under_its_ceiling(requests: int) -> None:
     out = _probe(requests)
