@@ -17,7 +17,7 @@ from batching.sim.hardware.kernel_tables import calibration_status
 from batching.sim.topology import disagg as dg
 from batching.sim.topology.fleet import check_fleet, run_fleet
 from batching.sim.topology import sizing
-from batching.sim.frames import steps_frame
+from batching.sim.frames import StepsTable, steps_frame
 from batching.sim.metrics import (latency_summary, node_summary, queue_growth, replica_summary, request_latencies,
                                   spec_summary, split_steady_capacity, steady_rate, summary_columns, wall_time)
 from batching.sim.policy import PRESETS, BatchingPolicy
@@ -520,9 +520,11 @@ def simulate(scenario: Scenario, saturated: bool = False, steps: bool = True) ->
     cached = np.empty(n, np.int64)
     rep_of = np.empty(n, np.int64)
     spec_acc = np.zeros(n, np.int64)
-    step_frames = []
+    table = StepsTable(sum(len(out.steps_i) for _, _, out in outs)) if steps else None
     hist = np.zeros((max(1, len(reqs.class_names)), eng.ITL_BINS), np.int64)
-    for rep, idx, out in outs:
+    outs.reverse()
+    while outs:  # each replica's engine output released once read (its step tables copied into the table)
+        rep, idx, out = outs.pop()
         req_f[idx] = out.req_f
         pre[idx] = out.req_preemptions
         cached[idx] = out.req_cached
@@ -530,8 +532,9 @@ def simulate(scenario: Scenario, saturated: bool = False, steps: bool = True) ->
         if out.req_spec_accepted is not None:
             spec_acc[idx] = out.req_spec_accepted
         hist += out.itl_hist
-        if steps:
-            step_frames.append(steps_frame(out, rep, cm))
+        if table is not None:
+            table.add(steps_frame(out, rep, cm))
+        del out
     times = {"arrival_s": req_f[:, eng.R_ARRIVAL],  # a session turn's: its predecessor's release + think time
              "first_token_s": req_f[:, eng.R_FIRST_TOKEN], "finish_s": req_f[:, eng.R_FINISH],
              "release_s": req_f[:, eng.R_RELEASE]}
@@ -557,6 +560,6 @@ def simulate(scenario: Scenario, saturated: bool = False, steps: bool = True) ->
     if scenario.policy.spec_decode != "off":
         requests["spec_accepted_tokens"] = spec_acc  # accepted draft tokens (speculative decoding)
     requests = request_latencies(requests)
-    table = None if not steps else pd.concat(step_frames, ignore_index=True) if step_frames else pd.DataFrame()
+    table = None if table is None else table.frame()
     return SimResult(scenario, requests, table, hist, eng.itl_bin_edges(), tuple(reqs.class_names), saturated,
                      rejected)

@@ -24,6 +24,10 @@ Only the continuous modes run in a fleet with these routers (request-level batch
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
+
 import numpy as np
 from numba import njit
 
@@ -31,7 +35,7 @@ from batching.sim.engine import first_use
 from batching.sim.engine import kernel as eng
 from batching.sim.engine.state import (B_WAITING, S_WAITING, C_RELEASED, C_STEP, DEADLOCK, NUM_RF, NUM_SF, NUM_SI, NUM_SPF,
                                        NUM_SPI, NUM_V, OK, OUT_OF_STEPS, R_ARRIVAL, R_MAX_ITL, V_KV, V_OUTSTANDING,
-                                       ITL_BINS, Later, Outputs, Prefix, Spec, prefix_tables)
+                                       ITL_BINS, Later, Outputs, Prefix, Run, Spec, prefix_tables)
 from batching.sim.engine.stages import blocks_for_nb, chain_id_nb, q_push_back_nb
 
 ROUTERS = ("round-robin", "least-outstanding", "least-kv", "prefix-affinity")
@@ -148,8 +152,10 @@ def run_fleet_nb(inp, knobs, cost, out, pcs, lats, spec, code, off, ids, lens, s
     n = inp.arrival.shape[0]
     n_rep = n_steps.shape[0]
     runs = [eng.new_run_nb(inp, knobs, cost, False)]
+    tab = runs[0].tab  # every replica's step time by token count is the same (read only): one table, not n_rep
     for _ in range(1, n_rep):  # (not a comprehension: numba's copies the arrays of the tuples it holds)
-        runs.append(eng.new_run_nb(inp, knobs, cost, False))
+        st = eng.new_run_nb(inp, knobs, cost, False)
+        runs.append(Run(st.seqs, st.q, st.b, tab, st.c, st.t))
     view = np.zeros((n_rep, NUM_V))
     if spec is not None:
         np.random.seed(spec.seed)  # one generator for the fleet: sampled acceptance repeats for a seed
@@ -198,14 +204,51 @@ def stacked_outputs(n: int, instances: int, room: int, classes: int, arrival) ->
     req_f = np.full((n, NUM_RF), -1.0)
     req_f[:, R_MAX_ITL] = 0.0
     req_f[:, R_ARRIVAL] = arrival
-    return Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty((instances, room, NUM_SI), np.int64),
-                   np.empty((instances, room, NUM_SF)), np.zeros((max(1, classes), ITL_BINS), np.int64))
+    return Outputs(req_f, np.zeros(n, np.int64), np.zeros(n, np.int64),
+                   small_pages(np.empty((instances, room, NUM_SI), np.int64)),
+                   small_pages(np.empty((instances, room, NUM_SF))), np.zeros((max(1, classes), ITL_BINS), np.int64))
 
 
 def stacked_prefix(instances: int, inp, kv_blocks: int) -> Prefix | None:
     """One block pool per instance (a GPU cache of kv_blocks blocks each) over the blocks the requests name
     (Inputs.n_ids; _pc_of gives instance i's), as kernel._new_prefix builds one."""
-    return prefix_tables(inp.n_ids, kv_blocks, instances)
+    pc = prefix_tables(inp.n_ids, kv_blocks, instances)
+    for a in pc:
+        small_pages(a)
+    return pc
+
+
+_MADV_NOHUGEPAGE = 15  # Linux <sys/mman.h>
+_PAGE = mmap.PAGESIZE
+
+
+def small_pages(a: np.ndarray) -> np.ndarray:
+    """``a`` (returned) backed by ordinary pages, not 2 MiB huge ones (Linux; elsewhere, or if refused, as it was).
+    numpy asks for huge pages on every array of 4 MiB or more (madvise MADV_HUGEPAGE), so a write makes 2 MiB
+    resident around it: the stacked tables, where each replica writes its own rows or the few entries its requests
+    name, then became resident almost whole (64 nodes x 8 replicas, 2,000 requests: ~1.9 GiB of prefix tables
+    indexed by block id, each replica's row 1 MiB a table, for ~5 MiB written)."""
+    if a.nbytes < 4 << 20 or _libc is None:
+        return a
+    start = -(-a.ctypes.data // _PAGE) * _PAGE  # the whole pages inside the array
+    end = (a.ctypes.data + a.nbytes) // _PAGE * _PAGE
+    if end > start:
+        _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_NOHUGEPAGE)
+    return a
+
+
+def _load_libc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_libc = _load_libc()
 
 
 def run_fleet(reqs, replicas: int, router: str, policy, swap_cap: int, kv_blocks: int, cm, spec=None):

@@ -6,7 +6,8 @@ Memory (peak resident bytes above a warm process; ``benchmarks/bench_memory.py -
 takes BYTES_PER_REQUEST per request and BYTES_PER_STEP per step summed over its engines, and a fleet behind a
 router that reads replica state, or a split, holds every request's state in every engine: BYTES_PER_REQUEST_ENGINE
 per request and engine on top (a 512-replica fleet: 67 KB a request); every engine also has a step-time table
-of 8 bytes per token count a step may hold (up to 1 MiB: 134 MB for 128 replicas at a 131,072-token budget).
+of 8 bytes per token count a step may hold (up to 1 MiB: 134 MB for 128 replicas at a 131,072-token budget;
+a fleet behind a router shares one, which the estimate still counts once per replica: an overestimate).
 Steps: at most one per output token of every request plus its prompt's chunks (each request alone: a light load,
 or a fleet of idle replicas); when that bound passes MAX_STEPS / 2, a pilot (one replica's share of the first PILOT_REQUESTS x replicas requests, or a
 split's first 4 x PILOT_REQUESTS) is simulated and its steps per request scaled to the run.
