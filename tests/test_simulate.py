@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from batching.sim.metrics import node_summary
-from batching.sim.policy import PRESETS, with_knobs
+from batching.sim.policy import PRESETS, V0_CONTINUOUS, with_knobs
 from batching.sim.simulate import Scenario, simulate
 from batching.sim.hardware.specs import deployment
 from batching.sim.workload.requests import LengthDist, workload_preset
@@ -154,14 +154,15 @@ def test_saturated_runs_report_busy_at_most_one(name):
 
 def test_step_table_counts_admissions_and_follows_vllm_rules():
     sc = Scenario(deployment(kv_cache_tokens=20000), workload_preset("mixed", 20.0, 300, 1), PRESETS["chunked"])
-    for pol in (PRESETS["chunked"], with_knobs(PRESETS["chunked"], preemption="swap"), PRESETS["continuous"]):
+    for pol in (PRESETS["chunked"], with_knobs(PRESETS["chunked"], preemption="swap"), PRESETS["continuous"],
+                V0_CONTINUOUS):
         res = simulate(sc.with_policy(pol))
         st, req = res.steps, res.requests
         assert {"admitted", "stalled"} <= set(st.columns)
         assert req.preemptions.sum() > 0
         assert len(req) <= st.admitted.sum() <= len(req) + req.preemptions.sum()
         assert not ((st.preempted > 0) & (st.admitted > 0)).any()
-        if pol.chunked_prefill:
+        if not pol.prefill_only_steps:  # vLLM V1, chunked or whole prompts: every decode runs beside the prompts
             assert not ((st.prefill_tokens > 0) & (st.stalled > 0)).any()
         else:  # vLLM V0: decodes stall during prefill-only steps
             assert (st.stalled[(st.prefill_tokens > 0)] > 0).any()
