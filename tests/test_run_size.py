@@ -133,7 +133,9 @@ def test_the_size_of_a_run_counts_its_engines() -> None:
     split = run_size(Scenario(deployment=dep, workload=wl, disagg=Disagg(2, 1, 6, 1)), reqs)
     assert (one.engines, fleet.engines, routed.engines, split.engines) == (8, 32, 32, 8)
     assert (one.holds_all, fleet.holds_all, routed.holds_all, split.holds_all) == (False, False, True, True)
-    assert routed.bytes - fleet.bytes == sizing.BYTES_PER_REQUEST_ENGINE * 2000 * 32
+    # every request's state in every replica, and one step-time table shared by the routed fleet's 32 replicas
+    assert routed.bytes - fleet.bytes == (sizing.BYTES_PER_REQUEST_ENGINE * 2000 * 32
+                                          - 8 * routed.table_tokens * (32 - 1))
     # small runs are sized by their bound: every output token a step, every prompt chunk one
     budget = Scenario(deployment=dep, workload=wl).policy.max_num_batched_tokens  # the preset sized for the model
     bound = int(reqs.output_tokens.sum() + (-(-reqs.prompt_tokens // budget)).sum())

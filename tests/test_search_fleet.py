@@ -132,7 +132,8 @@ def test_the_fleet_check_adds_a_node_where_the_estimate_is_optimistic():
 
 def _point(ok: bool, growth: float = 0.0) -> dict:
     return {"attainment": 1.0 if ok else 0.5, "queue_growth_req_s": growth, "offered_req_s": 40.0,
-            "ttft_p99_s": 0.5 if ok else 3.0, "tpot_p99_s": 0.05, "rate_req_s": 40.0}
+            "ttft_p99_s": 0.5 if ok else 3.0, "tpot_p99_s": 0.05, "rate_req_s": 40.0,
+            "ttft_tail_s": 0.5 if ok else 3.0, "tpot_tail_s": 0.05}  # the tail the attainment reads: P99 here
 
 
 def test_fleet_task_adds_a_node_at_a_time(monkeypatch):

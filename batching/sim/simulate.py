@@ -414,7 +414,7 @@ def run_size(scenario: Scenario, reqs: Requests, measure: bool = False) -> sizin
                       req_f[:, eng.R_FINISH], replicas)
 
     holds_all = scenario.router != "round-robin" and replicas > 1
-    return sizing.estimate(n, replicas, holds_all, bound, pilot_replica, measure, table)
+    return sizing.estimate(n, replicas, holds_all, bound, pilot_replica, measure, table, shared_table=holds_all)
 
 
 def _pilot(starts: np.ndarray, arrival: np.ndarray, finish: np.ndarray, drains: int) -> sizing.Pilot:

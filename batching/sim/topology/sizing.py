@@ -7,7 +7,7 @@ takes BYTES_PER_REQUEST per request and BYTES_PER_STEP per step summed over its 
 router that reads replica state, or a split, holds every request's state in every engine: BYTES_PER_REQUEST_ENGINE
 per request and engine on top (a 512-replica fleet: 67 KB a request); every engine also has a step-time table
 of 8 bytes per token count a step may hold (up to 1 MiB: 134 MB for 128 replicas at a 131,072-token budget;
-a fleet behind a router shares one, which the estimate still counts once per replica: an overestimate).
+a fleet behind a router shares one, counted once).
 Steps: at most one per output token of every request plus its prompt's chunks (each request alone: a light load,
 or a fleet of idle replicas); when that bound passes MAX_STEPS / 2, a pilot (one replica's share of the first PILOT_REQUESTS x replicas requests, or a
 split's first 4 x PILOT_REQUESTS) is simulated and its steps per request scaled to the run.
@@ -41,12 +41,13 @@ class RunSize:
     measured: bool = False  # steps from a pilot run (else the bound)
 
     table_tokens: int = 0  # each engine's step-time table: one float64 per token count a step may hold
+    shared_table: bool = False  # the engines share one table (a fleet behind a router: fleet.run_fleet)
 
     @property
     def bytes(self) -> float:
         every = self.requests * self.engines if self.holds_all else 0
         return (BYTES_PER_REQUEST * self.requests + BYTES_PER_STEP * self.steps + BYTES_PER_REQUEST_ENGINE * every
-                + 8 * self.table_tokens * self.engines)
+                + 8 * self.table_tokens * (1 if self.shared_table else self.engines))
 
 
 def step_bound(prompt_tokens: np.ndarray, output_tokens: np.ndarray, budget: int) -> int:
@@ -77,12 +78,13 @@ def table_tokens(prompt_tokens: np.ndarray, output_tokens: np.ndarray, budget: i
 
 
 def estimate(requests: int, engines: int, holds_all: bool, bound: int, pilot: Callable[[], Pilot],
-             measure: bool = False, table: int = 0) -> RunSize:
+             measure: bool = False, table: int = 0, shared_table: bool = False) -> RunSize:
     """The run's size: steps = the bound while it is at most MAX_STEPS / 2 (unless ``measure``), else a sample
     run's (``pilot()``) scaled to ``requests``; ``table``: each engine's step-time table entries."""
     if bound <= MAX_STEPS // 2 and not measure:
-        return RunSize(requests, engines, holds_all, bound, table_tokens=table)
-    return RunSize(requests, engines, holds_all, pilot().scaled(requests), measured=True, table_tokens=table)
+        return RunSize(requests, engines, holds_all, bound, table_tokens=table, shared_table=shared_table)
+    return RunSize(requests, engines, holds_all, pilot().scaled(requests), measured=True, table_tokens=table,
+                   shared_table=shared_table)
 
 
 def check(size: RunSize, what: str, engine_word: str, fewer: str) -> None:
