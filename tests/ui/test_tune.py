@@ -175,9 +175,9 @@ def test_card_3_fires_on_static_batching_at_a_low_rate():
 
 
 def test_card_1_fires_when_a_larger_cap_only_fills_the_kv_cache():
-    at = run_page(PAGE, t_policy="chunked", kv="65536", rate="4", n="200")
+    at = run_page(PAGE, t_policy="chunked", kv="32768", rate="4", n="200")
     assert_clean(at)
-    assert at.slider(key="wid:kv").value == 65536
+    assert at.slider(key="wid:kv").value == 32768
     res = last(at)
     cards = {c.number: c for c in res.cards}
     assert cards[1].fired and cards[1].suggestion == res.knees["chunked"]
