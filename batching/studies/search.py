@@ -69,9 +69,9 @@ from batching.sim.hardware.specs import (GPU, GPUS, GPUS_PER_NODE, KV_BLOCK_TOKE
 from batching.studies.capacity import (CEILING_REACH, MAX_ITER, REL_TOL, SLO, binding_of, bracket_and_bisect, capacity,
                                        check_headroom, headroom_note, meets_slo, own_profile, slo_point, sustained,
                                        tail_label)
+from batching.studies.disagg_capacity import SPLIT_TPS as TPS, skip_reason, splits_of
 from batching.studies.pricing import DEFAULT_HEADROOM, copies_needed, default_gpu_hour_usd, price
 
-from batching.studies.disagg_capacity import SPLIT_TPS as TPS, splits_of  # noqa: E402 (one enumeration of splits)
 AGG_TPS = (*TPS, TWO_NODE_GPUS)  # an aggregated replica may also span two 8-GPU nodes (TP 16)
 # the knobs a search may vary, by the mode that uses them (a knob a policy's mode ignores is not varied for it)
 SEARCH_KNOBS: dict[str, tuple[str, ...]] = {
@@ -263,8 +263,6 @@ class Grid:
 
 def split_refusal(policy: BatchingPolicy) -> str | None:
     """Why a policy cannot run as a prefill/decode split (``studies.disagg_capacity.skip_reason``), or None."""
-    from batching.studies.disagg_capacity import skip_reason
-
     return skip_reason(policy)
 
 
