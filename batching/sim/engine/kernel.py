@@ -20,7 +20,7 @@ from batching.sim.engine import first_use
 from batching.sim.engine.stages import (
     apply_step_nb, arrivals_due_nb, arrive_nb, arrive_sessions_nb, begin_step_nb, finish_nb, blocks_for_nb,
     count_decoding_nb, end_step_nb, evict_for_nb, continue_prefills_nb, itl_record_nb, make_room_nb,
-    heap_pop_nb, next_arrival_nb, next_due_nb, pc_name_nb, pc_release_nb, pc_trim_nb, room_left_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
+    heap_pop_nb, next_arrival_nb, next_due_nb, pc_name_nb, pc_release_nb, pc_trim_nb, regroup_nb, room_left_nb, schedule_chunks_nb, schedule_decodes_nb, schedule_swapped_nb,
     schedule_waiting_nb, schedule_waiting_pc_nb, session_next_nb,
 )
 from batching.sim.engine.state import (
@@ -494,6 +494,8 @@ def advance_nb(inp, knobs, cost, out, pc, lat, spec, st, t_stop, view, hand):
         if hand is not None:
             holding = hand.ht.shape[1] > 0
         nd = apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, holding)
+        if knobs.preempt == PREEMPT_SWAP:
+            regroup_nb(b, seqs)  # decodes ahead of prefills again (a swapped-in prefill may have finished first)
         released += nd
         if hand is not None:
             # an instance of a split logs its releases; a prefill instance's keep their blocks until the loop

@@ -1328,13 +1328,16 @@ def count_decoding_nb(b, seqs, hi):
 
 # --- applying a step ----------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def regroup_nb(run, n, kv, target):
-    """Stable partition of run[:n]: the sequences past their prefill first, the prefills under way after them, each
-    group in its order. Only a sequence swapped back in mid-prefill (placed before the running prefills) can finish
-    its prefill ahead of one of them; vLLM V0, whose mechanism swap is, rebuilds its running queue by kind every
-    step, decodes first under chunked prefill (vllm/core/scheduler.py, _schedule_chunked_prefill). In place: rare."""
+def regroup_nb(b, seqs):
+    """Stable partition of the running list: the sequences past their prefill first, the prefills under way after
+    them, each group in its order. Only a sequence swapped back in mid-prefill (placed before the running prefills)
+    can finish its prefill ahead of one of them; vLLM V0, whose mechanism swap is, rebuilds its running queue by kind
+    every step, decodes first under chunked prefill (vllm/core/scheduler.py, _schedule_chunked_prefill). Called by
+    the engine loop after a step only with swap preemption: in the inlined step stages, its call made every run
+    1.7x slower (benchmarks/bench_engine_pair.py). In place: rare."""
+    run, kv, target = b.run, seqs.kv, seqs.target
     w = 0
-    for i in range(n):
+    for i in range(b.n[B_RUNNING]):
         r = run[i]
         if kv[r] >= target[r]:
             for j in range(i, w, -1):
@@ -1369,8 +1372,6 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hold):
     req_f, hist = out.req_f, out.hist
     keep = 0
     done = 0
-    prefilling = False
-    disorder = False
     for i in range(cnt[B_RUNNING]):
         r = run[i]
         c = sched[r]
@@ -1412,11 +1413,5 @@ def apply_step_nb(t, inp, seqs, b, pc, lat, out, spec, hold):
         else:
             run[keep] = r
             keep += 1
-            if kv[r] < target[r]:
-                prefilling = True
-            elif prefilling:
-                disorder = True  # a sequence past its prefill behind one still in prefill
     cnt[B_RUNNING] = keep
-    if disorder:
-        regroup_nb(run, keep, kv, target)
     return done
